@@ -1,0 +1,102 @@
+"""Engine configuration: frozen, validated dataclasses.
+
+Every field is checked in ``__post_init__``; a bad value raises ``ConfigError`` naming the field,
+so a CLI flag or an HTTP parameter that feeds it gives a clear message instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field."""
+
+
+def _check(cond: bool, name: str, value: Any, rule: str) -> None:
+    if not cond:
+        raise ConfigError(f"{name} {rule}, got {value!r}")
+
+
+def _positive_int(name: str, value: Any) -> None:
+    _check(isinstance(value, int) and not isinstance(value, bool) and value > 0, name, value,
+           "must be a positive integer")
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    block_size: int = 16
+    num_blocks: int = 1024
+    enable_prefix_caching: bool = True
+    # The prefix-hash chain is rooted in model identity + salt: two models (or tenants) never share KV.
+    hash_salt: str = ""
+
+    def __post_init__(self) -> None:
+        _positive_int("cache.block_size", self.block_size)
+        _check(self.block_size & (self.block_size - 1) == 0, "cache.block_size", self.block_size,
+               "must be a power of two")
+        _positive_int("cache.num_blocks", self.num_blocks)
+        _check(isinstance(self.enable_prefix_caching, bool), "cache.enable_prefix_caching",
+               self.enable_prefix_caching, "must be a bool")
+        _check(isinstance(self.hash_salt, str), "cache.hash_salt", self.hash_salt, "must be a string")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 256
+    enable_chunked_prefill: bool = True
+    # Admission reserves the cold blocks of the whole prompt (True) or only of the first chunk (False).
+    reserve_full_prompt: bool = True
+    policy: Literal["fcfs", "priority"] = "fcfs"
+    max_model_len: int = 4096
+
+    def __post_init__(self) -> None:
+        _positive_int("scheduler.max_num_batched_tokens", self.max_num_batched_tokens)
+        _positive_int("scheduler.max_num_seqs", self.max_num_seqs)
+        _positive_int("scheduler.max_model_len", self.max_model_len)
+        for name in ("enable_chunked_prefill", "reserve_full_prompt"):
+            value = getattr(self, name)
+            _check(isinstance(value, bool), f"scheduler.{name}", value, "must be a bool")
+        _check(self.policy in ("fcfs", "priority"), "scheduler.policy", self.policy,
+               "must be 'fcfs' or 'priority'")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    # Identity of the weights the KV belongs to (name + revision/hash); roots the prefix-hash chain.
+    model_identity: str = "unknown"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.cache, CacheConfig), "cache", self.cache, "must be a CacheConfig")
+        _check(isinstance(self.scheduler, SchedulerConfig), "scheduler", self.scheduler,
+               "must be a SchedulerConfig")
+        _check(isinstance(self.seed, int) and not isinstance(self.seed, bool), "seed", self.seed,
+               "must be an integer")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EngineConfig:
+        data = dict(data)
+        cache = CacheConfig(**data.pop("cache", {}))
+        scheduler = SchedulerConfig(**data.pop("scheduler", {}))
+        return cls(cache=cache, scheduler=scheduler, **data)
+
+    def replace(self, **changes: Any) -> EngineConfig:
+        """Copy with changes; nested fields by dotted name, e.g. ``{"scheduler.max_num_seqs": 8}``."""
+        cache = {k.split(".", 1)[1]: v for k, v in changes.items() if k.startswith("cache.")}
+        sched = {k.split(".", 1)[1]: v for k, v in changes.items() if k.startswith("scheduler.")}
+        top = {k: v for k, v in changes.items() if "." not in k}
+        return dataclasses.replace(
+            self,
+            cache=dataclasses.replace(self.cache, **cache),
+            scheduler=dataclasses.replace(self.scheduler, **sched),
+            **top,
+        )

@@ -1,0 +1,223 @@
+"""EngineCore: add_request / abort / step(now, executor) = schedule → execute → commit.
+
+No torch, no clock, no global state: ``now`` is passed in by the driver (wall clock when live,
+``env.now`` in the simulator), ids come from a per-engine counter, and every decision is emitted
+as a typed event to ``sink`` (a log writer, a list, or None).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from runtime.block_manager import BlockManager, root_hash
+from runtime.config import EngineConfig
+from runtime.request import InvalidRequest, Request, RequestStatus, SamplingParams
+from runtime.scheduler import Scheduler, StepPlan
+from traces.events import Aborted, Admitted, Arrived, Event, Finished, Preempted, Step
+from traces.prompt import Prompt, PromptIds, materialize
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What the executor did: tokens per sampling span (in span order) and the time it took."""
+
+    token_ids: list[list[int]]
+    duration: float
+    # optional per sampling span: list (one per token) of {token_id: logprob} (sampled + top-N)
+    logprobs: list[list[dict[int, float]]] | None = None
+
+
+class Executor(Protocol):
+    def execute(self, plan: StepPlan, requests: Mapping[int, Request]) -> StepResult: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RequestDelta:
+    """New output of one request in one step."""
+
+    request_id: int
+    new_token_ids: list[int]
+    finish_reason: str | None = None
+    logprobs: list[dict[int, float]] | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutput:
+    plan: StepPlan
+    result: StepResult | None
+    deltas: list[RequestDelta]
+
+
+EventSink = Callable[[Event], None]
+
+
+class EngineCore:
+    def __init__(
+        self, config: EngineConfig, *, eos_token_id: int | None = None, sink: EventSink | None = None
+    ) -> None:
+        self.config = config
+        self.eos_token_id = eos_token_id
+        self.sink = sink
+        cache = config.cache
+        self.block_manager = BlockManager(
+            cache.num_blocks,
+            cache.block_size,
+            cache.enable_prefix_caching,
+            root_hash(config.model_identity, cache.hash_salt),
+        )
+        self.scheduler = Scheduler(config.scheduler, self.block_manager)
+        self.requests: dict[int, Request] = {}  # unfinished requests
+        self._next_request_id = 0
+        self._next_step = 0
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def validate(self, num_prompt_tokens: int, params: SamplingParams) -> None:
+        """Raise InvalidRequest if a request could never be served by this engine."""
+        sched, cache = self.config.scheduler, self.config.cache
+        if num_prompt_tokens < 1:
+            raise InvalidRequest("prompt must contain at least one token")
+        if num_prompt_tokens >= sched.max_model_len:
+            raise InvalidRequest(
+                f"prompt has {num_prompt_tokens} tokens; max_model_len is {sched.max_model_len}")
+        total = min(num_prompt_tokens + params.max_tokens, sched.max_model_len)
+        if -(-total // cache.block_size) > cache.num_blocks:
+            raise InvalidRequest(
+                f"prompt + max_tokens = {total} tokens need {-(-total // cache.block_size)} KV blocks; "
+                f"the pool has {cache.num_blocks} (cache.num_blocks)")
+        if not sched.enable_chunked_prefill and total > sched.max_num_batched_tokens:
+            raise InvalidRequest(
+                f"prompt + max_tokens = {total} tokens exceed scheduler.max_num_batched_tokens="
+                f"{sched.max_num_batched_tokens}, which must hold a whole (re)computed prompt when "
+                "chunked prefill is off")
+
+    def add_request(
+        self,
+        prompt: Prompt | Sequence[int],
+        params: SamplingParams,
+        now: float,
+        priority: int = 0,
+    ) -> int:
+        record = prompt if isinstance(prompt, Prompt) else PromptIds(list(prompt))
+        token_ids = materialize(record)
+        self.validate(len(token_ids), params)
+        rid = self._next_request_id
+        self._next_request_id += 1
+        req = Request(rid, token_ids, params, now, self.config.scheduler.max_model_len, priority,
+                      self.eos_token_id)
+        self.requests[rid] = req
+        self.scheduler.add(req)
+        if self.sink is not None:
+            self.sink(Arrived(time=now, request_id=rid, prompt=record, params=params, priority=priority))
+        return rid
+
+    def abort(self, request_id: int, now: float, reason: str = "abort") -> bool:
+        """Abort an unfinished request at any status; False (no-op) if unknown or done."""
+        return self._end(request_id, now, reason, RequestStatus.ABORTED)
+
+    def finish(self, request_id: int, now: float, reason: str = "stop") -> bool:
+        """Finish a request between steps (e.g. its text hit a stop string)."""
+        return self._end(request_id, now, reason, RequestStatus.FINISHED)
+
+    def _end(self, request_id: int, now: float, reason: str, status: RequestStatus) -> bool:
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            return False
+        self.scheduler.remove(req)
+        req.status = status
+        req.finish_reason = reason
+        events = self.block_manager.drain_events()
+        if self.sink is not None:
+            if status is RequestStatus.ABORTED:
+                self.sink(Aborted(time=now, request_id=request_id, reason=reason, block_events=events))
+            else:
+                self.sink(Finished(time=now, request_id=request_id, reason=reason,
+                                   num_output_tokens=req.num_output_tokens, block_events=events))
+        return True
+
+    def has_unfinished(self) -> bool:
+        return bool(self.requests)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    # --- the step ----------------------------------------------------------------------------------
+
+    def schedule(self, now: float) -> StepPlan:
+        plan = self.scheduler.schedule(self._next_step)
+        if plan.empty:
+            return plan
+        self._next_step += 1
+        if self.sink is not None:
+            for rid in plan.preempted:
+                self.sink(Preempted(time=now, step=plan.step, request_id=rid))
+            for a in plan.admitted:
+                self.sink(Admitted(time=now, step=plan.step, request_id=a.request_id,
+                                   num_cached_tokens=a.num_cached_tokens,
+                                   num_reserved_blocks=a.num_reserved_blocks))
+        return plan
+
+    def commit(self, plan: StepPlan, result: StepResult, start: float) -> list[RequestDelta]:
+        """Apply the executor's result: advance spans, append tokens, stop, free finished."""
+        end = start + result.duration
+        requests = self.requests
+        bm = self.block_manager
+        deltas: list[RequestDelta] = []
+        finished: list[Request] = []
+        committed: list[list[int]] = []
+        tokens_iter = iter(result.token_ids)
+        logprobs_iter = iter(result.logprobs) if result.logprobs is not None else None
+        for span in plan.spans:
+            req = requests[span.request_id]
+            req.num_computed_tokens = span.start + span.num_tokens
+            bm.register_computed(req)
+            if not span.sample:
+                continue
+            new = next(tokens_iter)
+            lps = next(logprobs_iter) if logprobs_iter is not None else None
+            reason = None
+            accepted = new
+            for i, token in enumerate(new):
+                req.token_ids.append(token)
+                reason = req.check_stop(token)
+                if reason is not None:
+                    accepted = new[: i + 1]
+                    break
+            committed.append(accepted)
+            if lps is not None:
+                lps = lps[: len(accepted)]
+            deltas.append(RequestDelta(span.request_id, accepted, reason, lps))
+            if reason is not None:
+                req.finish_reason = reason
+                finished.append(req)
+        for req in finished:
+            del requests[req.request_id]
+            self.scheduler.remove(req)
+            req.status = RequestStatus.FINISHED
+        block_events = bm.drain_events()
+        if self.sink is not None:
+            self.sink(Step(step=plan.step, start=start, end=end, spans=plan.spans,
+                           tokens=committed, block_events=block_events))
+            for req in finished:
+                self.sink(Finished(time=end, request_id=req.request_id, reason=req.finish_reason,
+                                   num_output_tokens=req.num_output_tokens))
+        return deltas
+
+    def step(self, now: float, executor: Executor) -> StepOutput:
+        plan = self.schedule(now)
+        if plan.empty:
+            return StepOutput(plan, None, [])
+        result = executor.execute(plan, self.requests)
+        return StepOutput(plan, result, self.commit(plan, result, now))
+

@@ -1,0 +1,156 @@
+"""Sampling parameters and the request state machine.
+
+    WAITING ──admit──▶ RUNNING ──commit──▶ FINISHED
+       ▲                  │
+       └──── PREEMPTED ◀──┘   (recompute: KV dropped, tokens kept)
+    any unfinished status ──abort──▶ ABORTED
+"""
+
+from __future__ import annotations
+
+import enum
+from array import array
+
+import msgspec
+
+
+class InvalidRequest(ValueError):
+    """A request or sampling parameter is invalid; the message names the field."""
+
+
+class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    max_tokens: int = 16
+    min_tokens: int = 0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    include_stop_str_in_output: bool = False
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    logprobs: int | None = None  # None = off; N = sampled token + top-N
+    n: int = 1
+
+    def __post_init__(self) -> None:
+        def bad(name: str, rule: str) -> InvalidRequest:
+            return InvalidRequest(f"{name} {rule}, got {getattr(self, name)!r}")
+
+        if self.max_tokens < 1:
+            raise bad("max_tokens", "must be >= 1")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise bad("min_tokens", "must be between 0 and max_tokens")
+        if self.temperature < 0:
+            raise bad("temperature", "must be >= 0")
+        if not 0 < self.top_p <= 1:
+            raise bad("top_p", "must be in (0, 1]")
+        if self.top_k < 0:
+            raise bad("top_k", "must be >= 0 (0 disables it)")
+        if not 0 <= self.min_p <= 1:
+            raise bad("min_p", "must be in [0, 1]")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2 <= getattr(self, name) <= 2:
+                raise bad(name, "must be in [-2, 2]")
+        if self.repetition_penalty <= 0:
+            raise bad("repetition_penalty", "must be > 0")
+        if self.logprobs is not None and not 0 <= self.logprobs <= 20:
+            raise bad("logprobs", "must be in [0, 20]")
+        if self.n < 1:
+            raise bad("n", "must be >= 1")
+        if any(s == "" for s in self.stop):
+            raise bad("stop", "must not contain empty strings")
+        if any(t < 0 for t in self.stop_token_ids):
+            raise bad("stop_token_ids", "must be non-negative token ids")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"  # transient: back in the waiting queue, KV dropped
+    FINISHED = "finished"
+    ABORTED = "aborted"
+
+    @property
+    def done(self) -> bool:
+        return self in (RequestStatus.FINISHED, RequestStatus.ABORTED)
+
+
+class Request:
+    """One sequence in the engine. Tokens are prompt + committed outputs in one int32 array."""
+
+    __slots__ = (
+        "request_id", "token_ids", "num_prompt_tokens", "params", "arrival_time", "priority",
+        "status", "num_computed_tokens", "num_cached_tokens", "finish_reason", "admit_seq",
+        "max_total_tokens", "num_preemptions", "eos_token_id",
+    )
+
+    def __init__(
+        self,
+        request_id: int,
+        prompt_token_ids: array,
+        params: SamplingParams,
+        arrival_time: float,
+        max_model_len: int,
+        priority: int = 0,
+        eos_token_id: int | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.token_ids = prompt_token_ids
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.params = params
+        self.arrival_time = arrival_time
+        self.priority = priority
+        self.status = RequestStatus.WAITING
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = 0
+        self.finish_reason: str | None = None
+        self.admit_seq = -1
+        self.max_total_tokens = min(self.num_prompt_tokens + params.max_tokens, max_model_len)
+        self.num_preemptions = 0
+        self.eos_token_id = eos_token_id
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens:].tolist()
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return self.token_ids[: self.num_prompt_tokens].tolist()
+
+    @property
+    def num_remaining_tokens(self) -> int:
+        """Tokens still to compute before the next sample (1 for a decoding request)."""
+        return len(self.token_ids) - self.num_computed_tokens
+
+    def check_stop(self, token: int) -> str | None:
+        """Token-level stop after appending ``token``; stop strings live in the detokenizer."""
+        p = self.params
+        n_out = len(self.token_ids) - self.num_prompt_tokens
+        if n_out >= p.min_tokens:
+            if not p.ignore_eos and token == self.eos_token_id:
+                return "stop"
+            if token in p.stop_token_ids:
+                return "stop"
+        if n_out >= p.max_tokens or len(self.token_ids) >= self.max_total_tokens:
+            return "length"
+        return None
+
+    def __repr__(self) -> str:
+        return (f"Request(id={self.request_id}, {self.status.value}, prompt={self.num_prompt_tokens}, "
+                f"out={self.num_output_tokens}, computed={self.num_computed_tokens})")

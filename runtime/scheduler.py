@@ -1,0 +1,212 @@
+"""Continuous-batching scheduler: one token budget per step.
+
+Order of a step
+1. decode: every running request with one token left gets it (allocating a block when it
+   crosses a block boundary); when blocks run out the most recently admitted request (lowest
+   priority first under the priority policy) is preempted by recompute;
+2. continuing prefill chunks of running requests;
+3. admission of waiting requests (policy order) while budget, sequence slots and KV capacity
+   allow. With chunked prefill off, a prompt's whole uncached remainder must fit the remaining
+   budget or it stays waiting (head of line). No admission in a step that preempted.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass
+
+from runtime.block_manager import BlockManager
+from runtime.config import SchedulerConfig
+from runtime.request import Request, RequestStatus
+from traces.events import Span
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    request_id: int
+    num_cached_tokens: int
+    num_reserved_blocks: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """What the policy decided for one step; everything an executor needs besides weights.
+
+    ``block_tables[i]`` is the live table of ``spans[i]``'s request: read it during the step,
+    don't keep it.
+    """
+
+    step: int
+    spans: list[Span]
+    block_tables: list[list[int]]
+    admitted: list[Admission]
+    preempted: list[int]
+    num_scheduled_tokens: int
+
+    @property
+    def empty(self) -> bool:
+        return not self.spans
+
+
+class WaitQueue:
+    """FCFS (arrival order; preempted requests go back to the front) or priority order."""
+
+    def __init__(self, policy: str) -> None:
+        self.priority = policy == "priority"
+        self._fifo: deque[Request] = deque()
+        self._heap: list[tuple[int, float, int, Request]] = []
+
+    def __len__(self) -> int:
+        return len(self._heap) if self.priority else len(self._fifo)
+
+    def push(self, req: Request, front: bool = False) -> None:
+        if self.priority:
+            heapq.heappush(self._heap, (req.priority, req.arrival_time, req.request_id, req))
+        elif front:
+            self._fifo.appendleft(req)
+        else:
+            self._fifo.append(req)
+
+    def peek(self) -> Request:
+        return self._heap[0][3] if self.priority else self._fifo[0]
+
+    def pop(self) -> Request:
+        return heapq.heappop(self._heap)[3] if self.priority else self._fifo.popleft()
+
+    def remove(self, req: Request) -> bool:
+        if self.priority:
+            for i, item in enumerate(self._heap):
+                if item[3] is req:
+                    self._heap[i] = self._heap[-1]
+                    self._heap.pop()
+                    heapq.heapify(self._heap)
+                    return True
+            return False
+        try:
+            self._fifo.remove(req)
+            return True
+        except ValueError:
+            return False
+
+    def __iter__(self):
+        return iter(sorted(self._heap)) if self.priority else iter(self._fifo)
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, block_manager: BlockManager) -> None:
+        self.config = config
+        self.bm = block_manager
+        self.waiting = WaitQueue(config.policy)
+        self.running: dict[int, Request] = {}  # admission order
+        self._admit_counter = 0
+
+    def add(self, req: Request) -> None:
+        self.waiting.push(req)
+
+    def remove(self, req: Request) -> None:
+        """Take a request out of the queues and release its KV (abort or finish)."""
+        if self.running.pop(req.request_id, None) is None:
+            self.waiting.remove(req)
+        self.bm.free(req)
+        self.bm.forget(req)
+
+    def has_work(self) -> bool:
+        return bool(self.running) or len(self.waiting) > 0
+
+    # --- preemption ------------------------------------------------------------------------------
+
+    def _victim(self) -> Request:
+        if self.config.policy == "priority":
+            return max(self.running.values(), key=lambda r: (r.priority, r.admit_seq))
+        return self.running[next(reversed(self.running))]
+
+    def _preempt(self, req: Request) -> None:
+        del self.running[req.request_id]
+        self.bm.free(req)
+        req.status = RequestStatus.PREEMPTED
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        self.waiting.push(req, front=True)
+
+    # --- the step ----------------------------------------------------------------------------------
+
+    def schedule(self, step: int) -> StepPlan:
+        cfg = self.config
+        bm = self.bm
+        budget = cfg.max_num_batched_tokens
+        chunked = cfg.enable_chunked_prefill
+        scheduled: dict[int, tuple[Request, int]] = {}
+        preempted: list[int] = []
+        running_now = list(self.running.values())
+
+        for decode_phase in (True, False):
+            for req in running_now:
+                if budget <= 0:
+                    break
+                rid = req.request_id
+                if req.status is not RequestStatus.RUNNING or rid in scheduled:
+                    continue
+                remaining = req.num_tokens - req.num_computed_tokens
+                if (remaining == 1) != decode_phase:
+                    continue
+                if remaining <= budget:
+                    n = remaining
+                elif chunked:
+                    n = budget
+                else:
+                    continue
+                start = req.num_computed_tokens
+                while not bm.allocate(req, start + n):
+                    victim = self._victim()
+                    self._preempt(victim)
+                    preempted.append(victim.request_id)
+                    undone = scheduled.pop(victim.request_id, None)
+                    if undone is not None:
+                        budget += undone[1]
+                    if victim is req:
+                        break
+                else:
+                    scheduled[rid] = (req, n)
+                    budget -= n
+
+        admitted: list[Admission] = []
+        if not preempted:
+            waiting = self.waiting
+            while len(waiting) and budget > 0 and len(self.running) < cfg.max_num_seqs:
+                req = waiting.peek()
+                hits = bm.probe(req)
+                cached = len(hits) * bm.block_size
+                remaining = req.num_tokens - cached
+                if remaining <= budget:
+                    n = remaining
+                elif chunked:
+                    n = budget
+                else:
+                    break
+                reserved = bm.admit(req, hits, n, cfg.reserve_full_prompt)
+                if reserved is None:
+                    break
+                waiting.pop()
+                req.status = RequestStatus.RUNNING
+                req.num_computed_tokens = cached
+                req.num_cached_tokens = cached
+                req.admit_seq = self._admit_counter
+                self._admit_counter += 1
+                self.running[req.request_id] = req
+                ok = bm.allocate(req, cached + n)
+                assert ok, "admission reserved the blocks of its first chunk"
+                scheduled[req.request_id] = (req, n)
+                admitted.append(Admission(req.request_id, cached, reserved))
+                budget -= n
+
+        spans: list[Span] = []
+        tables: list[list[int]] = []
+        total = 0
+        tables_of = bm.tables
+        for rid, (req, n) in scheduled.items():
+            start = req.num_computed_tokens
+            spans.append(Span(rid, start, n, start + n == req.num_tokens))
+            tables.append(tables_of[rid])
+            total += n
+        return StepPlan(step, spans, tables, admitted, preempted, total)

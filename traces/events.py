@@ -1,0 +1,147 @@
+"""Typed events of the engine log (a tagged union encoded with msgspec).
+
+One JSON object per line, ``"type"`` first. Block events are small tagged arrays inside the
+``Step`` (or ``Aborted``) that caused them, in the exact order the block manager applied them,
+so ``fold`` can rebuild the block state step by step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from runtime.request import SamplingParams
+from traces.prompt import Prompt
+
+SCHEMA_VERSION = 1
+
+
+class _Event(msgspec.Struct, tag_field="type", omit_defaults=True, kw_only=True):
+    pass
+
+
+# --- block events: compact tagged arrays, e.g. ["alloc", 7, 123] -------------------------------
+
+
+class _BlockEvent(msgspec.Struct, array_like=True, tag_field="type", frozen=True):
+    pass
+
+
+class BlockAllocated(_BlockEvent, tag="alloc"):
+    """A free (or just evicted) block appended to a request's table; consumes its reservation."""
+
+    request_id: int
+    block: int
+
+
+class BlockFreed(_BlockEvent, tag="free"):
+    """A request dropped its reference; at ref 0 the block becomes free or evictable (if cached)."""
+
+    request_id: int
+    block: int
+
+
+class BlockCached(_BlockEvent, tag="cache"):
+    """A fully computed block registered in the prefix-cache index under its chain hash."""
+
+    block: int
+    hash: int
+
+
+class BlockEvicted(_BlockEvent, tag="evict"):
+    """A cached block with ref 0 dropped from the index (least recently used) to be reused."""
+
+    block: int
+    hash: int
+
+
+class PrefixHit(_BlockEvent, tag="hit"):
+    """A cached block appended to a request's table at admission (ref + 1)."""
+
+    request_id: int
+    block: int
+
+
+class Reserved(_BlockEvent, tag="reserve"):
+    """A request's block reservation set to ``num_blocks`` (0 releases it)."""
+
+    request_id: int
+    num_blocks: int
+
+
+BlockEvent = BlockAllocated | BlockFreed | BlockCached | BlockEvicted | PrefixHit | Reserved
+
+
+class Span(msgspec.Struct, array_like=True, frozen=True):
+    """One request's share of a step: positions [start, start + num_tokens); samples at the frontier."""
+
+    request_id: int
+    start: int
+    num_tokens: int
+    sample: bool
+
+
+# --- lifecycle and step events -------------------------------------------------------------------
+
+
+class Header(_Event, tag="Header"):
+    schema_version: int = SCHEMA_VERSION
+    clock: str = "wall"  # "wall" (live, seconds since engine start) or "sim" (virtual seconds)
+    config: dict[str, Any] = {}
+    model_identity: str = ""
+    block_size: int = 16
+    num_blocks: int = 0
+    seed: int = 0
+    eos_token_id: int | None = None
+    versions: dict[str, str] = {}
+    extra: dict[str, Any] = {}
+
+
+class Arrived(_Event, tag="Arrived"):
+    time: float
+    request_id: int
+    prompt: Prompt
+    params: SamplingParams
+    priority: int = 0
+
+
+class Admitted(_Event, tag="Admitted"):
+    time: float
+    step: int
+    request_id: int
+    num_cached_tokens: int
+    num_reserved_blocks: int
+
+
+class Preempted(_Event, tag="Preempted"):
+    time: float
+    step: int
+    request_id: int
+
+
+class Step(_Event, tag="Step"):
+    step: int
+    start: float
+    end: float
+    spans: list[Span]
+    tokens: list[list[int]]  # per sampling span, in span order
+    block_events: list[BlockEvent] = []
+
+
+class Finished(_Event, tag="Finished"):
+    time: float
+    request_id: int
+    reason: str
+    num_output_tokens: int
+    block_events: list[BlockEvent] = []  # only when finished outside a step (e.g. a stop string)
+
+
+class Aborted(_Event, tag="Aborted"):
+    time: float
+    request_id: int
+    reason: str
+    block_events: list[BlockEvent] = []
+
+
+Event = Header | Arrived | Admitted | Preempted | Step | Finished | Aborted
