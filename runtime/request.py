@@ -141,13 +141,14 @@ class Request:
     def check_stop(self, token: int) -> str | None:
         """Token-level stop after appending ``token``; stop strings live in the detokenizer."""
         p = self.params
-        n_out = len(self.token_ids) - self.num_prompt_tokens
+        n_tokens = len(self.token_ids)
+        n_out = n_tokens - self.num_prompt_tokens
         if n_out >= p.min_tokens:
             if not p.ignore_eos and token == self.eos_token_id:
                 return "stop"
             if token in p.stop_token_ids:
                 return "stop"
-        if n_out >= p.max_tokens or len(self.token_ids) >= self.max_total_tokens:
+        if n_tokens >= self.max_total_tokens:
             return "length"
         return None
 

@@ -129,6 +129,25 @@ class Scheduler:
         req.num_preemptions += 1
         self.waiting.push(req, front=True)
 
+    def _fit(self, req: Request, n: int, scheduled: dict[int, tuple[Request, int]],
+             preempted: list[int]) -> int:
+        """Allocate blocks for ``n`` more tokens of ``req``, preempting while they don't fit.
+
+        Returns the net budget used: ``n`` if scheduled, minus what un-scheduled victims gave back.
+        """
+        used = 0
+        while not self.bm.allocate(req, req.num_computed_tokens + n):
+            victim = self._victim()
+            self._preempt(victim)
+            preempted.append(victim.request_id)
+            undone = scheduled.pop(victim.request_id, None)
+            if undone is not None:
+                used -= undone[1]
+            if victim is req:
+                return used
+        scheduled[req.request_id] = (req, n)
+        return used + n
+
     # --- the step ----------------------------------------------------------------------------------
 
     def schedule(self, step: int) -> StepPlan:
@@ -138,37 +157,37 @@ class Scheduler:
         chunked = cfg.enable_chunked_prefill
         scheduled: dict[int, tuple[Request, int]] = {}
         preempted: list[int] = []
-        running_now = list(self.running.values())
+        running = RequestStatus.RUNNING
+        tables = bm.tables
+        bs = bm.block_size
+        decodes: list[Request] = []
+        prefills: list[Request] = []
+        for req in self.running.values():
+            if len(req.token_ids) - req.num_computed_tokens == 1:
+                decodes.append(req)
+            else:
+                prefills.append(req)
 
-        for decode_phase in (True, False):
-            for req in running_now:
-                if budget <= 0:
-                    break
-                rid = req.request_id
-                if req.status is not RequestStatus.RUNNING or rid in scheduled:
-                    continue
-                remaining = req.num_tokens - req.num_computed_tokens
-                if (remaining == 1) != decode_phase:
-                    continue
-                if remaining <= budget:
-                    n = remaining
-                elif chunked:
-                    n = budget
-                else:
-                    continue
-                start = req.num_computed_tokens
-                while not bm.allocate(req, start + n):
-                    victim = self._victim()
-                    self._preempt(victim)
-                    preempted.append(victim.request_id)
-                    undone = scheduled.pop(victim.request_id, None)
-                    if undone is not None:
-                        budget += undone[1]
-                    if victim is req:
-                        break
-                else:
-                    scheduled[rid] = (req, n)
-                    budget -= n
+        for req in decodes:
+            if budget <= 0:
+                break
+            if req.status is not running:  # preempted earlier in this step
+                continue
+            if req.num_computed_tokens < len(tables[req.request_id]) * bs:
+                scheduled[req.request_id] = (req, 1)  # fast path: its block already exists
+                budget -= 1
+            else:
+                budget -= self._fit(req, 1, scheduled, preempted)
+        for req in prefills:
+            if budget <= 0:
+                break
+            if req.status is not running:
+                continue
+            remaining = len(req.token_ids) - req.num_computed_tokens
+            if remaining <= budget:
+                budget -= self._fit(req, remaining, scheduled, preempted)
+            elif chunked:
+                budget -= self._fit(req, budget, scheduled, preempted)
 
         admitted: list[Admission] = []
         if not preempted:
@@ -206,7 +225,7 @@ class Scheduler:
         tables_of = bm.tables
         for rid, (req, n) in scheduled.items():
             start = req.num_computed_tokens
-            spans.append(Span(rid, start, n, start + n == req.num_tokens))
+            spans.append(Span(rid, start, n, start + n == len(req.token_ids)))
             tables.append(tables_of[rid])
             total += n
         return StepPlan(step, spans, tables, admitted, preempted, total)

@@ -9,7 +9,6 @@ engine after every step.
 from __future__ import annotations
 
 import gzip
-import io
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -61,12 +60,11 @@ def _open(path: str | Path, mode: str) -> IO[bytes]:
 class LogWriter:
     """Append events as JSON lines. Use as ``sink``: ``EngineCore(..., sink=writer)``."""
 
-    def __init__(self, path: str | Path, buffer_size: int = 1 << 20) -> None:
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._raw = _open(self.path, "w")
-        self._file = io.BufferedWriter(self._raw, buffer_size) if isinstance(self._raw, io.FileIO) else self._raw
-        self._buf = bytearray()
+        self._file = _open(self.path, "w")
+        self._buf = bytearray()  # encode_into appends here: no per-event bytes object
         self.count = 0
 
     def __call__(self, event: Event) -> None:
@@ -89,8 +87,6 @@ class LogWriter:
             return
         self.flush()
         self._file.close()
-        if self._raw is not self._file:
-            self._raw.close()
 
     def __enter__(self) -> LogWriter:
         return self
@@ -226,7 +222,8 @@ def fold(events: Iterable[Event], upto_step: int | None = None) -> FoldedState:
             continue
         if state is None:
             raise LogError("a log must start with a Header event")
-        if upto_step is not None and isinstance(event, (Step, Admitted, Preempted)) and event.step > upto_step:
+        stepped = isinstance(event, (Step, Admitted, Preempted))
+        if upto_step is not None and stepped and event.step > upto_step:
             break
         state.apply(event)
     if state is None:

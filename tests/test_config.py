@@ -1,0 +1,37 @@
+import pytest
+
+from runtime.config import CacheConfig, ConfigError, EngineConfig, SchedulerConfig
+
+
+@pytest.mark.parametrize(
+    ("factory", "field"),
+    [
+        (lambda: CacheConfig(block_size=0), "cache.block_size"),
+        (lambda: CacheConfig(block_size=12), "cache.block_size"),
+        (lambda: CacheConfig(num_blocks=-1), "cache.num_blocks"),
+        (lambda: CacheConfig(enable_prefix_caching="yes"), "cache.enable_prefix_caching"),
+        (lambda: SchedulerConfig(max_num_batched_tokens=0), "scheduler.max_num_batched_tokens"),
+        (lambda: SchedulerConfig(max_num_seqs=1.5), "scheduler.max_num_seqs"),
+        (lambda: SchedulerConfig(policy="lifo"), "scheduler.policy"),
+        (lambda: SchedulerConfig(max_model_len=0), "scheduler.max_model_len"),
+        (lambda: SchedulerConfig(enable_chunked_prefill=1), "scheduler.enable_chunked_prefill"),
+        (lambda: EngineConfig(seed="x"), "seed"),
+    ],
+)
+def test_invalid_values_name_the_field(factory, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        factory()
+
+
+def test_config_is_frozen_and_round_trips():
+    cfg = EngineConfig(cache=CacheConfig(block_size=32), scheduler=SchedulerConfig(policy="priority"))
+    with pytest.raises(AttributeError):
+        cfg.seed = 3  # type: ignore[misc]
+    assert EngineConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_replace_nested_fields_is_validated():
+    cfg = EngineConfig().replace(**{"scheduler.max_num_seqs": 8, "cache.num_blocks": 7, "seed": 3})
+    assert (cfg.scheduler.max_num_seqs, cfg.cache.num_blocks, cfg.seed) == (8, 7, 3)
+    with pytest.raises(ConfigError, match="cache.block_size"):
+        cfg.replace(**{"cache.block_size": 3})

@@ -1,0 +1,153 @@
+import subprocess
+import sys
+
+import pytest
+
+from runtime.config import CacheConfig, EngineConfig, SchedulerConfig
+from runtime.core import EngineCore
+from runtime.request import InvalidRequest, RequestStatus, SamplingParams
+from tests.helpers import SeededTokenExecutor, run_checked
+from traces.events import Aborted, Finished, Header, Step
+from traces.log import LogWriter, fold, read_log
+
+EX = SeededTokenExecutor()
+
+
+def engine(num_blocks=32, budget=16, events=None, eos=None, **sched):
+    cfg = EngineConfig(cache=CacheConfig(block_size=4, num_blocks=num_blocks),
+                       scheduler=SchedulerConfig(max_num_batched_tokens=budget, max_model_len=128, **sched))
+    return EngineCore(cfg, eos_token_id=eos, sink=None if events is None else events.append)
+
+
+def test_core_modules_never_import_torch():
+    code = ("import sys; import runtime.core, runtime.scheduler, runtime.block_manager, runtime.config, "
+            "runtime.request, traces.events, traces.log, traces.prompt; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_request_ids_come_from_a_per_engine_counter():
+    a, b = engine(), engine()
+    assert [a.add_request([1, 2], SamplingParams(), 0.0) for _ in range(3)] == [0, 1, 2]
+    assert b.add_request([1, 2], SamplingParams(), 0.0) == 0
+
+
+@pytest.mark.parametrize(
+    ("prompt", "params", "match"),
+    [
+        ([], SamplingParams(), "at least one token"),
+        (list(range(200)), SamplingParams(), "max_model_len"),
+        (list(range(100)), SamplingParams(max_tokens=20), "cache.num_blocks"),
+    ],
+)
+def test_requests_that_can_never_run_are_rejected(prompt, params, match):
+    core = engine(num_blocks=20)
+    with pytest.raises(InvalidRequest, match=match):
+        core.add_request(prompt, params, 0.0)
+    assert not core.has_unfinished()
+
+
+@pytest.mark.parametrize("when", ["waiting", "prefilling", "decoding", "preempted"])
+def test_abort_at_every_status_frees_everything_and_is_idempotent(when):
+    events = []
+    core = engine(num_blocks=6, budget=8, events=events)
+    victim_of_preemption = None
+    a = core.add_request(list(range(1, 13)), SamplingParams(max_tokens=10, ignore_eos=True), 0.0)
+    if when == "prefilling":
+        core.step(0, EX)
+        assert core.requests[a].num_computed_tokens == 8
+    elif when == "decoding":
+        core.step(0, EX)
+        core.step(1, EX)
+        assert core.requests[a].num_remaining_tokens == 1
+    elif when == "preempted":
+        core = engine(num_blocks=6, budget=64, events=events)
+        core.add_request(list(range(1, 9)), SamplingParams(max_tokens=8, ignore_eos=True), 0.0)
+        a = core.add_request(list(range(50, 58)), SamplingParams(max_tokens=8, ignore_eos=True), 0.0)
+        t = 0
+        while core.requests[a].status is not RequestStatus.PREEMPTED:
+            core.step(t, EX)
+            t += 1
+        victim_of_preemption = a
+    status = core.requests[a].status
+    assert core.abort(a, 5.0)
+    assert not core.abort(a, 6.0) and not core.finish(a, 6.0)
+    bm = core.block_manager
+    bm.check_invariants()
+    assert a not in bm.tables and a not in bm.reserved
+    if victim_of_preemption is None:
+        assert bm.num_used_blocks == 0 and bm.total_reserved == 0, status
+    aborted = [e for e in events if isinstance(e, Aborted)]
+    assert len(aborted) == 1 and aborted[0].request_id == a
+    run_checked(core, EX, None)  # the rest still runs to completion
+
+
+def test_finish_between_steps_ends_a_request_with_its_reason():
+    events = []
+    core = engine(events=events)
+    a = core.add_request([1, 2, 3], SamplingParams(max_tokens=10), 0.0)
+    core.step(0, EX)
+    assert core.finish(a, 1.0, "stop")
+    fin = [e for e in events if isinstance(e, Finished)]
+    assert fin[0].reason == "stop" and fin[0].num_output_tokens == 1 and fin[0].block_events
+    assert core.block_manager.num_used_blocks == 0 or core.block_manager.evictable
+
+
+def test_eos_finishes_and_deltas_report_tokens():
+    ex = SeededTokenExecutor(eos_id=3, eos_every=2)
+    core = engine(eos=3)
+    a = core.add_request([1, 2, 3], SamplingParams(max_tokens=50), 0.0)
+    tokens = []
+    t = 0
+    while core.has_unfinished():
+        for d in core.step(t, ex).deltas:
+            tokens += d.new_token_ids
+            if d.finished:
+                assert d.finish_reason == "stop" and d.request_id == a
+        t += 1
+    assert tokens[-1] == 3 and 3 not in tokens[:-1]
+
+
+def _workload(core):
+    for i in range(15):
+        core.add_request([(7 * i + j) % 50 + 1 for j in range(5 + 3 * i % 17)],
+                         SamplingParams(max_tokens=3 + i % 7), now=0.1 * i)
+
+
+def test_identical_inputs_give_byte_identical_logs(tmp_path):
+    blobs = []
+    for name in ("a.jsonl", "b.jsonl"):
+        path = tmp_path / name
+        with LogWriter(path) as w:
+            w(Header(clock="sim", config=EngineConfig().to_dict(), num_blocks=24, block_size=4))
+            core = engine(num_blocks=24, events=None)
+            core.sink = w
+            _workload(core)
+            run_checked(core, SeededTokenExecutor(seed=5), None)
+        blobs.append(path.read_bytes())
+    assert blobs[0] == blobs[1] and len(blobs[0]) > 1000
+
+
+def test_log_round_trips_and_folds_to_the_final_state(tmp_path):
+    path = tmp_path / "run.jsonl.gz"
+    events = []
+    with LogWriter(path) as w:
+        header = Header(clock="sim", num_blocks=24, block_size=4)
+        w(header)
+        events.append(header)
+
+        def sink(e):
+            events.append(e)
+            w(e)
+
+        core = engine(num_blocks=24, events=None)
+        core.sink = sink
+        _workload(core)
+        run_checked(core, EX, None)
+    back = list(read_log(path))
+    assert back == events
+    state = fold(back)
+    assert state.block_state() == core.block_manager.snapshot() and state.computed == {}
+    steps = [e for e in back if isinstance(e, Step)]
+    mid = fold(back, upto_step=steps[len(steps) // 2].step)
+    assert mid.step == steps[len(steps) // 2].step

@@ -1,0 +1,67 @@
+from array import array
+
+import pytest
+
+from runtime.request import InvalidRequest, Request, RequestStatus, SamplingParams
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"min_tokens": 5, "max_tokens": 4}, "min_tokens"),
+        ({"temperature": -0.1}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_k": -1}, "top_k"),
+        ({"min_p": 1.5}, "min_p"),
+        ({"presence_penalty": 3.0}, "presence_penalty"),
+        ({"repetition_penalty": 0.0}, "repetition_penalty"),
+        ({"logprobs": 50}, "logprobs"),
+        ({"stop": ("",)}, "stop"),
+        ({"stop_token_ids": (-3,)}, "stop_token_ids"),
+    ],
+)
+def test_invalid_sampling_params_name_the_field(kwargs, field):
+    with pytest.raises(InvalidRequest, match=field):
+        SamplingParams(**kwargs)
+
+
+def make(params, prompt=(1, 2, 3), max_model_len=100, eos=0):
+    return Request(0, array("i", prompt), params, 0.0, max_model_len, eos_token_id=eos)
+
+
+def feed(req, tokens):
+    reason = None
+    for t in tokens:
+        req.token_ids.append(t)
+        reason = req.check_stop(t)
+        if reason:
+            break
+    return reason
+
+
+def test_eos_stops_unless_ignored_or_below_min_tokens():
+    assert feed(make(SamplingParams(max_tokens=10)), [5, 0]) == "stop"
+    req = make(SamplingParams(max_tokens=10, ignore_eos=True))
+    assert feed(req, [0, 0, 0]) is None and req.num_output_tokens == 3
+    req = make(SamplingParams(max_tokens=10, min_tokens=3))
+    assert feed(req, [0, 0, 0]) == "stop" and req.num_output_tokens == 3
+
+
+def test_stop_token_ids_max_tokens_and_max_model_len():
+    assert feed(make(SamplingParams(max_tokens=10, stop_token_ids=(9,))), [4, 9]) == "stop"
+    req = make(SamplingParams(max_tokens=2))
+    assert feed(req, [4, 5, 6]) == "length" and req.num_output_tokens == 2
+    req = make(SamplingParams(max_tokens=50), max_model_len=5)
+    assert feed(req, [4, 5, 6]) == "length" and req.num_tokens == 5
+
+
+def test_status_and_token_accounting():
+    req = make(SamplingParams())
+    assert req.status is RequestStatus.WAITING and not req.status.done
+    assert (req.num_prompt_tokens, req.num_tokens, req.num_remaining_tokens) == (3, 3, 3)
+    req.num_computed_tokens = 3
+    req.token_ids.append(7)
+    assert req.num_remaining_tokens == 1 and req.output_token_ids == [7]
+    assert req.prompt_token_ids == [1, 2, 3]
+    assert RequestStatus.ABORTED.done and RequestStatus.FINISHED.done

@@ -1,0 +1,153 @@
+import pytest
+
+from runtime.config import CacheConfig, EngineConfig, SchedulerConfig
+from runtime.core import EngineCore
+from runtime.request import RequestStatus, SamplingParams
+from tests.helpers import SeededTokenExecutor, run_checked
+
+
+def engine(block_size=4, num_blocks=64, budget=16, max_seqs=8, chunked=True, reserve_full=True,
+           policy="fcfs", prefix=True, events=None):
+    cfg = EngineConfig(
+        cache=CacheConfig(block_size=block_size, num_blocks=num_blocks, enable_prefix_caching=prefix),
+        scheduler=SchedulerConfig(max_num_batched_tokens=budget, max_num_seqs=max_seqs,
+                                  enable_chunked_prefill=chunked, reserve_full_prompt=reserve_full,
+                                  policy=policy, max_model_len=512),
+    )
+    return EngineCore(cfg, eos_token_id=None, sink=None if events is None else events.append)
+
+
+EX = SeededTokenExecutor()
+
+
+def prompt(n, base=1):
+    return [base + i for i in range(n)]
+
+
+def spans(out):
+    return [(s.request_id, s.start, s.num_tokens, s.sample) for s in out.plan.spans]
+
+
+def test_chunked_prefill_splits_a_long_prompt_by_the_budget():
+    core = engine(budget=16)
+    core.add_request(prompt(40), SamplingParams(max_tokens=2), 0.0)
+    assert spans(core.step(0, EX)) == [(0, 0, 16, False)]
+    assert spans(core.step(1, EX)) == [(0, 16, 16, False)]
+    assert spans(core.step(2, EX)) == [(0, 32, 8, True)]
+    assert spans(core.step(3, EX)) == [(0, 40, 1, True)]
+    assert not core.has_unfinished()
+
+
+def test_decode_first_then_continuing_prefill_then_admission():
+    core = engine(budget=16)
+    a = core.add_request(prompt(6), SamplingParams(max_tokens=5), 0.0)
+    core.step(0, EX)  # a prefilled, now decoding
+    b = core.add_request(prompt(30, 100), SamplingParams(max_tokens=2), 0.0)
+    assert spans(core.step(1, EX)) == [(a, 6, 1, True), (b, 0, 15, False)]
+    c = core.add_request(prompt(5, 200), SamplingParams(max_tokens=2), 0.0)
+    # decode a (1) + continue b (15) fill the budget: c waits
+    assert spans(core.step(2, EX)) == [(a, 7, 1, True), (b, 15, 15, True)]
+    assert core.requests[c].status is RequestStatus.WAITING
+    assert spans(core.step(3, EX)) == [(a, 8, 1, True), (b, 30, 1, True), (c, 0, 5, True)]
+
+
+def test_chunked_off_needs_the_whole_remainder_in_the_remaining_budget():
+    core = engine(budget=20, chunked=False)
+    a1 = core.add_request(prompt(4), SamplingParams(max_tokens=6), 0.0)
+    a2 = core.add_request(prompt(4, 50), SamplingParams(max_tokens=6), 0.0)
+    core.step(0, EX)
+    b = core.add_request(prompt(19, 100), SamplingParams(max_tokens=1), 0.0)  # 19 > 20 - 2
+    c = core.add_request(prompt(3, 200), SamplingParams(max_tokens=1), 0.0)
+    out = core.step(1, EX)
+    assert spans(out) == [(a1, 4, 1, True), (a2, 4, 1, True)]  # b waits and blocks c (head of line)
+    assert core.requests[b].status is RequestStatus.WAITING
+    t = 2
+    while a1 in core.requests or a2 in core.requests:
+        core.step(t, EX)
+        t += 1
+    assert spans(core.step(t, EX)) == [(b, 0, 19, True)]
+    assert c in core.requests
+
+
+def test_chunked_off_rejects_requests_that_could_never_fit_the_budget():
+    core = engine(budget=16, chunked=False)
+    with pytest.raises(ValueError, match="max_num_batched_tokens"):
+        core.add_request(prompt(10), SamplingParams(max_tokens=10), 0.0)
+
+
+def test_max_num_seqs_limits_running_requests():
+    core = engine(budget=64, max_seqs=2)
+    for i in range(4):
+        core.add_request(prompt(3, 10 * i), SamplingParams(max_tokens=3), 0.0)
+    core.step(0, EX)
+    assert core.num_running == 2 and core.num_waiting == 2
+
+
+def test_preemption_recomputes_the_most_recently_admitted():
+    events = []
+    core = engine(block_size=4, num_blocks=6, budget=64, events=events)
+    a = core.add_request(prompt(8), SamplingParams(max_tokens=8, ignore_eos=True), 0.0)
+    b = core.add_request(prompt(8, 100), SamplingParams(max_tokens=8, ignore_eos=True), 0.0)
+    core.step(0, EX)  # both prefilled: 2 + 2 blocks held, 2 free
+    seen = set()
+    t = 1
+    while core.has_unfinished():
+        out = core.step(t, EX)
+        t += 1
+        seen.update(out.plan.preempted)
+        core.block_manager.check_invariants()
+    assert seen == {b}
+    names = [type(e).__name__ for e in events]
+    assert "Preempted" in names
+    # b was re-admitted after a finished and hit its own cached prompt blocks
+    readmit = [e for e in events if type(e).__name__ == "Admitted" and e.request_id == b][-1]
+    assert readmit.num_cached_tokens > 0
+    finished = [e for e in events if type(e).__name__ == "Finished"]
+    assert [e.request_id for e in finished] == [a, b]
+    assert all(e.num_output_tokens == 8 for e in finished)
+
+
+def test_no_admission_in_a_step_that_preempted():
+    core = engine(block_size=4, num_blocks=5, budget=64)
+    core.add_request(prompt(8), SamplingParams(max_tokens=12, ignore_eos=True), 0.0)
+    core.add_request(prompt(8, 100), SamplingParams(max_tokens=12, ignore_eos=True), 0.0)
+    core.step(0, EX)
+    core.add_request(prompt(2, 300), SamplingParams(max_tokens=1), 0.0)
+    for t in range(1, 40):
+        out = core.step(t, EX)
+        if out.plan.preempted:
+            assert not out.plan.admitted
+            break
+    else:
+        pytest.fail("expected a preemption")
+
+
+def test_priority_policy_admits_by_priority_and_preempts_the_lowest():
+    core = engine(budget=64, max_seqs=1, policy="priority")
+    low = core.add_request(prompt(3), SamplingParams(max_tokens=1), 0.0, priority=5)
+    high = core.add_request(prompt(3, 50), SamplingParams(max_tokens=1), 0.0, priority=0)
+    assert spans(core.step(0, EX))[0][0] == high
+    assert spans(core.step(1, EX))[0][0] == low
+
+    core = engine(block_size=4, num_blocks=6, budget=64, policy="priority")
+    urgent = core.add_request(prompt(8), SamplingParams(max_tokens=8, ignore_eos=True), 0.0, priority=0)
+    core.step(0, EX)
+    lazy = core.add_request(prompt(8, 100), SamplingParams(max_tokens=8, ignore_eos=True), 0.0, priority=9)
+    preempted = set()
+    t = 1
+    while core.has_unfinished():
+        preempted.update(core.step(t, EX).plan.preempted)
+        t += 1
+    assert preempted == {lazy} and urgent not in preempted
+
+
+@pytest.mark.parametrize("reserve_full", [True, False])
+@pytest.mark.parametrize("chunked", [True, False])
+def test_every_request_finishes_and_fold_matches_live(chunked, reserve_full):
+    events = []
+    core = engine(block_size=4, num_blocks=24, budget=48, chunked=chunked, reserve_full=reserve_full,
+                  events=events)
+    for i in range(12):
+        core.add_request(prompt(3 + (7 * i) % 20, 5 * (i % 3)), SamplingParams(max_tokens=4 + i % 9), 0.0)
+    run_checked(core, EX, events)
+    assert sum(type(e).__name__ == "Finished" for e in events) == 12
