@@ -145,3 +145,33 @@ class Aborted(_Event, tag="Aborted"):
 
 
 Event = Header | Arrived | Admitted | Preempted | Step | Finished | Aborted
+
+
+def make_header(config: Any, *, clock: str, model_identity: str = "", eos_token_id: int | None = None,
+                extra: dict[str, Any] | None = None) -> Header:
+    """Header for a log of an engine built from ``config`` (an EngineConfig).
+
+    Versions are read from already-imported modules only, so the core never imports torch.
+    """
+    import platform
+    import sys
+    from importlib import metadata
+
+    versions = {"python": platform.python_version()}
+    for dist in ("minivllm", "msgspec", "numpy", "torch", "triton", "transformers", "simpy"):
+        if dist == "minivllm" or dist in sys.modules:
+            try:
+                versions[dist] = metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                pass
+    return Header(
+        clock=clock,
+        config=config.to_dict(),
+        model_identity=model_identity or config.model_identity,
+        block_size=config.cache.block_size,
+        num_blocks=config.cache.num_blocks,
+        seed=config.seed,
+        eos_token_id=eos_token_id,
+        versions=versions,
+        extra=extra or {},
+    )
