@@ -85,7 +85,7 @@ class Span(msgspec.Struct, array_like=True, frozen=True):
 # --- lifecycle and step events -------------------------------------------------------------------
 
 
-class Header(_Event, tag="Header"):
+class Header(_Event, tag="Header", omit_defaults=False):
     schema_version: int = SCHEMA_VERSION
     clock: str = "wall"  # "wall" (live, seconds since engine start) or "sim" (virtual seconds)
     config: dict[str, Any] = {}
