@@ -22,18 +22,19 @@ import triton.language as tl
 LOG2E = 1.4426950408889634
 
 
-@triton.jit(do_not_specialize=["group"])
+# Block size, group and split count are runtime ints (block size as a shift): one compiled
+# variant per (dtype, head_dim, split or not) serves every cache geometry.
+@triton.jit(do_not_specialize=["group", "block_shift", "num_splits", "stride_bt"])
 def _decode_kernel(
     out_ptr, part_out_ptr, part_lse_ptr,
     q_ptr, k_ptr, v_ptr, block_tables_ptr, seq_lens_ptr,
-    scale_log2, group,
+    scale_log2, group, block_shift, num_splits,
     stride_qs, stride_qh,
     stride_kb, stride_kt, stride_kh,
     stride_vb, stride_vt, stride_vh,
     stride_bt,
     stride_os, stride_oh,
-    HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -42,7 +43,7 @@ def _decode_kernel(
 
     seq_len = tl.load(seq_lens_ptr + seq)
     # splits own whole tiles so every program but the last loads full tiles
-    tiles_per_split = tl.cdiv(tl.cdiv(seq_len, BLOCK_N), NUM_SPLITS)
+    tiles_per_split = tl.cdiv(tl.cdiv(seq_len, BLOCK_N), num_splits)
     lo = split * tiles_per_split * BLOCK_N
     hi = tl.minimum(lo + tiles_per_split * BLOCK_N, seq_len)
 
@@ -63,8 +64,8 @@ def _decode_kernel(
     for start in range(lo, hi, BLOCK_N):
         offs_n = start + tl.arange(0, BLOCK_N)
         mask_n = offs_n < hi
-        blocks = tl.load(bt_row + offs_n // BLOCK_SIZE, mask=mask_n, other=0).to(tl.int64)
-        rows = offs_n % BLOCK_SIZE
+        blocks = tl.load(bt_row + (offs_n >> block_shift), mask=mask_n, other=0).to(tl.int64)
+        rows = offs_n & ((1 << block_shift) - 1)
         k = tl.load(k_head + (blocks * stride_kb + rows * stride_kt)[:, None] + offs_d[None, :],
                     mask=mask_n[:, None], other=0.0)
         s = tl.dot(q, tl.trans(k)) * scale_log2
@@ -81,32 +82,34 @@ def _decode_kernel(
     # an empty range (padding sequence, or a split past the end) leaves l_i == 0: output 0
     safe_l = tl.where(l_i > 0, l_i, 1.0)
     out = acc / safe_l[:, None]
-    if NUM_SPLITS == 1:
+    if not SPLIT:
         o_ptrs = out_ptr + seq.to(tl.int64) * stride_os + q_heads[:, None] * stride_oh + offs_d[None, :]
         tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=head_mask[:, None])
     else:
-        row = (seq.to(tl.int64) * num_q_heads + q_heads) * NUM_SPLITS + split  # [S, H, splits]
+        row = (seq.to(tl.int64) * num_q_heads + q_heads) * num_splits + split  # [S, H, splits]
         tl.store(part_out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], out, mask=head_mask[:, None])
         lse = tl.where(l_i > 0, m_i + tl.log2(safe_l), float("-inf"))
         tl.store(part_lse_ptr + row, lse, mask=head_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def _merge_splits_kernel(
-    out_ptr, part_out_ptr, part_lse_ptr,
+    out_ptr, part_out_ptr, part_lse_ptr, num_splits,
     stride_os, stride_oh,
-    HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    HEAD_DIM: tl.constexpr, MAX_SPLITS: tl.constexpr,
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
-    row = (seq.to(tl.int64) * tl.num_programs(1) + head) * NUM_SPLITS
-    offs_s = tl.arange(0, NUM_SPLITS)
+    row = (seq.to(tl.int64) * tl.num_programs(1) + head) * num_splits
+    offs_s = tl.arange(0, MAX_SPLITS)
     offs_d = tl.arange(0, HEAD_DIM)
-    lse = tl.load(part_lse_ptr + row + offs_s)
+    mask_s = offs_s < num_splits
+    lse = tl.load(part_lse_ptr + row + offs_s, mask=mask_s, other=float("-inf"))
     m = tl.max(lse, 0)
     m = tl.where(m == float("-inf"), 0.0, m)  # every split empty: weights 0, output 0
     w = tl.exp2(lse - m)
-    parts = tl.load(part_out_ptr + (row + offs_s)[:, None] * HEAD_DIM + offs_d[None, :])
+    parts = tl.load(part_out_ptr + (row + offs_s)[:, None] * HEAD_DIM + offs_d[None, :],
+                    mask=mask_s[:, None], other=0.0)
     total = tl.sum(w, 0)
     out = tl.sum(parts * w[:, None], 0) / tl.where(total > 0, total, 1.0)
     tl.store(out_ptr + seq.to(tl.int64) * stride_os + head * stride_oh + offs_d,
@@ -166,6 +169,7 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         if max_seq_len is None:
             max_seq_len = block_tables.shape[1] * block_size
         num_splits = choose_num_splits(num_seqs, num_kv_heads, max_seq_len, num_sms(q.device))
+    assert 1 <= num_splits <= MAX_SPLITS
     cfg = {**_decode_config(head_dim, k_cache.dtype), **(config or {})}
     block_h = max(16, triton.next_power_of_2(group))
     if num_splits > 1:
@@ -176,19 +180,19 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         part_out = part_lse = out  # unused
     _decode_kernel[(num_seqs, num_kv_heads, num_splits)](
         out, part_out, part_lse, q, k_cache, v_cache, block_tables, seq_lens,
-        scale * LOG2E, group,
+        scale * LOG2E, group, block_size.bit_length() - 1, num_splits,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0),
         out.stride(0), out.stride(1),
-        HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_H=block_h, BLOCK_N=cfg["BLOCK_N"],
-        NUM_SPLITS=num_splits, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        HEAD_DIM=head_dim, BLOCK_H=block_h, BLOCK_N=cfg["BLOCK_N"],
+        SPLIT=num_splits > 1, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     if num_splits > 1:
         _merge_splits_kernel[(num_seqs, num_heads)](
-            out, part_out, part_lse, out.stride(0), out.stride(1),
-            HEAD_DIM=head_dim, NUM_SPLITS=num_splits, num_warps=4,
+            out, part_out, part_lse, num_splits, out.stride(0), out.stride(1),
+            HEAD_DIM=head_dim, MAX_SPLITS=MAX_SPLITS, num_warps=4,
         )
     return out
 

@@ -20,18 +20,17 @@ from runtime.kernels.paged_attention import LOG2E, gather_positions
 
 
 @triton.jit
-def _attend_tile(acc, m_i, l_i, q, k_head, v_head, bt_row, start, q_pos, hi, scale_log2,
+def _attend_tile(acc, m_i, l_i, q, k_head, v_head, bt_row, start, q_pos, hi, scale_log2, block_shift,
                  stride_kb, stride_kt, stride_vb, stride_vt,
-                 HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-                 MASK: tl.constexpr):
+                 HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr):
     offs_n = start + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     if MASK:
         mask_n = offs_n < hi
-        blocks = tl.load(bt_row + offs_n // BLOCK_SIZE, mask=mask_n, other=0).to(tl.int64)
+        blocks = tl.load(bt_row + (offs_n >> block_shift), mask=mask_n, other=0).to(tl.int64)
     else:
-        blocks = tl.load(bt_row + offs_n // BLOCK_SIZE).to(tl.int64)
-    rows = offs_n % BLOCK_SIZE
+        blocks = tl.load(bt_row + (offs_n >> block_shift)).to(tl.int64)
+    rows = offs_n & ((1 << block_shift) - 1)
     k_ptrs = k_head + (blocks * stride_kb + rows * stride_kt)[:, None] + offs_d[None, :]
     v_ptrs = v_head + (blocks * stride_vb + rows * stride_vt)[:, None] + offs_d[None, :]
     if MASK:
@@ -53,14 +52,15 @@ def _attend_tile(acc, m_i, l_i, q, k_head, v_head, bt_row, start, q_pos, hi, sca
     return acc, m_new, l_i
 
 
-@triton.jit(do_not_specialize=["first_seq", "group"])
+# block size (as a shift), group and first sequence are runtime ints: fewer compiled variants
+@triton.jit(do_not_specialize=["first_seq", "group", "block_shift", "stride_bt"])
 def _prefill_kernel(
     out_ptr, q_ptr, k_ptr, v_ptr, block_tables_ptr, seq_lens_ptr, query_start_ptr,
-    scale_log2, first_seq, group,
+    scale_log2, first_seq, group, block_shift,
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
     stride_bt,
-    HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     seq = first_seq + tl.program_id(0)
     m_start = tl.program_id(1) * BLOCK_M
@@ -94,12 +94,12 @@ def _prefill_kernel(
     v_head = v_ptr + kv_head * stride_vh
     for start in range(0, full_hi, BLOCK_N):
         acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, k_head, v_head, bt_row, start, q_pos, hi,
-                                     scale_log2, stride_kb, stride_kt, stride_vb, stride_vt,
-                                     HEAD_DIM, BLOCK_SIZE, BLOCK_N, False)
+                                     scale_log2, block_shift, stride_kb, stride_kt, stride_vb, stride_vt,
+                                     HEAD_DIM, BLOCK_N, False)
     for start in range(full_hi, hi, BLOCK_N):
         acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, k_head, v_head, bt_row, start, q_pos, hi,
-                                     scale_log2, stride_kb, stride_kt, stride_vb, stride_vt,
-                                     HEAD_DIM, BLOCK_SIZE, BLOCK_N, True)
+                                     scale_log2, block_shift, stride_kb, stride_kt, stride_vb, stride_vt,
+                                     HEAD_DIM, BLOCK_N, True)
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     tl.store(out_ptr + tok[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
@@ -129,12 +129,12 @@ def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     grid = (num_seqs, triton.cdiv(max_query_len, cfg["BLOCK_M"]), num_heads)
     _prefill_kernel[grid](
         out, q, k_cache, v_cache, block_tables, seq_lens, query_start_loc,
-        scale * LOG2E, first_seq, num_heads // num_kv_heads,
+        scale * LOG2E, first_seq, num_heads // num_kv_heads, block_size.bit_length() - 1,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0),
-        HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+        HEAD_DIM=head_dim, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return out
