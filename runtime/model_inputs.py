@@ -1,0 +1,107 @@
+"""Step inputs from a StepPlan: token ids, positions, slot mapping and attention metadata.
+
+Built with numpy in a handful of vectorised ops (the per-span Python work is one slice of the
+request's token array), then sent to the device with one copy per tensor.
+
+Order: attention wants every q_len == 1 span first (its batched decode path), so spans are
+reordered stably; ``logits_indices`` are listed in *plan* order of the sampling spans, so the
+sampled rows come back in the order the core expects without any remapping.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from runtime.attention import AttentionMetadata
+from runtime.request import Request
+from runtime.scheduler import StepPlan
+
+
+@dataclass
+class StepInputs:
+    input_ids: torch.Tensor  # [T] int64
+    positions: torch.Tensor  # [T] int64
+    meta: AttentionMetadata
+    logits_indices: torch.Tensor  # [num sampling spans] int64, plan order
+    sampled_requests: list[Request]  # plan order, one per row of the logits
+    num_tokens: int
+
+
+def _to(device: torch.device, x: np.ndarray) -> torch.Tensor:
+    t = torch.from_numpy(x)
+    return t if device.type == "cpu" else t.to(device, non_blocking=True)
+
+
+def prepare_inputs(plan: StepPlan, requests: Mapping[int, Request], block_size: int,
+                   device: torch.device) -> StepInputs:
+    spans = plan.spans
+    n = len(spans)
+    decode_first = [i for i in range(n) if spans[i].num_tokens == 1]
+    num_decodes = len(decode_first)
+    order = decode_first + [i for i in range(n) if spans[i].num_tokens != 1] if num_decodes < n else decode_first
+    reordered = any(k != i for k, i in enumerate(order))
+
+    ids = array("i")
+    starts = np.empty(n, dtype=np.int64)
+    q_lens = np.empty(n, dtype=np.int64)
+    table_lens = np.empty(n, dtype=np.int64)
+    tables = plan.block_tables
+    for k, i in enumerate(order):
+        s = spans[i]
+        tokens = requests[s.request_id].token_ids
+        if s.num_tokens == 1:
+            ids.append(tokens[s.start])
+        else:
+            ids.extend(tokens[s.start : s.start + s.num_tokens])
+        starts[k] = s.start
+        q_lens[k] = s.num_tokens
+        table_lens[k] = len(tables[i])
+
+    max_blocks = int(table_lens.max())
+    block_table = np.zeros((n, max_blocks), dtype=np.int32)
+    for k, i in enumerate(order):
+        block_table[k, : table_lens[k]] = tables[i]
+
+    total = int(q_lens.sum())
+    query_start = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(q_lens, out=query_start[1:])
+    seq_of_token = np.repeat(np.arange(n), q_lens)
+    positions = np.arange(total, dtype=np.int64) - query_start[:-1][seq_of_token] + starts[seq_of_token]
+    slots = block_table[seq_of_token, positions // block_size].astype(np.int64) * block_size + positions % block_size
+    seq_lens = (starts + q_lens).astype(np.int32)
+
+    sample_plan_idx = [i for i in range(n) if spans[i].sample]
+    if reordered:
+        where = {i: k for k, i in enumerate(order)}
+        sample_rows = np.array([where[i] for i in sample_plan_idx], dtype=np.int64)
+    else:
+        sample_rows = np.array(sample_plan_idx, dtype=np.int64)
+    logits_indices = query_start[1:][sample_rows] - 1 if len(sample_rows) else np.zeros(0, np.int64)
+
+    seq_lens_list = seq_lens.tolist()
+    q_lens_list = q_lens.tolist()
+    meta = AttentionMetadata(
+        slot_mapping=_to(device, slots),
+        query_start_loc=_to(device, query_start.astype(np.int32)),
+        seq_lens=_to(device, seq_lens),
+        block_tables=_to(device, block_table),
+        num_decodes=num_decodes,
+        max_query_len=max(q_lens_list),
+        max_seq_len=max(seq_lens_list),
+        query_lens_cpu=q_lens_list,
+        seq_lens_cpu=seq_lens_list,
+        query_start_loc_cpu=query_start.tolist(),
+    )
+    return StepInputs(
+        input_ids=_to(device, np.frombuffer(ids, dtype=np.int32).astype(np.int64)),
+        positions=_to(device, positions),
+        meta=meta,
+        logits_indices=_to(device, logits_indices),
+        sampled_requests=[requests[spans[i].request_id] for i in sample_plan_idx],
+        num_tokens=total,
+    )

@@ -1,0 +1,141 @@
+"""ModelRunner: the real executor behind EngineCore (``execute(plan, requests) -> StepResult``).
+
+It owns the weights, the paged KV pool and the attention backend; per step it builds the inputs
+(runtime/model_inputs.py), runs the forward with logits only at sampling positions, samples, and
+returns the tokens with the measured wall time of the whole step.
+
+Randomness: each request draws from its own ``torch.Generator``, seeded from
+``SamplingParams.seed`` or from (engine seed, request id); so a request's tokens depend only on
+its logits and its stream, never on which other requests share the batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from runtime.attention import get_backend
+from runtime.core import StepResult
+from runtime.kv_cache import allocate_kv, plan_num_blocks
+from runtime.model.loader import LoadedModel
+from runtime.model_inputs import prepare_inputs
+from runtime.request import Request
+from runtime.scheduler import StepPlan
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    device: str = "auto"
+    dtype: str = "auto"
+    attention_backend: str = "auto"  # auto | torch | triton
+    kv_cache_gb: float | None = None  # KV budget; CPU default 2 GiB, CUDA default: the fraction below
+    gpu_memory_utilization: float = 0.9
+    num_blocks: int | None = None  # a fixed pool size instead of a budget (tests)
+
+
+@dataclass
+class RunnerStats:
+    """Cumulative seconds per phase; ``forward`` is exact only when ``sync_timing`` is on (CUDA)."""
+
+    steps: int = 0
+    prepare: float = 0.0
+    forward: float = 0.0
+    sample: float = 0.0
+    total: float = 0.0
+    tokens: int = 0
+    per_step: list[tuple[int, int, float, float]] = field(default_factory=list)  # (seqs, tokens, total, fwd)
+
+    @property
+    def overhead(self) -> float:
+        """Share of step time outside the model forward."""
+        return 1.0 - self.forward / self.total if self.total else 0.0
+
+
+def request_seed(engine_seed: int, request: Request) -> int:
+    if request.params.seed is not None:
+        return request.params.seed
+    digest = hashlib.blake2b(f"{engine_seed}/{request.request_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+class ModelRunner:
+    def __init__(self, loaded: LoadedModel, config: RunnerConfig, *, block_size: int, seed: int = 0,
+                 max_num_batched_tokens: int = 2048, max_num_seqs: int = 256, sync_timing: bool = False,
+                 record_steps: bool = False) -> None:
+        self.loaded = loaded
+        self.model = loaded.model
+        self.spec = loaded.spec
+        self.device = loaded.device
+        self.dtype = loaded.dtype
+        self.block_size = block_size
+        self.seed = seed
+        self.backend = get_backend(config.attention_backend, self.device)
+        self.num_blocks = plan_num_blocks(
+            self.spec, self.dtype, self.device, block_size, num_blocks=config.num_blocks,
+            kv_cache_gb=config.kv_cache_gb, gpu_memory_utilization=config.gpu_memory_utilization,
+            max_tokens=max_num_batched_tokens, max_seqs=max_num_seqs)
+        self.kv_caches = allocate_kv(self.spec, self.num_blocks, block_size, self.dtype, self.device)
+        self.sampler = _make_sampler(self.device)
+        self._generators: dict[int, torch.Generator] = {}
+        self.sync_timing = sync_timing and self.device.type == "cuda"
+        self.record_steps = record_steps
+        self.stats = RunnerStats()
+
+    # --- randomness ---------------------------------------------------------------------------
+
+    def generator(self, request: Request) -> torch.Generator:
+        g = self._generators.get(request.request_id)
+        if g is None:
+            g = torch.Generator(device=self.device)
+            g.manual_seed(request_seed(self.seed, request))
+            self._generators[request.request_id] = g
+        return g
+
+    def _forget_finished(self, requests: Mapping[int, Request]) -> None:
+        if len(self._generators) > 2 * len(requests) + 64:
+            self._generators = {rid: g for rid, g in self._generators.items() if rid in requests}
+
+    # --- the step -------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def execute(self, plan: StepPlan, requests: Mapping[int, Request]) -> StepResult:
+        t0 = time.perf_counter()
+        inputs = prepare_inputs(plan, requests, self.block_size, self.device)
+        t1 = time.perf_counter()
+        logits = self.model(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta, self.backend,
+                            inputs.logits_indices)
+        if self.sync_timing:
+            torch.cuda.synchronize(self.device)
+        t2 = time.perf_counter()
+        reqs = inputs.sampled_requests
+        generators = [self.generator(r) if not r.params.greedy else None for r in reqs]
+        token_ids, logprobs = self.sampler(logits, reqs, generators)
+        t3 = time.perf_counter()
+        self._forget_finished(requests)
+        st = self.stats
+        st.steps += 1
+        st.prepare += t1 - t0
+        st.forward += t2 - t1
+        st.sample += t3 - t2
+        st.total += t3 - t0
+        st.tokens += inputs.num_tokens
+        if self.record_steps:
+            st.per_step.append((len(plan.spans), inputs.num_tokens, t3 - t0, t2 - t1))
+        return StepResult([[t] for t in token_ids], t3 - t0, logprobs)
+
+
+def _make_sampler(device: torch.device):
+    """The batched sampler from runtime/sampling.py; greedy argmax until it exists."""
+    try:
+        from runtime.sampling import Sampler  # noqa: F401
+    except ImportError:
+        return _greedy
+    return _greedy  # TODO: adapt to runtime.sampling.Sampler once its interface lands
+
+
+def _greedy(logits: torch.Tensor, requests: list[Request], generators) -> tuple[list[int], None]:
+    return logits.argmax(dim=-1).tolist(), None
