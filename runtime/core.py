@@ -182,9 +182,9 @@ class EngineCore:
         logprobs_iter = iter(result.logprobs) if result.logprobs is not None else None
         for span in plan.spans:
             req = requests[span.request_id]
-            start, n = span.start, span.num_tokens
-            req.num_computed_tokens = start + n
-            if (start + n) // bs != start // bs:  # a block became full: cache it
+            pos, n = span.start, span.num_tokens  # not `start`: that is the step's start time
+            req.num_computed_tokens = pos + n
+            if (pos + n) // bs != pos // bs:  # a block became full: cache it
                 bm.register_computed(req)
             if not span.sample:
                 continue
