@@ -1,0 +1,299 @@
+"""Batched sampling on CPU or GPU: one token per logits row.
+
+Usage (once per step, rows in the order of the logits rows)::
+
+    rng = request_rng(engine_seed, request_id, params.seed)        # once per request; keep it
+    batch = SamplingBatch.build(params_list, rngs, histories, device)  # draws the step's uniforms
+    out = Sampler().sample(logits, batch)                           # logits: [B, V] on `device`
+    out.token_ids       # list[int], one per row
+    out.logprobs        # None, or per row None / {sampled_id: lp, top1_id: lp, ...}
+
+``histories[i]`` is ``(token_ids, num_prompt_tokens)`` of row i (prompt + output so far, e.g.
+``(req.token_ids, req.num_prompt_tokens)``); it is read only for rows that use a penalty, and
+``histories`` may be None when no row does.
+
+Semantics (vLLM's)
+* penalties first: repetition over prompt + output (logit / r if > 0 else logit · r), then
+  frequency (· count) and presence (· [count > 0]) over output tokens only. Greedy rows get them
+  too.
+* greedy (temperature < 1e-5): argmax of the penalised logits; draws no random number.
+* sampled rows: logits / temperature, then min-p (keep p >= min_p · p_max), top-k, top-p (smallest
+  set of most likely tokens whose mass reaches top_p, computed after top-k), then one draw. Ties
+  at a top-k / top-p boundary are all kept.
+* logprobs (``SamplingParams.logprobs = N``): the sampled token's logprob and the top-N. With
+  ``Sampler(logprobs_mode="raw")`` (the default, as vLLM) they are log_softmax of the logits the
+  sampler was given, before penalties and temperature; ``"processed"`` gives log_softmax of the
+  penalised logits / temperature (before the top-k/top-p/min-p filters).
+
+Randomness: each request owns a CPU ``random.Random`` stream (``request_rng``). Per step a sampled
+row draws exactly ONE uniform u from it on the host; the device does filters, weights, float64
+cumsum and the inverse CDF with u. So a request's token depends only on its logits row and its own
+stream, never on the batch it shares (tests check it), and a step costs one small H2D (the packed
+parameters and uniforms) and one D2H of the [B] ids (plus logprobs when asked): no per-row
+``.item()``. ``SamplingBatch.build`` consumes the uniforms, so build exactly one batch per step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+
+import numpy as np
+import torch
+
+from runtime import sampling_ops as ops
+from runtime.request import SamplingParams
+
+GREEDY_EPS = 1e-5  # temperatures below this are greedy (as vLLM's _SAMPLING_EPS)
+
+TokenHistory = tuple[Sequence[int], int]  # (prompt + output token ids, number of prompt tokens)
+
+_FIELDS = attrgetter("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                     "frequency_penalty", "presence_penalty")
+
+
+def request_rng(engine_seed: int, request_id: int, seed: int | None) -> random.Random:
+    """The RNG stream of one request: from its own ``seed`` when given (reproducible across
+    engines and batches), else derived from (engine seed, request id)."""
+    if seed is not None:
+        return random.Random(seed)
+    digest = hashlib.blake2b(f"minivllm/{engine_seed}/{request_id}".encode(), digest_size=16).digest()
+    return random.Random(int.from_bytes(digest, "little"))
+
+
+def _stage(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
+    """Send many small host arrays in ONE copy: bytes concatenated at 8-byte offsets, viewed back
+    by dtype on the device."""
+    parts, spans, pos = [], [], 0
+    for a in arrays:
+        raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+        pad = -raw.size % 8
+        parts.append(raw)
+        if pad:
+            parts.append(np.zeros(pad, np.uint8))
+        spans.append((pos, raw.size, a.dtype))
+        pos += raw.size + pad
+    if pos:
+        buf = torch.from_numpy(np.concatenate(parts)).to(device, non_blocking=True)
+    else:
+        buf = torch.empty(0, dtype=torch.uint8, device=device)
+    return [buf[o:o + n].view(_TORCH_DTYPE[dt]) for o, n, dt in spans]
+
+
+_TORCH_DTYPE = {np.dtype(np.int64): torch.int64, np.dtype(np.float32): torch.float32,
+                np.dtype(np.float64): torch.float64}
+
+
+@dataclass(frozen=True, slots=True)
+class TopKP:
+    """Sampled rows that use top-k or top-p (positions in the sampled subset)."""
+
+    rows: torch.Tensor  # [R] int64
+    k: torch.Tensor  # [R] int64, 1..V (V = off)
+    kmax: int
+    p: torch.Tensor | None  # [R] float64, or None when no row uses top-p
+
+
+@dataclass(frozen=True, slots=True)
+class LogprobRows:
+    rows: torch.Tensor  # [L] int64 rows of the logits
+    temperature: torch.Tensor  # [L] float32 (1 for greedy rows; for "processed" mode)
+    host_rows: list[int]
+    counts: list[int]  # N per row
+    nmax: int
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingBatch:
+    """Per-step sampling inputs, already on the device. Build with ``SamplingBatch.build``."""
+
+    num_rows: int
+    device: torch.device
+    sample_rows: torch.Tensor | None  # [S] int64 rows that sample; None when all rows sample
+    num_sampled: int
+    temperature: torch.Tensor  # [S] float32
+    uniforms: torch.Tensor  # [S] float64
+    min_p: torch.Tensor | None  # [S] float32, None when no row uses it
+    top_kp: TopKP | None
+    penalties: ops.PenaltyTensors | None
+    logprobs: LogprobRows | None
+
+    @classmethod
+    def build(
+        cls,
+        params: Sequence[SamplingParams],
+        rngs: Sequence[random.Random | None],
+        histories: Sequence[TokenHistory | None] | None = None,
+        device: torch.device | str = "cpu",
+        vocab_size: int | None = None,
+    ) -> SamplingBatch:
+        """Host side of a step: parameter arrays built with numpy, one uniform drawn per sampled
+        row from ``rngs[i]`` (None is allowed for greedy rows), one H2D copy.
+
+        ``vocab_size`` bounds top_k (defaults to no bound; the sampler clamps to V anyway).
+        """
+        device = torch.device(device)
+        b = len(params)
+        if len(rngs) != b:
+            raise ValueError(f"{len(rngs)} rngs for {b} rows")
+        table = np.array([_FIELDS(p) for p in params], dtype=np.float64).reshape(b, 7)
+        temp, top_p, top_k, min_p, rep, freq, pres = table.T
+        sampled = temp >= GREEDY_EPS
+        srows = np.flatnonzero(sampled)
+        s = srows.size
+        uniforms = np.array([rngs[i].random() for i in srows.tolist()], dtype=np.float64)
+
+        arrays: list[np.ndarray] = [temp[srows].astype(np.float32), uniforms]
+        use_min_p = bool((min_p[srows] > 0).any())
+        if use_min_p:
+            arrays.append(min_p[srows].astype(np.float32))
+        # top-k / top-p, as positions within the sampled subset
+        k_s, p_s = top_k[srows], top_p[srows]
+        kp_pos = np.flatnonzero((k_s > 0) | (p_s < 1))
+        kmax = 0
+        if kp_pos.size:
+            big = np.iinfo(np.int32).max if vocab_size is None else vocab_size
+            k = np.where(k_s[kp_pos] > 0, np.minimum(k_s[kp_pos], big), big).astype(np.int64)
+            use_p = bool((p_s[kp_pos] < 1).any())
+            kmax = int(k.max())
+            arrays += [kp_pos.astype(np.int64), k]
+            if use_p:
+                arrays.append(p_s[kp_pos])
+        # penalties
+        pen_rows = np.flatnonzero((rep != 1) | (freq != 0) | (pres != 0))
+        pen_arrays = _penalty_arrays(pen_rows, rep, freq, pres, histories) if pen_rows.size else []
+        arrays += pen_arrays
+        # logprobs
+        lp_counts = [p.logprobs for p in params]
+        lp_rows = [i for i, n in enumerate(lp_counts) if n is not None]
+        if lp_rows:
+            lp_temp = np.where(sampled, temp, 1.0)[lp_rows].astype(np.float32)
+            arrays += [np.array(lp_rows, dtype=np.int64), lp_temp]
+        if s < b:
+            arrays.append(srows.astype(np.int64))
+
+        staged = iter(_stage(arrays, device))
+        temperature, u = next(staged), next(staged)
+        min_p_t = next(staged) if use_min_p else None
+        top_kp = None
+        if kp_pos.size:
+            rows_t, k_t = next(staged), next(staged)
+            top_kp = TopKP(rows_t, k_t, kmax, next(staged) if use_p else None)
+        penalties = None
+        if pen_rows.size:
+            t = [next(staged) for _ in pen_arrays]
+            penalties = ops.PenaltyTensors(*t, any_repetition=bool((rep[pen_rows] != 1).any()))
+        logprobs = None
+        if lp_rows:
+            counts = [lp_counts[i] for i in lp_rows]
+            logprobs = LogprobRows(next(staged), next(staged), lp_rows, counts, max(counts))
+        sample_rows = next(staged) if s < b else None
+        return cls(b, device, sample_rows, s, temperature, u, min_p_t, top_kp, penalties, logprobs)
+
+    @property
+    def all_greedy(self) -> bool:
+        return self.num_sampled == 0
+
+
+def _penalty_arrays(rows: np.ndarray, rep: np.ndarray, freq: np.ndarray, pres: np.ndarray,
+                    histories: Sequence[TokenHistory | None] | None) -> list[np.ndarray]:
+    """Flattened (row, token) pairs of output and prompt tokens of the rows with penalties.
+
+    O(history) per step for those rows only; rows without penalties cost nothing.
+    """
+    outs, prompts = [], []
+    for i in rows.tolist():
+        h = histories[i] if histories is not None else None
+        if h is None:
+            raise ValueError(f"row {i} uses a penalty but has no token history")
+        ids = np.asarray(h[0], dtype=np.int64)
+        outs.append(ids[h[1]:])
+        prompts.append(ids[:h[1]] if rep[i] != 1 else ids[:0])
+    lengths = [len(o) for o in outs]
+    plengths = [len(p) for p in prompts]
+    r = np.arange(len(outs), dtype=np.int64)
+    return [
+        rows.astype(np.int64),
+        rep[rows].astype(np.float32), freq[rows].astype(np.float32), pres[rows].astype(np.float32),
+        np.repeat(r, lengths), np.concatenate(outs) if outs else np.zeros(0, np.int64),
+        np.repeat(r, plengths), np.concatenate(prompts) if prompts else np.zeros(0, np.int64),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class SampleOutput:
+    token_ids: list[int]
+    # None when no row asked for logprobs; else per row None or {sampled: lp, top-N...}
+    # (sampled token first, then the top-N in rank order; a token appears once)
+    logprobs: list[dict[int, float] | None] | None = None
+
+
+class Sampler:
+    """Stateless apart from configuration; see the module docstring for semantics."""
+
+    def __init__(self, logprobs_mode: str = "raw") -> None:
+        if logprobs_mode not in ("raw", "processed"):
+            raise ValueError(f"logprobs_mode must be 'raw' or 'processed', got {logprobs_mode!r}")
+        self.logprobs_mode = logprobs_mode
+
+    @torch.inference_mode()
+    def sample(self, logits: torch.Tensor, batch: SamplingBatch) -> SampleOutput:
+        """``logits`` [B, V] (any float dtype) on ``batch.device``; never modified."""
+        if logits.dim() != 2 or logits.shape[0] != batch.num_rows:
+            raise ValueError(f"logits {tuple(logits.shape)} do not match a batch of {batch.num_rows} rows")
+        if batch.num_rows == 0:
+            return SampleOutput([], None)
+        processed = logits if batch.penalties is None else ops.apply_penalties(logits, batch.penalties)
+        ids = self._draw(processed, batch)
+        if batch.logprobs is None:
+            return SampleOutput(ids.tolist(), None)
+        source = logits if self.logprobs_mode == "raw" else processed
+        return self._with_logprobs(source, ids, batch.logprobs)
+
+    def _draw(self, logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+        if batch.all_greedy:
+            return logits.argmax(-1)
+        rows = batch.sample_rows
+        x = logits if rows is None else logits.index_select(0, rows)
+        x = x.float() / batch.temperature[:, None]  # a new tensor: safe to work in place below
+        w = x.sub_(x.amax(-1, keepdim=True)).exp_()  # best token weighs exactly 1
+        thr = batch.min_p
+        kp = batch.top_kp
+        if kp is not None:
+            sub = w.index_select(0, kp.rows)
+            floor = thr.index_select(0, kp.rows) if thr is not None else torch.zeros_like(sub[:, 0])
+            new = ops.top_k_top_p_threshold(sub, floor, kp.k, kp.kmax, kp.p)
+            thr = (thr.clone() if thr is not None else torch.zeros_like(w[:, 0])).index_copy_(0, kp.rows, new)
+        if thr is not None:
+            w.masked_fill_(w < thr[:, None], 0.0)
+        drawn = ops.inverse_cdf(w, batch.uniforms)
+        if rows is None:
+            return drawn
+        return logits.argmax(-1).index_copy_(0, rows, drawn)
+
+    def _with_logprobs(self, source: torch.Tensor, ids: torch.Tensor, lp: LogprobRows) -> SampleOutput:
+        x = source.index_select(0, lp.rows).float()
+        if self.logprobs_mode == "processed":
+            x = x / lp.temperature[:, None]
+        logp = torch.log_softmax(x, -1)
+        n = min(lp.nmax, logp.shape[1])
+        parts = [ids.double(), logp.gather(1, ids.index_select(0, lp.rows)[:, None]).double().reshape(-1)]
+        if n:
+            top = torch.topk(logp, n, dim=-1)
+            parts += [top.values.double().reshape(-1), top.indices.double().reshape(-1)]
+        host = torch.cat(parts).cpu().numpy()  # the one D2H of the step
+        b, nrows = ids.shape[0], len(lp.host_rows)
+        token_ids = host[:b].astype(np.int64).tolist()
+        chosen = host[b:b + nrows].tolist()
+        top_vals = host[b + nrows:b + nrows + nrows * n].reshape(nrows, n).tolist()
+        top_ids = host[b + nrows + nrows * n:].astype(np.int64).reshape(nrows, n).tolist()
+        out: list[dict[int, float] | None] = [None] * b
+        for j, row in enumerate(lp.host_rows):
+            d = {token_ids[row]: chosen[j]}
+            for tid, val in zip(top_ids[j][:lp.counts[j]], top_vals[j][:lp.counts[j]]):
+                d.setdefault(tid, val)
+            out[row] = d
+        return SampleOutput(token_ids, out)
