@@ -13,6 +13,10 @@ import sys
 # module name -> subcommand(s) it registers; imported lazily so `minivllm --help` stays fast
 COMMAND_MODULES = [
     "runtime.cli.bench",
+    "runtime.cli.workload",
+    "runtime.cli.simulate",
+    "runtime.cli.replay",
+    "runtime.cli.cost_model",
 ]
 
 

@@ -1,0 +1,134 @@
+"""Event log → pandas DataFrames: one row per request, one row per step.
+
+``requests``: request_id, arrival, num_prompt_tokens, max_tokens, priority, admitted (first
+admission time), num_cached_tokens (at first admission), first_token (end of the step that
+sampled its first token), finish (Finished/Aborted time), num_output_tokens, finish_reason,
+status (finished | aborted | unfinished), num_preemptions.
+
+``steps``: step, start, end, duration, num_spans, prefill_tokens (Σ chunk over spans > 1
+token), decode_seqs (spans of 1 token), num_tokens, num_sampled, num_admitted, num_preempted.
+
+Built in one streaming pass (``FrameBuilder`` is also a log sink), so a multi-million-step log
+needs memory for the columns only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from traces.events import Aborted, Admitted, Arrived, Event, Finished, Header, Preempted, Step
+from traces.log import read_log
+
+_NAN = math.nan
+
+
+@dataclass
+class LogFrames:
+    header: Header | None
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+
+
+class FrameBuilder:
+    """Consumes events (call it like a sink), then ``frames()``."""
+
+    def __init__(self) -> None:
+        self.header: Header | None = None
+        self._req: dict[int, list] = {}
+        self._first_token: dict[int, float] = {}
+        self._cols: dict[str, list] = {k: [] for k in (
+            "step", "start", "end", "num_spans", "prefill_tokens", "decode_seqs", "num_tokens", "num_sampled")}
+        self._admitted_per_step: dict[int, int] = {}
+        self._preempted_per_step: dict[int, int] = {}
+
+    # row layout of a request: see _REQ_COLUMNS
+    def __call__(self, ev: Event) -> None:
+        if isinstance(ev, Step):
+            c = self._cols
+            first = self._first_token
+            end = ev.end
+            pt = ds = nt = sampled = 0
+            for s in ev.spans:
+                n = s.num_tokens
+                nt += n
+                if n == 1:
+                    ds += 1
+                else:
+                    pt += n
+                if s.sample:
+                    sampled += 1
+                    if s.request_id not in first:
+                        first[s.request_id] = end
+            c["step"].append(ev.step)
+            c["start"].append(ev.start)
+            c["end"].append(end)
+            c["num_spans"].append(len(ev.spans))
+            c["prefill_tokens"].append(pt)
+            c["decode_seqs"].append(ds)
+            c["num_tokens"].append(nt)
+            c["num_sampled"].append(sampled)
+        elif isinstance(ev, Arrived):
+            self._req[ev.request_id] = [ev.request_id, ev.time, ev.prompt.num_tokens, ev.params.max_tokens,
+                                        ev.priority, _NAN, -1, _NAN, 0, None, "unfinished", 0]
+        elif isinstance(ev, Admitted):
+            row = self._req.get(ev.request_id)
+            if row is not None and row[6] < 0:
+                row[5], row[6] = ev.time, ev.num_cached_tokens
+            self._admitted_per_step[ev.step] = self._admitted_per_step.get(ev.step, 0) + 1
+        elif isinstance(ev, Preempted):
+            row = self._req.get(ev.request_id)
+            if row is not None:
+                row[11] += 1
+            self._preempted_per_step[ev.step] = self._preempted_per_step.get(ev.step, 0) + 1
+        elif isinstance(ev, Finished | Aborted):
+            row = self._req.get(ev.request_id)
+            if row is not None:
+                row[7] = ev.time
+                row[9] = ev.reason
+                if isinstance(ev, Finished):
+                    row[8] = ev.num_output_tokens
+                    row[10] = "finished"
+                else:
+                    row[10] = "aborted"
+        elif isinstance(ev, Header) and self.header is None:
+            self.header = ev
+
+    write = __call__
+
+    def frames(self) -> LogFrames:
+        rows = list(self._req.values())
+        requests = pd.DataFrame(rows, columns=list(_REQ_COLUMNS))
+        requests.insert(7, "first_token", requests["request_id"].map(self._first_token).astype(float))
+        requests["num_cached_tokens"] = requests["num_cached_tokens"].astype("Int64").mask(
+            requests["num_cached_tokens"] < 0)
+        steps = pd.DataFrame({k: np.asarray(v) for k, v in self._cols.items()})
+        if len(steps):
+            steps.insert(3, "duration", steps["end"] - steps["start"])
+            steps["num_admitted"] = steps["step"].map(self._admitted_per_step).fillna(0).astype(np.int64)
+            steps["num_preempted"] = steps["step"].map(self._preempted_per_step).fillna(0).astype(np.int64)
+        else:
+            steps = pd.DataFrame(columns=[*self._cols, "duration", "num_admitted", "num_preempted"])
+        return LogFrames(self.header, requests, steps)
+
+
+_REQ_COLUMNS = ("request_id", "arrival", "num_prompt_tokens", "max_tokens", "priority", "admitted",
+                "num_cached_tokens", "finish", "num_output_tokens", "finish_reason", "status",
+                "num_preemptions")
+
+
+def frames_from_events(events: Iterable[Event]) -> LogFrames:
+    builder = FrameBuilder()
+    for ev in events:
+        builder(ev)
+    return builder.frames()
+
+
+def load_frames(path: str | Path) -> LogFrames:
+    """DataFrames of a log file (JSONL or .jsonl.gz)."""
+    return frames_from_events(read_log(path))

@@ -1,0 +1,116 @@
+"""Serving metrics from the frames of a log: latency percentiles, throughput, cache behaviour.
+
+Definitions (times in seconds on the log's clock):
+  TTFT   first_token - arrival
+  TPOT   (finish - first_token) / (num_output_tokens - 1), requests with >= 2 output tokens
+  E2E    finish - arrival (finished requests)
+  queue  admitted - arrival (first admission)
+  throughput   output tokens / makespan, makespan = last step end - first arrival
+  prefix hit rate   Σ cached tokens at first admission / Σ prompt tokens of admitted requests
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.frames import LogFrames
+
+PERCENTILES = (50, 90, 99)
+
+
+def latencies(requests: pd.DataFrame) -> pd.DataFrame:
+    """Per-request ttft, tpot, e2e, queue columns (NaN where undefined)."""
+    r = requests
+    done = r["status"] == "finished"
+    out = pd.DataFrame({"request_id": r["request_id"]})
+    out["ttft"] = r["first_token"] - r["arrival"]
+    out["e2e"] = (r["finish"] - r["arrival"]).where(done)
+    multi = done & (r["num_output_tokens"] >= 2)
+    out["tpot"] = ((r["finish"] - r["first_token"]) / (r["num_output_tokens"] - 1)).where(multi)
+    out["queue"] = r["admitted"] - r["arrival"]
+    return out
+
+
+def percentiles(values: pd.Series, ps: tuple[int, ...] = PERCENTILES) -> dict[str, float]:
+    v = values.dropna().to_numpy(dtype=float)
+    if not len(v):
+        return {"mean": float("nan"), **{f"p{p}": float("nan") for p in ps}}
+    return {"mean": float(v.mean()), **{f"p{p}": float(np.percentile(v, p)) for p in ps}}
+
+
+def summarize(frames: LogFrames) -> dict[str, Any]:
+    r, s = frames.requests, frames.steps
+    lat = latencies(r)
+    finished = r["status"] == "finished"
+    out_tokens = int(r["num_output_tokens"].sum())
+    start = float(r["arrival"].min()) if len(r) else 0.0
+    end = float(s["end"].max()) if len(s) else start
+    makespan = max(end - start, 0.0)
+    admitted = r["num_cached_tokens"].notna()
+    prompt_admitted = int(r.loc[admitted, "num_prompt_tokens"].sum())
+    cached = int(r.loc[admitted, "num_cached_tokens"].sum())
+    busy = float(s["duration"].sum()) if len(s) else 0.0
+    return {
+        "requests": int(len(r)),
+        "finished": int(finished.sum()),
+        "aborted": int((r["status"] == "aborted").sum()),
+        "unfinished": int((r["status"] == "unfinished").sum()),
+        "steps": int(len(s)),
+        "makespan_s": makespan,
+        "busy_fraction": busy / makespan if makespan > 0 else float("nan"),
+        "output_tokens": out_tokens,
+        "prompt_tokens": int(r["num_prompt_tokens"].sum()),
+        "output_throughput_tok_s": out_tokens / makespan if makespan > 0 else float("nan"),
+        "total_throughput_tok_s": (int(s["num_tokens"].sum()) if len(s) else 0) / makespan
+        if makespan > 0 else float("nan"),
+        "request_throughput_req_s": int(finished.sum()) / makespan if makespan > 0 else float("nan"),
+        "preemptions": int(r["num_preemptions"].sum()),
+        "prefix_hit_rate": cached / prompt_admitted if prompt_admitted else 0.0,
+        "mean_batch_tokens": float(s["num_tokens"].mean()) if len(s) else float("nan"),
+        "mean_step_s": float(s["duration"].mean()) if len(s) else float("nan"),
+        "ttft_s": percentiles(lat["ttft"]),
+        "tpot_s": percentiles(lat["tpot"]),
+        "e2e_s": percentiles(lat["e2e"]),
+        "queue_s": percentiles(lat["queue"]),
+    }
+
+
+def render_summary(summary: dict[str, Any], title: str = "summary") -> str:
+    """A plain-text table of ``summarize`` output (rich, no colour, so it also goes to files)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    lat = Table(title=title, title_justify="left")
+    lat.add_column("latency (ms)")
+    for col in ("mean", *[f"p{p}" for p in PERCENTILES]):
+        lat.add_column(col, justify="right")
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"), ("queue_s", "queue")):
+        lat.add_row(label, *(f"{summary[key][c] * 1e3:,.1f}" for c in ("mean", "p50", "p90", "p99")))
+    tot = Table(show_header=False)
+    tot.add_column("metric")
+    tot.add_column("value", justify="right")
+    tot.add_row("requests (finished/aborted/unfinished)",
+                f"{summary['requests']:,} ({summary['finished']:,}/{summary['aborted']:,}/{summary['unfinished']:,})")
+    tot.add_row("steps", f"{summary['steps']:,}")
+    tot.add_row("makespan", f"{summary['makespan_s']:,.1f} s (engine busy {summary['busy_fraction']:.0%})")
+    tot.add_row("output throughput", f"{summary['output_throughput_tok_s']:,.0f} tok/s")
+    tot.add_row("total throughput (prompt + output)", f"{summary['total_throughput_tok_s']:,.0f} tok/s")
+    tot.add_row("request throughput", f"{summary['request_throughput_req_s']:,.2f} req/s")
+    tot.add_row("preemptions", f"{summary['preemptions']:,}")
+    tot.add_row("prefix hit rate", f"{summary['prefix_hit_rate']:.1%}")
+    tot.add_row("mean step", f"{summary['mean_step_s'] * 1e3:,.2f} ms, {summary['mean_batch_tokens']:,.1f} tokens")
+    console = Console(width=100, record=True, force_terminal=False, color_system=None, file=_Null())
+    console.print(lat)
+    console.print(tot)
+    return console.export_text()
+
+
+class _Null:
+    def write(self, _: str) -> int:
+        return 0
+
+    def flush(self) -> None:
+        pass

@@ -1,0 +1,100 @@
+"""``minivllm cost-model {fit,eval,analytic}``: step-time models from logs.
+
+fit: non-negative least squares over the Step events of LOG...; the error is measured on
+``--holdout`` logs, or, without them, on every 5th step held out of the fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime, timezone
+
+from runtime.cli import CLIError
+
+
+def _fit(args: argparse.Namespace) -> int:
+    from simulator.cost_model import LinearCostModel, StepData
+    from traces.log import read_header
+
+    header = read_header(args.logs[0])
+    extra = header.extra
+    meta = {
+        "provenance": "fit",
+        "model_identity": args.model_identity or header.model_identity,
+        "hardware": args.hardware or extra.get("hardware") or extra.get("device") or "unknown",
+        "dtype": args.dtype or extra.get("dtype") or "unknown",
+        "fit_date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "weighting": args.weighting,
+    }
+    data = StepData.from_logs(args.logs)
+    if args.holdout:
+        train, held = data, StepData.from_logs(args.holdout)
+    else:
+        if args.holdout_every < 2:
+            raise CLIError("--holdout-every must be >= 2")
+        train, held = data.split(args.holdout_every)
+    model = LinearCostModel.fit(train, weighting=args.weighting, meta=meta)
+    model.meta["heldout"] = model.evaluate(held)
+    if not args.holdout:
+        model.meta["heldout"]["kind"] = f"every {args.holdout_every}th step of the training logs"
+    model.save(args.out)
+    t, h = model.meta["training"], model.meta["heldout"]
+    print(f"fitted on {t['steps']:,} steps: training MAPE {t['mape']:.2f}%, held-out MAPE {h['mape']:.2f}% "
+          f"({h['steps']:,} steps)")
+    for name, value in model.coefficients.items():
+        print(f"  {name:<18} {value:.4g}")
+    if model.meta["unfitted_features"]:
+        print(f"warning: no training step exercised {', '.join(model.meta['unfitted_features'])}: "
+              "their coefficients are 0")
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from simulator.cost_model import LinearCostModel, StepData
+
+    model = LinearCostModel.load(args.model)
+    result = model.evaluate(StepData.from_logs(args.logs))
+    for log, err in result.get("per_log", {}).items():
+        print(f"{log}: MAPE {err:.2f}%")
+    print(f"per-step MAPE over {result['steps']:,} steps: {result['mape']:.2f}%")
+    return 0
+
+
+def _analytic(args: argparse.Namespace) -> int:
+    from simulator.roofline import PRESETS, analytic_cost_model
+
+    if args.preset not in PRESETS:
+        raise CLIError(f"unknown preset {args.preset!r}; known: {', '.join(PRESETS)}")
+    shape, hw = PRESETS[args.preset]
+    kwargs = {} if args.step_overhead is None else {"step_overhead": args.step_overhead}
+    analytic_cost_model(shape, hw, **kwargs).save(args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("cost-model", help="fit, evaluate or derive a step-time cost model")
+    kinds = p.add_subparsers(dest="cost_model_command", required=True, metavar="ACTION")
+
+    f = kinds.add_parser("fit", help="least-squares fit from the Step events of logs")
+    f.add_argument("logs", nargs="+", metavar="LOG")
+    f.add_argument("--out", required=True, metavar="M.json")
+    f.add_argument("--holdout", nargs="+", metavar="LOG", help="logs to measure the error on (not fitted)")
+    f.add_argument("--holdout-every", type=int, default=5, help="without --holdout: hold out every Nth step")
+    f.add_argument("--weighting", choices=["relative", "absolute"], default="relative")
+    f.add_argument("--model-identity", help="default: the first log's Header")
+    f.add_argument("--hardware", help="default: the first log's Header extra.hardware/device")
+    f.add_argument("--dtype", help="default: the first log's Header extra.dtype")
+    f.set_defaults(func=_fit)
+
+    e = kinds.add_parser("eval", help="per-step MAPE of a model on logs")
+    e.add_argument("model", metavar="M.json")
+    e.add_argument("logs", nargs="+", metavar="LOG")
+    e.set_defaults(func=_eval)
+
+    a = kinds.add_parser("analytic", help="roofline model for a preset (model shape × hardware)")
+    a.add_argument("preset", help="e.g. qwen3-0.6b-h200")
+    a.add_argument("--out", required=True, metavar="M.json")
+    a.add_argument("--step-overhead", type=float, help="fixed seconds per step")
+    a.set_defaults(func=_analytic)

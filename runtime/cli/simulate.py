@@ -1,0 +1,134 @@
+"""``minivllm simulate WORKLOAD --cost-model M --out LOG``: a workload through the simulated engine.
+
+WORKLOAD is a workload JSONL, a recorded log (its requests are re-simulated, by default under
+the log's own engine config), an Azure CSV or a Mooncake JSONL. Engine flags override the
+config; the summary table comes from the written log (analysis.frames / analysis.metrics).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from runtime.cli import CLIError
+from runtime.cli.workload import add_workload_args, require_file, workload_from_args
+
+# KV pool for trace workloads when neither the log nor --num-blocks says: 512k tokens at block
+# size 16, the order of an H200's pool for a sub-1B model.
+DEFAULT_NUM_BLOCKS = 32768
+
+
+def _on_off(text: str) -> bool:
+    if text not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
+    return text == "on"
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("engine (default: the log's config for a log, else the engine defaults)")
+    g.add_argument("--chunked", type=_on_off, metavar="on|off", help="chunked prefill")
+    g.add_argument("--max-num-batched-tokens", type=int, metavar="N",
+                   help="token budget per step (chunked off: defaults to max_model_len)")
+    g.add_argument("--max-num-seqs", type=int, metavar="N")
+    g.add_argument("--max-model-len", type=int, metavar="N",
+                   help="default: the log's, else long enough for the workload's longest request")
+    g.add_argument("--num-blocks", type=int, metavar="N", help=f"KV blocks (trace default {DEFAULT_NUM_BLOCKS})")
+    g.add_argument("--block-size", type=int, metavar="N")
+    g.add_argument("--prefix-caching", type=_on_off, metavar="on|off")
+    g.add_argument("--policy", choices=["fcfs", "priority"])
+    g.add_argument("--seed", type=int, help="engine seed (and the seed of synthetic trace prompts)")
+
+
+def engine_config(args: argparse.Namespace, workload, base=None, model_identity: str = ""):
+    """The engine config: ``base`` (a log's) or defaults, then the flags."""
+    from runtime.config import CacheConfig, EngineConfig, SchedulerConfig
+
+    if base is None:
+        base = EngineConfig(cache=CacheConfig(num_blocks=DEFAULT_NUM_BLOCKS),
+                            scheduler=SchedulerConfig(max_model_len=max(4096, workload.max_request_tokens())),
+                            model_identity=model_identity or "unknown")
+    changes = {}
+    for flag, name in (("chunked", "scheduler.enable_chunked_prefill"),
+                       ("max_num_batched_tokens", "scheduler.max_num_batched_tokens"),
+                       ("max_num_seqs", "scheduler.max_num_seqs"), ("max_model_len", "scheduler.max_model_len"),
+                       ("num_blocks", "cache.num_blocks"), ("block_size", "cache.block_size"),
+                       ("prefix_caching", "cache.enable_prefix_caching"), ("policy", "scheduler.policy"),
+                       ("seed", "seed")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            changes[name] = value
+    config = base.replace(**changes)
+    sched = config.scheduler
+    if not sched.enable_chunked_prefill and args.max_num_batched_tokens is None \
+            and sched.max_num_batched_tokens < sched.max_model_len:
+        # without chunking a whole prompt must fit one step's budget
+        config = config.replace(**{"scheduler.max_num_batched_tokens": sched.max_model_len})
+    return config
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from analysis.frames import load_frames
+    from analysis.metrics import render_summary, summarize
+    from simulator.cost_model import RecordedCostModel, load_cost_model
+    from simulator.replay import log_config
+    from simulator.sim import simulate
+    from traces.importers import detect_format
+    from traces.log import LogWriter
+
+    require_file(args.workload, "workload file")
+    is_log = (args.workload_format == "log"
+              or (args.workload_format == "auto" and detect_format(args.workload) == "log"))
+    base = None
+    if is_log:
+        header, base = log_config(args.workload)
+        if header.clock == "workload":
+            base = None  # a saved workload carries no engine config
+    wl = workload_from_args(args, args.workload, seed=args.seed or 0)
+    if args.cost_model == "recorded":
+        if not is_log:
+            raise CLIError("--cost-model recorded needs a recorded log as WORKLOAD")
+        cost_model = RecordedCostModel.from_log(args.workload)
+    else:
+        cost_model = load_cost_model(args.cost_model)
+    identity = getattr(cost_model, "meta", {}).get("model_identity", "")
+    config = engine_config(args, wl, base, identity)
+
+    print(f"simulating {len(wl):,} requests ({wl.duration:,.1f} s of arrivals) → {args.out}")
+    t0 = time.perf_counter()
+    with LogWriter(args.out) as writer, tqdm(total=len(wl), unit="req", desc="simulate",
+                                             disable=args.no_progress, mininterval=0.5) as bar:
+        result = simulate(wl, config, cost_model, sink=writer, progress=bar,
+                          header_extra={"cost_model": str(args.cost_model)})
+    wall = time.perf_counter() - t0
+    if result.rejected:
+        print(f"rejected {len(result.rejected):,} requests the engine can't serve "
+              f"(first: request {result.rejected[0][0]}: {result.rejected[0][1]})")
+    speed = result.end_time / wall if wall > 0 else float("inf")
+    print(f"{result.num_steps:,} steps, {result.end_time:,.1f} s simulated in {wall:,.1f} s wall "
+          f"({speed:,.0f}× real time)")
+    summary = summarize(load_frames(args.out))
+    summary["wall_s"] = wall
+    summary["rejected"] = len(result.rejected)
+    print(render_summary(summary, title=f"simulate {Path(args.workload).name}"))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"config": config.to_dict(), "summary": summary}, indent=2))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("simulate", help="simulate a workload on the engine with a step-time cost model")
+    p.add_argument("workload", help="workload JSONL, recorded log, Azure CSV or Mooncake JSONL")
+    p.add_argument("--cost-model", required=True, metavar="M",
+                   help="cost-model JSON, a shipped name (e.g. qwen3-0.6b-h200), or 'recorded' "
+                        "(the durations of WORKLOAD, a log)")
+    p.add_argument("--out", required=True, metavar="LOG", help="event log to write (.jsonl or .jsonl.gz)")
+    p.add_argument("--json", metavar="PATH", help="also write config + summary as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_engine_args(p)
+    add_workload_args(p)
+    p.set_defaults(func=_run)

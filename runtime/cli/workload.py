@@ -1,0 +1,129 @@
+"""``minivllm workload {convert,generate,info}``: import, slice, scale and generate workloads.
+
+Also the workload-reading options shared with ``simulate`` (``add_workload_args`` /
+``workload_from_args``).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from runtime.cli import CLIError
+
+
+def _window(text: str) -> tuple[float, float]:
+    try:
+        start, end = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--time-window must be START:END in seconds, got {text!r}") from None
+    return start, end
+
+
+def add_workload_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("workload")
+    g.add_argument("--format", dest="workload_format", default="auto",
+                   choices=["auto", "azure", "mooncake", "log"], help="input format (default: detect)")
+    g.add_argument("--limit", type=int, help="first N requests (after --time-window)")
+    g.add_argument("--time-window", type=_window, metavar="START:END",
+                   help="requests arriving in [START, END) seconds; arrivals then count from START")
+    g.add_argument("--rate-scale", type=float, default=1.0, help="multiply the arrival rate")
+    g.add_argument("--input-scale", type=float, default=1.0, help="multiply prompt lengths")
+    g.add_argument("--output-scale", type=float, default=1.0, help="multiply output lengths")
+    g.add_argument("--skip-bad-rows", action="store_true",
+                   help="skip malformed rows (their count is printed) instead of stopping at the first")
+
+
+def workload_from_args(args: argparse.Namespace, path: str, seed: int = 0):
+    from traces.workload import load_workload
+
+    wl = load_workload(path, fmt=args.workload_format, limit=args.limit, time_window=args.time_window,
+                       rate_scale=args.rate_scale, input_scale=args.input_scale,
+                       output_scale=args.output_scale, skip_bad_rows=args.skip_bad_rows, seed=seed)
+    skipped = wl.meta.get("skipped_rows", 0)
+    if skipped:
+        reasons = wl.meta.get("skipped_reasons", [])
+        print(f"skipped {skipped:,} bad rows" + (f" (first: {reasons[0]})" if reasons else ""))
+    excluded = wl.meta.get("excluded")
+    if excluded:
+        print("left out of the workload: " + ", ".join(f"{n:,} {why}" for why, n in excluded.items()))
+    return wl
+
+
+def describe(wl) -> str:
+    import numpy as np
+
+    n = len(wl)
+    if not n:
+        return f"{wl.source}: 0 requests"
+    ins = np.array([r.num_prompt_tokens for r in wl])
+    outs = np.array([r.num_output_tokens for r in wl])
+    rate = (n - 1) / wl.duration if wl.duration > 0 else float("nan")
+    q = lambda a: (f"mean {a.mean():,.0f}, p50 {np.percentile(a, 50):,.0f}, "
+                   f"p99 {np.percentile(a, 99):,.0f}, max {a.max():,}")
+    return "\n".join([
+        f"{wl.source}: {n:,} requests over {wl.duration:,.1f} s ({rate:,.2f} req/s)",
+        f"  prompt tokens: {q(ins)}",
+        f"  output tokens: {q(outs)}",
+    ])
+
+
+def _convert(args: argparse.Namespace) -> int:
+    wl = workload_from_args(args, args.source, seed=args.seed)
+    wl.save(args.out)
+    print(describe(wl))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from traces.generators import generate
+
+    wl = generate(args.num_requests, rate=args.rate, cv=args.cv, input_len=args.input_len,
+                  output_len=args.output_len, shared_prefix=args.shared_prefix, seed=args.seed)
+    wl.save(args.out)
+    print(describe(wl))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    print(describe(workload_from_args(args, args.source, seed=args.seed)))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("workload", help="import, slice, scale or generate a workload (JSONL)")
+    kinds = p.add_subparsers(dest="workload_command", required=True, metavar="ACTION")
+
+    c = kinds.add_parser("convert", help="read a trace or log, slice/scale it, save as workload JSONL")
+    c.add_argument("source", help="Azure CSV, Mooncake JSONL, a minivllm log or workload")
+    c.add_argument("--out", required=True, help="workload JSONL to write")
+    c.add_argument("--seed", type=int, default=0, help="seed of the synthetic prompt tokens")
+    add_workload_args(c)
+    c.set_defaults(func=_convert)
+
+    i = kinds.add_parser("info", help="request count, rate and length statistics")
+    i.add_argument("source")
+    i.add_argument("--seed", type=int, default=0)
+    add_workload_args(i)
+    i.set_defaults(func=_info)
+
+    g = kinds.add_parser("generate", help="synthetic arrivals and lengths")
+    g.add_argument("--num-requests", "-n", type=int, required=True)
+    g.add_argument("--rate", type=float, required=True, help="mean arrivals per second")
+    g.add_argument("--cv", type=float, default=1.0,
+                   help="burstiness: coefficient of variation of inter-arrival gaps (1 = Poisson)")
+    g.add_argument("--input-len", default="uniform:32:256",
+                   help="fixed:N | uniform:LO:HI | lognormal:MEAN:CV[:MAX] | trace:PATH:input|output")
+    g.add_argument("--output-len", default="uniform:16:256", help="as --input-len")
+    g.add_argument("--shared-prefix", type=int, default=0, help="tokens of a prefix common to all prompts")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--out", required=True)
+    g.set_defaults(func=_generate)
+
+
+def require_file(path: str, what: str) -> None:
+    from pathlib import Path
+
+    if not Path(path).exists():
+        raise CLIError(f"{path}: no such {what}")

@@ -1,0 +1,242 @@
+"""Step-time models: how long an engine step takes, from the step's shape alone.
+
+A step's shape is its spans (``start`` = tokens already in the KV cache, ``num_tokens`` = the
+chunk computed now), so any log's ``Step`` events are training data. Features:
+
+  const              1 per step (weights read, launches, fixed overhead)
+  prefill_tokens     Σ chunk over spans with chunk > 1 (GEMM work)
+  prefill_attention  Σ (chunk · start + chunk · (chunk + 1) / 2): query-key pairs of causal prefill
+  decode_seqs        spans with chunk == 1
+  decode_context     Σ (start + 1) over those: KV read by decode attention
+  seqs               all spans (per-sequence overhead, sampling)
+
+``LinearCostModel`` is a non-negative least-squares fit over them (relative error weighting by
+default, so short and long steps count alike); ``RecordedCostModel`` returns a log's own step
+durations (for trace-vs-live tests and zero-error timing replay).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from simulator.nnls import nnls
+from traces.events import Span, Step
+from traces.log import read_log
+
+FEATURES = ("const", "prefill_tokens", "prefill_attention", "decode_seqs", "decode_context", "seqs")
+FEATURE_DOC = {
+    "const": "seconds per step",
+    "prefill_tokens": "seconds per prefill token (chunk > 1)",
+    "prefill_attention": "seconds per causal query-key pair in prefill chunks",
+    "decode_seqs": "seconds per decode span (chunk == 1)",
+    "decode_context": "seconds per context token read by a decode span",
+    "seqs": "seconds per span",
+}
+FORMAT = "minivllm-cost-model"
+
+
+class CostModelError(ValueError):
+    """A cost model file is malformed or can't serve the step asked for."""
+
+
+class CostModel(Protocol):
+    def step_time(self, step: int, spans: Sequence[Span]) -> float:
+        """Seconds that step ``step`` with these spans takes."""
+
+
+def step_features(spans: Iterable[Span]) -> list[float]:
+    """The feature vector (in ``FEATURES`` order) of one step."""
+    pt = pa = ds = dc = ns = 0
+    for s in spans:
+        n = s.num_tokens
+        ns += 1
+        if n == 1:
+            ds += 1
+            dc += s.start + 1
+        else:
+            pt += n
+            pa += n * s.start + n * (n + 1) // 2
+    return [1.0, pt, pa, ds, dc, ns]
+
+
+@dataclass
+class StepData:
+    """Features and recorded durations of the steps of some logs."""
+
+    features: np.ndarray  # [steps, len(FEATURES)]
+    durations: np.ndarray  # [steps]
+    logs: list[str] = field(default_factory=list)
+    log_index: np.ndarray | None = None  # [steps]: which log each row came from
+
+    @classmethod
+    def from_logs(cls, paths: Sequence[str | Path]) -> StepData:
+        rows: list[list[float]] = []
+        ys: list[float] = []
+        idx: list[int] = []
+        for i, path in enumerate(paths):
+            for ev in read_log(path):
+                if isinstance(ev, Step):
+                    rows.append(step_features(ev.spans))
+                    ys.append(ev.end - ev.start)
+                    idx.append(i)
+        if not rows:
+            raise CostModelError(f"no Step events in {', '.join(map(str, paths))}")
+        return cls(np.asarray(rows, dtype=np.float64), np.asarray(ys), [str(p) for p in paths],
+                   np.asarray(idx))
+
+    def split(self, holdout_every: int) -> tuple[StepData, StepData]:
+        """Deterministic split: every ``holdout_every``-th step held out."""
+        mask = np.arange(len(self.durations)) % holdout_every == holdout_every - 1
+        return (StepData(self.features[~mask], self.durations[~mask], self.logs),
+                StepData(self.features[mask], self.durations[mask], self.logs))
+
+
+def mape(predicted: np.ndarray, actual: np.ndarray) -> float:
+    """Mean absolute percentage error over steps with a positive recorded duration (in %)."""
+    ok = actual > 0
+    if not ok.any():
+        return float("nan")
+    return float(np.mean(np.abs(predicted[ok] - actual[ok]) / actual[ok]) * 100)
+
+
+class LinearCostModel:
+    """``step_time = Σ coefficient · feature``; coefficients in seconds per unit, all >= 0."""
+
+    def __init__(self, coefficients: dict[str, float], meta: dict[str, Any] | None = None) -> None:
+        unknown = set(coefficients) - set(FEATURES)
+        if unknown:
+            raise CostModelError(f"unknown cost-model features {sorted(unknown)}; known: {list(FEATURES)}")
+        self.coefficients = {f: float(coefficients.get(f, 0.0)) for f in FEATURES}
+        bad = [f for f, c in self.coefficients.items() if not c >= 0]
+        if bad:
+            raise CostModelError(f"cost-model coefficients must be >= 0: {bad}")
+        self.meta = dict(meta or {})
+        (self._c, self._pt, self._pa, self._ds, self._dc, self._ns) = (
+            self.coefficients[f] for f in FEATURES)
+
+    def step_time(self, step: int, spans: Sequence[Span]) -> float:
+        # inlined step_features: this runs once per simulated step
+        pt = pa = ds = dc = 0
+        for s in spans:
+            n = s.num_tokens
+            if n == 1:
+                ds += 1
+                dc += s.start
+            else:
+                pt += n
+                pa += n * s.start + n * (n + 1) // 2
+        return (self._c + self._pt * pt + self._pa * pa + self._ds * ds
+                + self._dc * (dc + ds) + self._ns * len(spans))
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        return features @ np.array([self.coefficients[f] for f in FEATURES])
+
+    # --- fitting -----------------------------------------------------------------------------------
+
+    @classmethod
+    def fit(cls, data: StepData, *, weighting: str = "relative", meta: dict[str, Any] | None = None
+            ) -> LinearCostModel:
+        """Non-negative least squares; ``relative`` weighting minimizes squared relative error."""
+        X, y = data.features, data.durations
+        keep = y > 0
+        X, y = X[keep], y[keep]
+        if len(y) == 0:
+            raise CostModelError("no steps with a positive duration to fit")
+        if weighting == "relative":
+            X, b = X / y[:, None], np.ones_like(y)
+        elif weighting == "absolute":
+            b = y
+        else:
+            raise CostModelError(f"weighting must be 'relative' or 'absolute', got {weighting!r}")
+        norms = np.linalg.norm(X, axis=0)
+        present = norms > 0  # a feature never seen in training (e.g. no prefill) is not fitted
+        coef = np.zeros(len(FEATURES))
+        coef[present] = nnls(X[:, present] / norms[present], b) / norms[present]
+        meta = dict(meta or {})
+        meta["unfitted_features"] = [f for f, p in zip(FEATURES, present) if not p]
+        model = cls(dict(zip(FEATURES, coef.tolist())), meta)
+        model.meta["training"] = {"logs": data.logs, "steps": int(len(y)),
+                                  "mape": mape(model.predict(data.features[keep]), y)}
+        return model
+
+    def evaluate(self, data: StepData) -> dict[str, Any]:
+        """Per-step MAPE overall and per log."""
+        pred = self.predict(data.features)
+        out: dict[str, Any] = {"logs": data.logs, "steps": int(len(data.durations)),
+                               "mape": mape(pred, data.durations)}
+        if data.log_index is not None and len(data.logs) > 1:
+            out["per_log"] = {log: mape(pred[data.log_index == i], data.durations[data.log_index == i])
+                              for i, log in enumerate(data.logs)}
+        return out
+
+    # --- persistence -------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": 1, "kind": "linear", **self.meta,
+                "features": FEATURE_DOC, "coefficients": self.coefficients}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> LinearCostModel:
+        try:
+            doc = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as e:
+            raise CostModelError(f"{path}:{e.lineno}: not JSON: {e.msg}") from None
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("kind") != "linear":
+            raise CostModelError(f"{path}: not a minivllm linear cost model (format {FORMAT!r}, kind 'linear')")
+        coefficients = doc.get("coefficients")
+        if not isinstance(coefficients, dict):
+            raise CostModelError(f"{path}: field 'coefficients' must be an object")
+        meta = {k: v for k, v in doc.items() if k not in ("format", "version", "kind", "features", "coefficients")}
+        try:
+            return cls(coefficients, meta)
+        except CostModelError as e:
+            raise CostModelError(f"{path}: {e}") from None
+
+
+class RecordedCostModel:
+    """The step durations a log recorded, keyed by step index."""
+
+    def __init__(self, durations: dict[int, float], source: str = "") -> None:
+        self.durations = durations
+        self.source = source
+
+    @classmethod
+    def from_log(cls, path: str | Path) -> RecordedCostModel:
+        return cls({ev.step: ev.end - ev.start for ev in read_log(path) if isinstance(ev, Step)}, str(path))
+
+    def step_time(self, step: int, spans: Sequence[Span]) -> float:
+        try:
+            return self.durations[step]
+        except KeyError:
+            raise CostModelError(f"step {step} is not in the recorded log {self.source}: "
+                                 "the run diverged from the recording") from None
+
+
+def load_cost_model(spec: str | Path) -> CostModel:
+    """A cost model from a JSON file, ``recorded:LOG``, or a name shipped in simulator/cost_models."""
+    spec = str(spec)
+    if spec.startswith("recorded:"):
+        return RecordedCostModel.from_log(spec.split(":", 1)[1])
+    path = Path(spec)
+    if not path.exists():
+        shipped = Path(__file__).parent / "cost_models" / f"{spec.removesuffix('.json')}.json"
+        if shipped.exists():
+            path = shipped
+        else:
+            raise FileNotFoundError(f"{spec}: no such cost model (a JSON file, recorded:LOG, or one of "
+                                    f"{', '.join(shipped_cost_models())})")
+    return LinearCostModel.load(path)
+
+
+def shipped_cost_models() -> list[str]:
+    return sorted(p.stem for p in (Path(__file__).parent / "cost_models").glob("*.json"))

@@ -1,0 +1,156 @@
+"""Replay modes over a recorded log.
+
+- ``timing_replay(log, cost_model)``: the recorded decisions (same steps, same spans) re-timed by
+  a cost model. Steps run back to back, but none starts before the requests in it arrived, and
+  the engine time the log shows between steps (``start - max(previous end, arrivals)``) is kept:
+  only step durations are predicted. Reports per-step error and per-request TTFT/E2E error; with
+  the log's own durations (RecordedCostModel) every error is zero.
+- ``resimulate(log, cost_model, config)``: the log's workload through the live scheduler again
+  (simulator.sim) — with the recorded durations it reproduces the recorded decisions.
+
+Execute-replay (the recorded plans on a real executor) is in ``simulator.execute``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from runtime.config import EngineConfig
+from simulator.cost_model import CostModel, mape
+from simulator.sim import SimResult, simulate
+from traces.events import Arrived, Event, Finished, Header, Step
+from traces.importers import read_log_workload
+from traces.log import LogError, read_log
+
+
+@dataclass
+class TimingReplay:
+    steps: pd.DataFrame  # step, recorded, predicted (durations), rec_start, rec_end, pred_start, pred_end
+    requests: pd.DataFrame  # request_id, ttft_rec, ttft_pred, e2e_rec, e2e_pred
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def timing_replay(events_or_path: str | Path | list[Event], cost_model: CostModel) -> TimingReplay:
+    events = read_log(events_or_path) if isinstance(events_or_path, str | Path) else iter(events_or_path)
+    arrival: dict[int, float] = {}
+    first_step: dict[int, int] = {}  # request -> index of the step that sampled its first token
+    last_step: dict[int, int] = {}  # request -> index of the last step that sampled for it
+    finish: dict[int, float] = {}
+    cols: dict[str, list] = {k: [] for k in ("step", "recorded", "predicted", "rec_start", "rec_end",
+                                             "pred_start", "pred_end")}
+    prev_rec = prev_pred = -math.inf
+    header_seen = False
+    for ev in events:
+        if isinstance(ev, Step):
+            ready = max((arrival.get(s.request_id, -math.inf) for s in ev.spans), default=-math.inf)
+            rec_ready = max(prev_rec, ready)
+            gap = max(ev.start - rec_ready, 0.0)  # engine time outside the step, as recorded
+            pred_start = max(prev_pred, ready) + gap
+            pred = cost_model.step_time(ev.step, ev.spans)
+            pred_end = pred_start + pred
+            k = len(cols["step"])
+            for s in ev.spans:
+                if s.sample:
+                    first_step.setdefault(s.request_id, k)
+                    last_step[s.request_id] = k
+            for name, value in (("step", ev.step), ("recorded", ev.end - ev.start), ("predicted", pred),
+                                ("rec_start", ev.start), ("rec_end", ev.end), ("pred_start", pred_start),
+                                ("pred_end", pred_end)):
+                cols[name].append(value)
+            prev_rec, prev_pred = ev.end, pred_end
+        elif isinstance(ev, Arrived):
+            arrival[ev.request_id] = ev.time
+        elif isinstance(ev, Finished):
+            finish[ev.request_id] = ev.time
+        elif isinstance(ev, Header):
+            header_seen = True
+    if not header_seen:
+        raise LogError("a log must start with a Header event")
+    steps = pd.DataFrame(cols)
+    rec_end = np.asarray(cols["rec_end"], dtype=float)
+    pred_end = np.asarray(cols["pred_end"], dtype=float)
+    rows = []
+    for rid, t0 in arrival.items():
+        f = first_step.get(rid)
+        row = {"request_id": rid, "ttft_rec": math.nan, "ttft_pred": math.nan,
+               "e2e_rec": math.nan, "e2e_pred": math.nan}
+        if f is not None:
+            row["ttft_rec"] = rec_end[f] - t0
+            row["ttft_pred"] = pred_end[f] - t0
+        if rid in finish and rid in last_step:
+            k = last_step[rid]
+            row["e2e_rec"] = finish[rid] - t0
+            # a finish outside a step (stop string) lags its last step by engine time: keep the lag
+            row["e2e_pred"] = pred_end[k] + (finish[rid] - rec_end[k]) - t0
+        rows.append(row)
+    requests = pd.DataFrame(rows, columns=["request_id", "ttft_rec", "ttft_pred", "e2e_rec", "e2e_pred"])
+    return TimingReplay(steps, requests, _summary(steps, requests))
+
+
+def _errors(pred: pd.Series, rec: pd.Series) -> dict[str, float]:
+    ok = pred.notna() & rec.notna()
+    p, r = pred[ok].to_numpy(float), rec[ok].to_numpy(float)
+    if not len(p):
+        return {"n": 0, "mae_s": math.nan, "max_abs_s": math.nan, "mape": math.nan, "p90_ape": math.nan}
+    err = np.abs(p - r)
+    pos = r > 0
+    ape = err[pos] / r[pos] * 100 if pos.any() else np.array([math.nan])
+    return {"n": int(len(p)), "mae_s": float(err.mean()), "max_abs_s": float(err.max()),
+            "mape": float(ape.mean()), "p90_ape": float(np.percentile(ape, 90))}
+
+
+def _summary(steps: pd.DataFrame, requests: pd.DataFrame) -> dict[str, Any]:
+    rec = steps["recorded"].to_numpy(float)
+    pred = steps["predicted"].to_numpy(float)
+    span = lambda start, end: float(end.iloc[-1] - start.iloc[0]) if len(steps) else 0.0
+    return {
+        "steps": int(len(steps)),
+        "step_mape": mape(pred, rec),
+        "step_time_recorded_s": float(rec.sum()),
+        "step_time_predicted_s": float(pred.sum()),
+        "makespan_recorded_s": span(steps["rec_start"], steps["rec_end"]),
+        "makespan_predicted_s": span(steps["pred_start"], steps["pred_end"]),
+        "ttft": _errors(requests["ttft_pred"], requests["ttft_rec"]),
+        "e2e": _errors(requests["e2e_pred"], requests["e2e_rec"]),
+    }
+
+
+def render_timing_replay(report: TimingReplay) -> str:
+    s = report.summary
+    lines = [
+        f"steps: {s['steps']:,}   per-step MAPE: {s['step_mape']:.2f}%",
+        f"total step time: recorded {s['step_time_recorded_s']:.3f} s, predicted {s['step_time_predicted_s']:.3f} s",
+        f"makespan: recorded {s['makespan_recorded_s']:.3f} s, predicted {s['makespan_predicted_s']:.3f} s",
+    ]
+    for key in ("ttft", "e2e"):
+        e = s[key]
+        lines.append(f"{key.upper():>4} error over {e['n']:,} requests: mean abs {e['mae_s'] * 1e3:.3f} ms, "
+                     f"max abs {e['max_abs_s'] * 1e3:.3f} ms, MAPE {e['mape']:.2f}%, p90 APE {e['p90_ape']:.2f}%")
+    return "\n".join(lines)
+
+
+def log_config(path: str | Path) -> tuple[Header, EngineConfig]:
+    """The header of a log and the engine config it recorded."""
+    from traces.log import read_header
+
+    header = read_header(path)
+    try:
+        config = EngineConfig.from_dict(header.config)
+    except (TypeError, ValueError) as e:
+        raise LogError(f"{path}:1: the Header's config is not an engine config: {e}") from None
+    return header, config
+
+
+def resimulate(path: str | Path, cost_model: CostModel, config: EngineConfig | None = None, *,
+               sink=None, token_fn=None, progress=None) -> SimResult:
+    """Simulate the workload of a recorded log under ``config`` (default: the log's own)."""
+    if config is None:
+        _, config = log_config(path)
+    return simulate(read_log_workload(path), config, cost_model, sink=sink, token_fn=token_fn,
+                    progress=progress, header_extra={"resimulated_from": str(path)})

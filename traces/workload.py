@@ -1,0 +1,208 @@
+"""Workload: what arrives when — request specs the simulator (or a load generator) replays.
+
+A workload is a list of ``RequestSpec`` (arrival time in seconds, prompt record, sampling
+params, priority) sorted by arrival. Trace workloads fix each output length with
+``max_tokens`` + ``ignore_eos`` so the engine stops exactly where the trace did.
+
+Saved as JSON Lines in the event-log format: a ``Header`` (clock ``"workload"``, provenance in
+``extra``) followed by one ``Arrived`` event per request — so any log reader (and ``read_log``)
+reads a workload file, and a recorded log is itself a workload source.
+
+Importers (``traces.importers``) and generators (``traces.generators``) build workloads;
+``load_workload`` picks the importer from the file's extension and first line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from runtime.request import SamplingParams
+from traces.events import Arrived, Header
+from traces.prompt import Prompt, PromptIds, PromptSynthetic
+
+WORKLOAD_CLOCK = "workload"
+
+
+class WorkloadError(ValueError):
+    """Malformed workload input; the message names the file, line and field."""
+
+
+class RequestSpec(msgspec.Struct, frozen=True, kw_only=True):
+    arrival: float  # seconds since the workload's time origin
+    prompt: Prompt
+    params: SamplingParams
+    priority: int = 0
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return self.prompt.num_tokens
+
+    @property
+    def num_output_tokens(self) -> int:
+        return self.params.max_tokens
+
+
+@dataclass
+class Workload:
+    requests: list[RequestSpec]
+    seed: int = 0
+    source: str = ""
+    # provenance and import notes (skipped rows, excluded requests); saved in the Header
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # stable sort: equal arrival times keep their input order
+        if any(b.arrival < a.arrival for a, b in zip(self.requests, self.requests[1:])):
+            self.requests = sorted(self.requests, key=lambda r: r.arrival)
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def __iter__(self) -> Iterator[RequestSpec]:
+        return iter(self.requests)
+
+    @property
+    def duration(self) -> float:
+        """Seconds from the first to the last arrival."""
+        return self.requests[-1].arrival - self.requests[0].arrival if self.requests else 0.0
+
+    def max_request_tokens(self) -> int:
+        """Longest prompt + output: the ``max_model_len`` that serves every request."""
+        return max((r.num_prompt_tokens + r.num_output_tokens for r in self.requests), default=1)
+
+    def _derive(self, requests: list[RequestSpec], note: str) -> Workload:
+        meta = dict(self.meta)
+        meta["transforms"] = [*meta.get("transforms", []), note]
+        return Workload(requests, self.seed, self.source, meta)
+
+    # --- slicing --------------------------------------------------------------------------------
+
+    def head(self, n: int) -> Workload:
+        """The first ``n`` requests by arrival."""
+        if n < 0:
+            raise WorkloadError(f"limit must be >= 0, got {n}")
+        return self._derive(self.requests[:n], f"head({n})")
+
+    def window(self, start: float, end: float, rebase: bool = True) -> Workload:
+        """Requests arriving in ``[start, end)``; with ``rebase`` arrivals count from ``start``."""
+        if not end > start:
+            raise WorkloadError(f"time window end must be after its start, got [{start}, {end})")
+        shift = start if rebase else 0.0
+        picked = [msgspec.structs.replace(r, arrival=r.arrival - shift) if shift else r
+                  for r in self.requests if start <= r.arrival < end]
+        return self._derive(picked, f"window({start}, {end})")
+
+    # --- scaling --------------------------------------------------------------------------------
+
+    def scale_rate(self, factor: float) -> Workload:
+        """Multiply the arrival rate by ``factor`` (inter-arrival gaps divided by it)."""
+        if not factor > 0:
+            raise WorkloadError(f"rate scale must be > 0, got {factor}")
+        return self._derive([msgspec.structs.replace(r, arrival=r.arrival / factor) for r in self.requests],
+                            f"scale_rate({factor})")
+
+    def scale_lengths(self, input_factor: float = 1.0, output_factor: float = 1.0) -> Workload:
+        """Scale prompt and output lengths (rounded, at least 1 token)."""
+        if not (input_factor > 0 and output_factor > 0):
+            raise WorkloadError(f"length scales must be > 0, got {input_factor}, {output_factor}")
+        out = []
+        for r in self.requests:
+            prompt = _scale_prompt(r.prompt, input_factor) if input_factor != 1.0 else r.prompt
+            params = r.params
+            if output_factor != 1.0:
+                n = max(1, round(params.max_tokens * output_factor))
+                params = msgspec.structs.replace(params, max_tokens=n, min_tokens=min(params.min_tokens, n))
+            out.append(msgspec.structs.replace(r, prompt=prompt, params=params))
+        return self._derive(out, f"scale_lengths({input_factor}, {output_factor})")
+
+    # --- persistence ------------------------------------------------------------------------------
+
+    def header(self) -> Header:
+        return Header(clock=WORKLOAD_CLOCK, seed=self.seed,
+                      extra={"workload": {"source": self.source, "num_requests": len(self), **self.meta}})
+
+    def events(self) -> Iterator[Header | Arrived]:
+        yield self.header()
+        for i, r in enumerate(self.requests):
+            yield Arrived(time=r.arrival, request_id=i, prompt=r.prompt, params=r.params, priority=r.priority)
+
+    def save(self, path: str | Path) -> None:
+        from traces.log import LogWriter
+
+        with LogWriter(path) as writer:
+            for event in self.events():
+                writer(event)
+
+    @classmethod
+    def load(cls, path: str | Path, **options: Any) -> Workload:
+        return load_workload(path, **options)
+
+
+def _scale_prompt(prompt: Prompt, factor: float) -> Prompt:
+    n = max(1, round(prompt.num_tokens * factor))
+    if isinstance(prompt, PromptIds):
+        if n > prompt.num_tokens:
+            raise WorkloadError("cannot scale a token-id prompt up: its extra tokens are unknown")
+        return PromptIds(prompt.token_ids[:n])
+    # synthetic: keep the leading segments that still fit; tokens past them stay unique
+    keep = math.ceil(n / prompt.segment_len)
+    return msgspec.structs.replace(prompt, num_tokens=n, segment_ids=prompt.segment_ids[:keep])
+
+
+def trace_params(output_tokens: int) -> SamplingParams:
+    """Sampling params of a trace request: exactly ``output_tokens`` tokens, eos ignored."""
+    return SamplingParams(max_tokens=output_tokens, ignore_eos=True)
+
+
+def synthetic_prompt(num_tokens: int, seed: int, unique_seed: int, segment_ids: Iterable[int] = (),
+                     segment_len: int = 512) -> PromptSynthetic:
+    return PromptSynthetic(num_tokens=num_tokens, seed=seed, unique_seed=unique_seed,
+                           segment_ids=list(segment_ids), segment_len=segment_len)
+
+
+def load_workload(
+    path: str | Path,
+    *,
+    fmt: str = "auto",
+    limit: int | None = None,
+    time_window: tuple[float, float] | None = None,
+    rate_scale: float = 1.0,
+    input_scale: float = 1.0,
+    output_scale: float = 1.0,
+    skip_bad_rows: bool = False,
+    seed: int = 0,
+) -> Workload:
+    """Read a workload from our JSONL/log, an Azure CSV or a Mooncake JSONL; then slice and scale.
+
+    Order of the options: time window (on the file's own clock), then first ``limit`` requests,
+    then rate and length scaling.
+    """
+    from traces import importers
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such workload file")
+    kind = importers.detect_format(path) if fmt == "auto" else fmt
+    if kind == "azure":
+        wl = importers.read_azure_csv(path, seed=seed, skip_bad_rows=skip_bad_rows)
+    elif kind == "mooncake":
+        wl = importers.read_mooncake_jsonl(path, seed=seed, skip_bad_rows=skip_bad_rows)
+    elif kind == "log":
+        wl = importers.read_log_workload(path)
+    else:
+        raise WorkloadError(f"{path}: unknown workload format {kind!r} (auto, azure, mooncake, log)")
+    if time_window is not None:
+        wl = wl.window(*time_window)
+    if limit is not None:
+        wl = wl.head(limit)
+    if rate_scale != 1.0:
+        wl = wl.scale_rate(rate_scale)
+    if input_scale != 1.0 or output_scale != 1.0:
+        wl = wl.scale_lengths(input_scale, output_scale)
+    return wl
