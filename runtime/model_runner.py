@@ -4,14 +4,14 @@ It owns the weights, the paged KV pool and the attention backend; per step it bu
 (runtime/model_inputs.py), runs the forward with logits only at sampling positions, samples, and
 returns the tokens with the measured wall time of the whole step.
 
-Randomness: each request draws from its own ``torch.Generator``, seeded from
-``SamplingParams.seed`` or from (engine seed, request id); so a request's tokens depend only on
+Randomness: each request draws from its own stream (``runtime.sampling.request_rng``: seeded from
+``SamplingParams.seed`` or from (engine seed, request id)); so a request's tokens depend only on
 its logits and its stream, never on which other requests share the batch.
 """
 
 from __future__ import annotations
 
-import hashlib
+import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +24,7 @@ from runtime.kv_cache import allocate_kv, plan_num_blocks
 from runtime.model.loader import LoadedModel
 from runtime.model_inputs import prepare_inputs
 from runtime.request import Request
+from runtime.sampling import GREEDY_EPS, Sampler, SamplingBatch, request_rng
 from runtime.scheduler import StepPlan
 
 
@@ -55,13 +56,6 @@ class RunnerStats:
         return 1.0 - self.forward / self.total if self.total else 0.0
 
 
-def request_seed(engine_seed: int, request: Request) -> int:
-    if request.params.seed is not None:
-        return request.params.seed
-    digest = hashlib.blake2b(f"{engine_seed}/{request.request_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & 0x7FFF_FFFF_FFFF_FFFF
-
-
 class ModelRunner:
     def __init__(self, loaded: LoadedModel, config: RunnerConfig, *, block_size: int, seed: int = 0,
                  max_num_batched_tokens: int = 2048, max_num_seqs: int = 256, sync_timing: bool = False,
@@ -79,25 +73,27 @@ class ModelRunner:
             kv_cache_gb=config.kv_cache_gb, gpu_memory_utilization=config.gpu_memory_utilization,
             max_tokens=max_num_batched_tokens, max_seqs=max_num_seqs)
         self.kv_caches = allocate_kv(self.spec, self.num_blocks, block_size, self.dtype, self.device)
-        self.sampler = _make_sampler(self.device)
-        self._generators: dict[int, torch.Generator] = {}
+        self.sampler = Sampler()
+        self._rngs: dict[int, random.Random] = {}
         self.sync_timing = sync_timing and self.device.type == "cuda"
         self.record_steps = record_steps
         self.stats = RunnerStats()
 
     # --- randomness ---------------------------------------------------------------------------
 
-    def generator(self, request: Request) -> torch.Generator:
-        g = self._generators.get(request.request_id)
-        if g is None:
-            g = torch.Generator(device=self.device)
-            g.manual_seed(request_seed(self.seed, request))
-            self._generators[request.request_id] = g
-        return g
+    def rng(self, request: Request) -> random.Random | None:
+        """The request's stream (None for greedy rows: they draw nothing). It survives preemption."""
+        if request.params.temperature < GREEDY_EPS:
+            return None
+        rng = self._rngs.get(request.request_id)
+        if rng is None:
+            rng = self._rngs[request.request_id] = request_rng(self.seed, request.request_id,
+                                                               request.params.seed)
+        return rng
 
     def _forget_finished(self, requests: Mapping[int, Request]) -> None:
-        if len(self._generators) > 2 * len(requests) + 64:
-            self._generators = {rid: g for rid, g in self._generators.items() if rid in requests}
+        if len(self._rngs) > 2 * len(requests) + 64:
+            self._rngs = {rid: g for rid, g in self._rngs.items() if rid in requests}
 
     # --- the step -------------------------------------------------------------------------------
 
@@ -112,8 +108,10 @@ class ModelRunner:
             torch.cuda.synchronize(self.device)
         t2 = time.perf_counter()
         reqs = inputs.sampled_requests
-        generators = [self.generator(r) if not r.params.greedy else None for r in reqs]
-        token_ids, logprobs = self.sampler(logits, reqs, generators)
+        batch = SamplingBatch.build([r.params for r in reqs], [self.rng(r) for r in reqs],
+                                    [(r.token_ids, r.num_prompt_tokens) for r in reqs], self.device,
+                                    self.spec.vocab_size)
+        out = self.sampler.sample(logits, batch)
         t3 = time.perf_counter()
         self._forget_finished(requests)
         st = self.stats
@@ -125,17 +123,5 @@ class ModelRunner:
         st.tokens += inputs.num_tokens
         if self.record_steps:
             st.per_step.append((len(plan.spans), inputs.num_tokens, t3 - t0, t2 - t1))
-        return StepResult([[t] for t in token_ids], t3 - t0, logprobs)
-
-
-def _make_sampler(device: torch.device):
-    """The batched sampler from runtime/sampling.py; greedy argmax until it exists."""
-    try:
-        from runtime.sampling import Sampler  # noqa: F401
-    except ImportError:
-        return _greedy
-    return _greedy  # TODO: adapt to runtime.sampling.Sampler once its interface lands
-
-
-def _greedy(logits: torch.Tensor, requests: list[Request], generators) -> tuple[list[int], None]:
-    return logits.argmax(dim=-1).tolist(), None
+        logprobs = None if out.logprobs is None else [None if lp is None else [lp] for lp in out.logprobs]
+        return StepResult([[t] for t in out.token_ids], t3 - t0, logprobs)

@@ -8,6 +8,7 @@ visible (written to a temporary folder, then renamed).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -28,6 +29,7 @@ def converted_folder(gguf_path: Path, identity_hash: str) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    tmp.chmod(0o755)
     try:
         _convert(gguf_path, tmp)
         try:
@@ -51,7 +53,16 @@ def _convert(gguf_path: Path, out: Path) -> None:
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
     except (ValueError, NotImplementedError, KeyError, OSError) as e:
         raise ModelLoadError(f"{gguf_path}: transformers could not read this GGUF file: {e}") from e
-    model.save_pretrained(out)
+    # save_pretrained refuses GGUF-loaded models; the dequantized tensors are plain fp32, so write
+    # them ourselves (a tied lm_head is the embedding: stored once)
+    from safetensors.torch import save_file
+
+    config = model.config.to_dict()
+    config.pop("quantization_config", None)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    state = {k: v.contiguous() for k, v in model.state_dict().items()
+             if not (k == "lm_head.weight" and config.get("tie_word_embeddings"))}
+    save_file(state, str(out / "model.safetensors"))
     tokenizer.save_pretrained(out)
     if model.generation_config is not None:
         model.generation_config.save_pretrained(out)
