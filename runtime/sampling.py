@@ -64,9 +64,9 @@ def request_rng(engine_seed: int, request_id: int, seed: int | None) -> random.R
     return random.Random(int.from_bytes(digest, "little"))
 
 
-def _stage(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
+def _stage(arrays: list[np.ndarray], device: torch.device) -> tuple[list[torch.Tensor], int]:
     """Send many small host arrays in ONE copy: bytes concatenated at 8-byte offsets, viewed back
-    by dtype on the device."""
+    by dtype on the device. Returns the views and the number of bytes sent."""
     parts, spans, pos = [], [], 0
     for a in arrays:
         raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
@@ -80,7 +80,7 @@ def _stage(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]
         buf = torch.from_numpy(np.concatenate(parts)).to(device, non_blocking=True)
     else:
         buf = torch.empty(0, dtype=torch.uint8, device=device)
-    return [buf[o:o + n].view(_TORCH_DTYPE[dt]) for o, n, dt in spans]
+    return [buf[o:o + n].view(_TORCH_DTYPE[dt]) for o, n, dt in spans], pos
 
 
 _TORCH_DTYPE = {np.dtype(np.int64): torch.int64, np.dtype(np.float32): torch.float32,
@@ -120,6 +120,7 @@ class SamplingBatch:
     top_kp: TopKP | None
     penalties: ops.PenaltyTensors | None
     logprobs: LogprobRows | None
+    h2d_bytes: int  # size of the step's one host-to-device copy
 
     @classmethod
     def build(
@@ -175,7 +176,8 @@ class SamplingBatch:
         if s < b:
             arrays.append(srows.astype(np.int64))
 
-        staged = iter(_stage(arrays, device))
+        views, h2d_bytes = _stage(arrays, device)
+        staged = iter(views)
         temperature, u = next(staged), next(staged)
         min_p_t = next(staged) if use_min_p else None
         top_kp = None
@@ -191,7 +193,8 @@ class SamplingBatch:
             counts = [lp_counts[i] for i in lp_rows]
             logprobs = LogprobRows(next(staged), next(staged), lp_rows, counts, max(counts))
         sample_rows = next(staged) if s < b else None
-        return cls(b, device, sample_rows, s, temperature, u, min_p_t, top_kp, penalties, logprobs)
+        return cls(b, device, sample_rows, s, temperature, u, min_p_t, top_kp, penalties, logprobs,
+                   h2d_bytes)
 
     @property
     def all_greedy(self) -> bool:
@@ -255,7 +258,7 @@ class Sampler:
 
     def _draw(self, logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
         if batch.all_greedy:
-            return logits.argmax(-1)
+            return ops.row_argmax(logits)
         rows = batch.sample_rows
         x = logits if rows is None else logits.index_select(0, rows)
         x = x.float() / batch.temperature[:, None]  # a new tensor: safe to work in place below
@@ -272,7 +275,7 @@ class Sampler:
         drawn = ops.inverse_cdf(w, batch.uniforms)
         if rows is None:
             return drawn
-        return logits.argmax(-1).index_copy_(0, rows, drawn)
+        return ops.row_argmax(logits).index_copy_(0, rows, drawn)
 
     def _with_logprobs(self, source: torch.Tensor, ids: torch.Tensor, lp: LogprobRows) -> SampleOutput:
         x = source.index_select(0, lp.rows).float()

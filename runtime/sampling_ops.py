@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 # topk is cheaper than a full sort when few values are needed; past this a sort is used
@@ -61,15 +62,30 @@ def apply_penalties(logits: torch.Tensor, pen: PenaltyTensors) -> torch.Tensor:
 
 def row_cumsum(x: torch.Tensor) -> torch.Tensor:
     """float64 inclusive cumsum along the last dim of a 2-D tensor, batch-size independent."""
-    if x.is_cuda and x.shape[0] == 1:
+    if not x.is_cuda:
+        return x.double().cumsum(-1)  # same values as dtype=float64, several times faster on CPU
+    if x.shape[0] == 1:
         return torch.cumsum(torch.cat([x, torch.zeros_like(x)]), -1, dtype=torch.float64)[:1]
     return torch.cumsum(x, -1, dtype=torch.float64)
 
 
+def row_argmax(x: torch.Tensor) -> torch.Tensor:
+    """First index of the maximum of each row ([B] int64)."""
+    if x.device.type == "cpu" and x.dtype == torch.float32:
+        return torch.from_numpy(x.numpy().argmax(-1))  # ~10x faster than torch's CPU argmax
+    return x.argmax(-1)
+
+
 def sorted_desc(w: torch.Tensor, kmax: int) -> torch.Tensor:
-    """The ``kmax`` largest values of each row, descending (a full sort when kmax is large)."""
+    """The ``kmax`` largest values of each row, descending (a full sort when kmax is large).
+
+    Only values are needed, and a sorted sequence of values is unique, so any sort gives the
+    same result: on the CPU numpy's sort (~30x faster than torch's there).
+    """
     if kmax < min(_TOPK_LIMIT, w.shape[1]):
         return torch.topk(w, kmax, dim=-1, sorted=True).values
+    if w.device.type == "cpu":
+        return torch.from_numpy(np.ascontiguousarray(np.sort(w.numpy(), -1)[:, ::-1]))
     return torch.sort(w, dim=-1, descending=True).values
 
 
