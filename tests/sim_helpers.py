@@ -1,0 +1,90 @@
+"""Helpers for simulator tests: a live-style driver that records a log, and small workloads.
+
+``record_live`` is the reference for what a live engine does with a workload, written without
+SimPy: arrivals up to ``now`` are added before a step is scheduled, arrivals up to the step's
+end are added before it is committed, an idle engine jumps to the next arrival.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runtime.config import CacheConfig, EngineConfig, SchedulerConfig
+from runtime.core import EngineCore, StepResult
+from runtime.request import SamplingParams
+from tests.helpers import SeededTokenExecutor
+from traces.events import make_header
+from traces.generators import generate
+from traces.prompt import PromptIds, PromptSynthetic
+from traces.workload import RequestSpec, Workload
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_TRACES = REPO.parent / "shared" / "traces"
+DATA = Path(__file__).resolve().parent / "data"
+
+
+class VaryingDurationExecutor(SeededTokenExecutor):
+    """Seeded tokens; the duration depends on the step's shape (so steps differ in length)."""
+
+    def execute(self, plan, requests):
+        result = super().execute(plan, requests)
+        tokens = sum(s.num_tokens for s in plan.spans)
+        return StepResult(result.token_ids, 0.002 + 1e-5 * tokens + 3e-4 * len(plan.spans))
+
+
+def record_live(workload: Workload, config: EngineConfig, executor, *, tables: list | None = None) -> list:
+    """Drive EngineCore over ``workload`` like a live engine would; return the events (Header first).
+
+    ``tables``: if given, receives per step the block tables the executor saw (copies).
+    """
+    events: list = [make_header(config, clock="wall")]
+    core = EngineCore(config, eos_token_id=None, sink=events.append)
+    specs = workload.requests
+    i, now = 0, 0.0
+
+    def arrive_until(t: float) -> None:
+        nonlocal i
+        while i < len(specs) and specs[i].arrival <= t:
+            s = specs[i]
+            core.add_request(s.prompt, s.params, now=s.arrival, priority=s.priority)
+            i += 1
+
+    while True:
+        arrive_until(now)
+        plan = core.schedule(now)
+        if plan.empty:
+            assert not core.has_unfinished(), "live driver stalled"
+            if i == len(specs):
+                return events
+            now = specs[i].arrival
+            continue
+        if tables is not None:
+            tables.append([list(t) for t in plan.block_tables])
+        result = executor.execute(plan, core.requests)
+        end = now + result.duration
+        arrive_until(end)
+        core.commit(plan, result, now)
+        now = end
+
+
+def small_config(*, chunked: bool = True, num_blocks: int = 256, budget: int = 256, block_size: int = 16,
+                 prefix: bool = True, max_num_seqs: int = 32, policy: str = "fcfs", seed: int = 0) -> EngineConfig:
+    return EngineConfig(
+        cache=CacheConfig(block_size=block_size, num_blocks=num_blocks, enable_prefix_caching=prefix),
+        scheduler=SchedulerConfig(max_num_batched_tokens=budget, max_num_seqs=max_num_seqs,
+                                  enable_chunked_prefill=chunked, max_model_len=1024, policy=policy),
+        model_identity="test-model", seed=seed)
+
+
+def mixed_workload(n: int = 60, seed: int = 0, rate: float = 40.0) -> Workload:
+    """Bursty arrivals, prompts sharing a 64-token prefix, plus a few token-id prompts."""
+    wl = generate(n, rate=rate, cv=2.0, input_len="uniform:8:200", output_len="uniform:1:40",
+                  shared_prefix=64, seed=seed)
+    extra = [RequestSpec(arrival=wl.requests[k].arrival, prompt=PromptIds(list(range(k, k + 50))),
+                         params=SamplingParams(max_tokens=7, ignore_eos=True), priority=k % 3)
+             for k in range(0, n, 10)]
+    return Workload(wl.requests + extra, seed=seed, source="mixed")
+
+
+def synthetic(n: int, **kw) -> PromptSynthetic:
+    return PromptSynthetic(num_tokens=n, **kw)

@@ -1,0 +1,147 @@
+"""Cost models: features, NNLS fit (recovers a known model), JSON, recorded durations, the shipped model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from simulator.cost_model import (
+    FEATURES,
+    CostModelError,
+    LinearCostModel,
+    RecordedCostModel,
+    StepData,
+    load_cost_model,
+    shipped_cost_models,
+    step_features,
+)
+from simulator.nnls import nnls
+from simulator.roofline import H200, QWEN3_0_6B, analytic_cost_model
+from simulator.sim import simulate
+from tests.sim_helpers import mixed_workload, small_config
+from traces.events import Span
+from traces.log import LogWriter
+
+TRUE = {"const": 0.004, "prefill_tokens": 3e-5, "prefill_attention": 2e-9, "decode_seqs": 2e-4,
+        "decode_context": 4e-7, "seqs": 1e-4}
+
+
+def test_features_of_a_step():
+    spans = [Span(0, 100, 1, True), Span(1, 7, 1, True), Span(2, 16, 32, False), Span(3, 0, 5, True)]
+    f = dict(zip(FEATURES, step_features(spans)))
+    assert f == {"const": 1.0, "prefill_tokens": 37, "prefill_attention": 32 * 16 + 32 * 33 // 2 + 5 * 6 // 2,
+                 "decode_seqs": 2, "decode_context": 101 + 8, "seqs": 4}
+    model = LinearCostModel(TRUE)
+    assert model.step_time(0, spans) == pytest.approx(float(np.dot([TRUE[k] for k in FEATURES], list(f.values()))))
+
+
+def test_nnls_matches_brute_force_over_active_sets():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        A, b = rng.normal(size=(30, 4)), rng.normal(size=30)
+        x = nnls(A, b)
+        best = np.linalg.norm(b)  # x = 0
+        for k in range(1, 16):
+            m = np.array([bool(k >> i & 1) for i in range(4)])
+            sol = np.linalg.lstsq(A[:, m], b, rcond=None)[0]
+            if (sol >= 0).all():
+                best = min(best, float(np.linalg.norm(A[:, m] @ sol - b)))
+        assert (x >= 0).all() and np.linalg.norm(A @ x - b) <= best + 1e-9
+
+
+def _log_with(tmp_path, model, name, seed, **cfg):
+    path = tmp_path / name
+    with LogWriter(path) as w:
+        simulate(mixed_workload(120, seed=seed, rate=60), small_config(**cfg), model, sink=w)
+    return path
+
+
+def test_fit_recovers_the_model_that_timed_the_log(tmp_path):
+    truth = LinearCostModel(TRUE)
+    train = [_log_with(tmp_path, truth, "a.jsonl", 1),
+             _log_with(tmp_path, truth, "b.jsonl", 2, chunked=False, budget=1024)]
+    held = _log_with(tmp_path, truth, "c.jsonl", 3, num_blocks=48, budget=128)
+    fit = LinearCostModel.fit(StepData.from_logs(train))
+    assert fit.meta["training"]["mape"] < 1e-6
+    assert fit.evaluate(StepData.from_logs([held]))["mape"] < 1e-6
+    for k in FEATURES:
+        assert fit.coefficients[k] == pytest.approx(TRUE[k], rel=1e-4, abs=1e-15)
+
+
+def test_fit_with_noise_is_nonnegative_and_reports_heldout_error(tmp_path):
+    class Noisy:
+        def __init__(self):
+            self.rng = np.random.default_rng(0)
+
+        def step_time(self, step, spans):
+            return LinearCostModel(TRUE).step_time(step, spans) * float(self.rng.uniform(0.9, 1.1))
+
+    logs = [_log_with(tmp_path, Noisy(), f"{i}.jsonl", i) for i in range(2)]
+    data = StepData.from_logs(logs)
+    train, held = data.split(5)
+    assert len(held.durations) == len(data.durations) // 5
+    fit = LinearCostModel.fit(train)
+    assert all(v >= 0 for v in fit.coefficients.values())
+    ev = fit.evaluate(data)
+    assert ev["mape"] < 6 and set(ev["per_log"]) == {str(p) for p in logs}
+
+
+def test_unexercised_features_are_reported_not_invented(tmp_path):
+    from traces.events import Header, Step
+
+    path = tmp_path / "decode.jsonl"
+    with LogWriter(path) as w:
+        w(Header())
+        for i in range(20):
+            spans = [Span(j, 50 + i, 1, True) for j in range(1 + i % 4)]
+            w(Step(step=i, start=float(i), end=i + 0.001 * len(spans), spans=spans, tokens=[[1]] * len(spans)))
+    fit = LinearCostModel.fit(StepData.from_logs([path]))
+    assert set(fit.meta["unfitted_features"]) == {"prefill_tokens", "prefill_attention"}
+    assert fit.coefficients["prefill_tokens"] == 0.0
+
+
+def test_json_roundtrip_and_errors(tmp_path):
+    m = LinearCostModel(TRUE, {"model_identity": "m", "hardware": "h", "dtype": "bf16", "fit_date": "d"})
+    path = tmp_path / "m.json"
+    m.save(path)
+    back = LinearCostModel.load(path)
+    assert back.coefficients == m.coefficients and back.meta["hardware"] == "h"
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "minivllm-cost-model", "kind": "linear", "coefficients": {"warp": 1}}')
+    with pytest.raises(CostModelError, match="unknown cost-model features"):
+        LinearCostModel.load(bad)
+    bad.write_text('{"format": "minivllm-cost-model", "kind": "linear", "coefficients": {"const": -1}}')
+    with pytest.raises(CostModelError, match=">= 0"):
+        LinearCostModel.load(bad)
+    bad.write_text("{oops")
+    with pytest.raises(CostModelError, match="not JSON"):
+        LinearCostModel.load(bad)
+    with pytest.raises(FileNotFoundError, match="qwen3-0.6b-h200"):
+        load_cost_model(tmp_path / "nope.json")
+
+
+def test_recorded_model_returns_logged_durations(tmp_path):
+    path = _log_with(tmp_path, LinearCostModel(TRUE), "r.jsonl", 4)
+    rec = RecordedCostModel.from_log(path)
+    data = StepData.from_logs([path])
+    assert [rec.step_time(i, []) for i in range(len(data.durations))] == data.durations.tolist()
+    with pytest.raises(CostModelError, match="diverged"):
+        rec.step_time(len(data.durations), [])
+    assert isinstance(load_cost_model(f"recorded:{path}"), RecordedCostModel)
+
+
+def test_shipped_h200_model_is_the_marked_analytic_roofline():
+    assert "qwen3-0.6b-h200" in shipped_cost_models()
+    m = load_cost_model("qwen3-0.6b-h200")
+    doc = json.loads((__import__("pathlib").Path(__import__("simulator").__file__).parent
+                      / "cost_models" / "qwen3-0.6b-h200.json").read_text())
+    assert doc["provenance"] == "analytic" and "to be replaced by a fit" in doc["note"]
+    assert doc["hardware"] == "NVIDIA H200" and doc["dtype"] == "bfloat16"
+    assert m.coefficients == analytic_cost_model(QWEN3_0_6B, H200).coefficients
+    # weights 1.19 GB at 4.3 TB/s + 1 ms assumed overhead; 112 KiB of KV per token
+    assert doc["analytic"]["kv_bytes_per_token"] == 28 * 8 * 128 * 2 * 2
+    assert m.coefficients["const"] == pytest.approx(1.19e9 / 4.3e12 + 1e-3, rel=0.01)
+    decode_256 = m.step_time(0, [Span(i, 1000, 1, True) for i in range(256)])
+    assert 5e-3 < decode_256 < 20e-3

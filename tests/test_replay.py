@@ -1,0 +1,119 @@
+"""Timing-replay (LoggedPolicy decisions re-timed) and execute-replay (recorded plans re-run)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from runtime.core import StepResult
+from simulator.cost_model import LinearCostModel, RecordedCostModel
+from simulator.execute import execute_replay, render_execute_report
+from simulator.policy import LoggedPolicy
+from simulator.replay import render_timing_replay, timing_replay
+from tests.helpers import SeededTokenExecutor
+from tests.sim_helpers import VaryingDurationExecutor, mixed_workload, record_live, small_config
+from traces.events import Step
+from traces.log import LogWriter
+
+
+@pytest.fixture(scope="module")
+def live_log(tmp_path_factory):
+    """A live-style log with preemptions, prefix hits and finishes, and the tables its executor saw."""
+    cfg = small_config(num_blocks=40, budget=128)
+    tables: list = []
+    executor = VaryingDurationExecutor(seed=5)
+    events = record_live(mixed_workload(60, seed=21), cfg, executor, tables=tables)
+    path = tmp_path_factory.mktemp("replay") / "live.jsonl"
+    with LogWriter(path) as w:
+        for ev in events:
+            w(ev)
+    return path, events, tables, executor
+
+
+def test_timing_replay_with_recorded_durations_has_zero_error(live_log):
+    path, events, _, _ = live_log
+    report = timing_replay(path, RecordedCostModel.from_log(path))
+    s = report.summary
+    assert s["steps"] == sum(isinstance(e, Step) for e in events)
+    assert s["step_mape"] == 0.0
+    assert (report.steps["predicted"] == report.steps["recorded"]).all()
+    assert (report.steps["pred_start"] == report.steps["rec_start"]).all()
+    for key in ("ttft", "e2e"):
+        assert s[key]["n"] == 66
+        assert s[key]["max_abs_s"] <= 1e-12 and s[key]["mape"] <= 1e-9
+    assert "MAPE 0.00%" in render_timing_replay(report)
+
+
+def test_timing_replay_with_a_model_keeps_decisions_and_respects_arrivals(live_log):
+    path, events, _, _ = live_log
+    fast = LinearCostModel({"const": 1e-4})
+    report = timing_replay(path, fast)
+    steps = report.steps
+    assert len(steps) == sum(isinstance(e, Step) for e in events)
+    assert (steps["predicted"] == 1e-4).all()
+    assert (steps["pred_start"].iloc[1:].to_numpy() >= steps["pred_end"].iloc[:-1].to_numpy()).all()
+    assert report.summary["step_mape"] > 90
+    # faster steps → earlier (or equal) first tokens, never before arrival
+    r = report.requests.dropna()
+    assert (r["ttft_pred"] <= r["ttft_rec"] + 1e-12).all() and (r["ttft_pred"] > 0).all()
+
+
+def test_logged_policy_rebuilds_the_plans_the_executor_saw(live_log):
+    path, events, tables, _ = live_log
+    from traces.log import read_log
+
+    policy = LoggedPolicy(read_log(path))
+    live_steps = [e for e in events if isinstance(e, Step)]
+    n = 0
+    for logged, want_tables, live in zip(policy.steps(), tables, live_steps):
+        assert logged.plan.spans == live.spans
+        assert logged.plan.block_tables == want_tables
+        for s in logged.plan.spans:  # request state as the live scheduler left it for the executor
+            req = policy.requests[s.request_id]
+            assert req.num_computed_tokens == s.start
+            assert s.start + s.num_tokens <= req.num_tokens
+        n += 1
+    assert n == len(live_steps) == len(tables)
+    assert not policy.requests  # every request finished
+
+
+def test_execute_replay_with_the_recording_executor_matches(live_log):
+    path, _, _, executor = live_log
+    report = execute_replay(path, lambda header: VaryingDurationExecutor(seed=executor.seed))
+    assert report.ok and report.steps > 0 and report.compared_tokens > 0
+    assert all(math.isclose(a, b) for a, b in report.durations)
+    assert "tokens match the log" in render_execute_report(report)
+
+
+def test_execute_replay_reports_the_first_divergent_step(live_log):
+    path, events, _, executor = live_log
+
+    class Flipper(SeededTokenExecutor):
+        """Right tokens except for request 7's 3rd output token."""
+
+        def execute(self, plan, requests):
+            out = []
+            for s in plan.spans:
+                if not s.sample:
+                    continue
+                req = requests[s.request_id]
+                tok = self.token(s.request_id, s.start + s.num_tokens)
+                if s.request_id == 7 and req.num_output_tokens == 2:
+                    tok += 1
+                out.append([tok])
+            return StepResult(out, 0.01)
+
+    report = execute_replay(path, Flipper(seed=executor.seed))
+    assert not report.ok and report.mismatched_steps == 1
+    d = report.first
+    assert d.request_id == 7 and d.got == [d.expected[0] + 1]
+    first_sample_steps = [e.step for e in events if isinstance(e, Step)
+                          for s in e.spans if s.request_id == 7 and s.sample]
+    assert d.step == first_sample_steps[2]
+    text = render_execute_report(report)
+    assert f"FIRST DIVERGENCE at step {d.step}, request 7" in text and "block table" in text
+
+    everything = execute_replay(path, SeededTokenExecutor(seed=executor.seed + 1), stop_at_first=False)
+    sampling_steps = sum(1 for e in events if isinstance(e, Step) and e.tokens)
+    assert everything.mismatched_steps == sampling_steps < everything.steps
