@@ -125,28 +125,27 @@ def render_execute_report(report: ExecuteReport) -> str:
 
 def runtime_executor_factory(model: str | None = None, device: str = "auto", dtype: str = "auto",
                              attention_backend: str = "auto") -> Callable[[Header], Executor]:
-    """A factory building the real ModelRunner with the log's KV geometry and seed.
+    """A factory building the real ModelRunner as the recording did: the log's model (unless
+    ``model`` says otherwise), dtype, KV geometry, budget and seed, through ``engine_setup``.
 
     Imported lazily: torch and the model runtime are needed only here.
     """
 
     def make(header: Header) -> Executor:
         try:
-            from runtime.model.loader import load_model
-            from runtime.model_runner import ModelRunner, RunnerConfig
+            from runtime.engine_setup import build_engine
         except ImportError as e:  # the model runtime (or torch) isn't installed
             raise RuntimeError(f"execute-replay needs the model runtime (runtime/model_runner.py, torch): {e}") \
                 from None
-        sched = header.config.get("scheduler", {})
-        loaded = load_model(model, device=device, dtype=dtype,
-                            max_positions=sched.get("max_model_len"), seed=header.seed)
-        if header.model_identity and loaded.identity != header.model_identity:
-            print(f"warning: the log was recorded with model {header.model_identity!r}; "
-                  f"replaying on {loaded.identity!r}")
-        return ModelRunner(loaded, RunnerConfig(device=device, dtype=dtype, attention_backend=attention_backend,
-                                                num_blocks=header.num_blocks),
-                           block_size=header.block_size, seed=header.seed,
-                           max_num_batched_tokens=sched.get("max_num_batched_tokens", 2048),
-                           max_num_seqs=sched.get("max_num_seqs", 256))
+        sched, extra = header.config.get("scheduler", {}), header.extra
+        options = {k: sched[k] for k in ("max_num_batched_tokens", "max_num_seqs", "max_model_len") if k in sched}
+        parts = build_engine(
+            model or extra.get("model_path"), device=device,
+            dtype=extra.get("dtype", "auto") if dtype == "auto" else dtype, attention_backend=attention_backend,
+            num_blocks=header.num_blocks, block_size=header.block_size, seed=header.seed, **options)
+        identity = parts.loaded.identity
+        if header.model_identity and identity != header.model_identity:
+            print(f"warning: the log was recorded with model {header.model_identity!r}; replaying on {identity!r}")
+        return parts.runner
 
     return make
