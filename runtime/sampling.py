@@ -39,6 +39,7 @@ import hashlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from operator import attrgetter
 
 import numpy as np
@@ -140,7 +141,10 @@ class SamplingBatch:
         b = len(params)
         if len(rngs) != b:
             raise ValueError(f"{len(rngs)} rngs for {b} rows")
-        table = np.array([_FIELDS(p) for p in params], dtype=np.float64).reshape(b, 7)
+        if b and all(p is params[0] for p in params):  # one shared params object: the common case
+            table = np.tile(np.array(_FIELDS(params[0]), dtype=np.float64), (b, 1))
+        else:
+            table = np.fromiter(chain.from_iterable(map(_FIELDS, params)), np.float64, 7 * b).reshape(b, 7)
         temp, top_p, top_k, min_p, rep, freq, pres = table.T
         sampled = temp >= GREEDY_EPS
         srows = np.flatnonzero(sampled)
