@@ -56,12 +56,14 @@ _FIELDS = attrgetter("temperature", "top_p", "top_k", "min_p", "repetition_penal
                      "frequency_penalty", "presence_penalty")
 
 
-def request_rng(engine_seed: int, request_id: int, seed: int | None) -> random.Random:
+def request_rng(engine_seed: int, request_id: int, seed: int | None, index: int = 0) -> random.Random:
     """The RNG stream of one request: from its own ``seed`` when given (reproducible across
-    engines and batches), else derived from (engine seed, request id)."""
-    if seed is not None:
+    engines and batches), else derived from (engine seed, request id). ``index`` tells apart the
+    sequences of one request when it asks for several (n > 1)."""
+    if seed is not None and index == 0:
         return random.Random(seed)
-    digest = hashlib.blake2b(f"minivllm/{engine_seed}/{request_id}".encode(), digest_size=16).digest()
+    key = f"seed/{seed}/{index}" if seed is not None else f"engine/{engine_seed}/{request_id}/{index}"
+    digest = hashlib.blake2b(key.encode(), digest_size=16).digest()
     return random.Random(int.from_bytes(digest, "little"))
 
 

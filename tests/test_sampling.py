@@ -145,6 +145,10 @@ def test_seeded_reproducibility(logits):
     assert run(None, 3) == run(None, 3)
     assert run(None, 3) != run(None, 4)
     assert run(None, 3) != run(None, 3, engine_seed=1)
+    # the n > 1 sequences of one request get distinct streams, seeded or not
+    first = [request_rng(0, 0, s, i).random() for s in (42, None) for i in range(3)]
+    assert len(set(first)) == 6
+    assert request_rng(0, 0, 42, 1).random() == request_rng(5, 9, 42, 1).random()
 
 
 def test_batch_composition_independence():
