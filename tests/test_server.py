@@ -1,0 +1,240 @@
+"""The OpenAI-compatible server, checked with the official `openai` client.
+
+The engine runs a deterministic executor whose tokens depend only on the prompt and position, so
+streamed and non-streamed answers to the same prompt must be identical.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from runtime.async_engine import AsyncLLMEngine, EngineOverloaded, SlowClient
+from runtime.config import CacheConfig, EngineConfig, SchedulerConfig
+from runtime.core import EngineCore, StepResult
+from runtime.detokenizer import IncrementalDetokenizer
+from runtime.request import SamplingParams
+from runtime.server.app import create_app
+from runtime.server.launch import ServerThread
+
+EOS = 2
+
+
+class PromptSeededExecutor:
+    """Token at position p = f(prompt tokens, p): identical answers for identical prompts."""
+
+    def __init__(self, vocab: int, gate: threading.Event | None = None) -> None:
+        self.vocab, self.gate = vocab, gate
+
+    def token(self, req, position: int) -> int:
+        d = hashlib.blake2b(req.token_ids[: req.num_prompt_tokens].tobytes() + position.to_bytes(4, "little"),
+                            digest_size=4).digest()
+        return 3 + int.from_bytes(d, "little") % (self.vocab - 3)  # never eos / specials 0..2
+
+    def execute(self, plan, requests):
+        if self.gate is not None:
+            self.gate.wait()
+        toks = [[self.token(requests[s.request_id], s.start + s.num_tokens)] for s in plan.spans if s.sample]
+        return StepResult(toks, 0.001)
+
+
+def make_engine(tokenizer, gate=None, max_pending=64, output_queue_size=4096, num_blocks=256):
+    cfg = EngineConfig(cache=CacheConfig(block_size=16, num_blocks=num_blocks),
+                       scheduler=SchedulerConfig(max_num_batched_tokens=256, max_model_len=1024))
+    core = EngineCore(cfg, eos_token_id=EOS)
+
+    def detok(prompt, params):
+        return IncrementalDetokenizer(tokenizer, prompt, params.stop, params.include_stop_str_in_output)
+
+    return AsyncLLMEngine(core, PromptSeededExecutor(len(tokenizer), gate), detok, max_pending=max_pending,
+                          output_queue_size=output_queue_size)
+
+
+@pytest.fixture(scope="module")
+def served(smollm2_tokenizer):
+    engine = make_engine(smollm2_tokenizer)
+    engine.start()
+    with ServerThread(create_app(engine, smollm2_tokenizer, "smollm2")) as http:
+        client = openai.OpenAI(base_url=http.url + "/v1", api_key="unused", max_retries=0)
+        yield engine, http, client
+    engine.shutdown()
+
+
+def wait_idle(engine, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while engine.core.has_unfinished() or not engine.commands.empty():
+        assert time.monotonic() < deadline, "engine did not go idle"
+        time.sleep(0.01)
+    bm = engine.core.block_manager
+    bm.check_invariants()
+    assert bm.num_used_blocks == 0 and bm.total_reserved == 0, "leaked KV blocks"
+
+
+def test_completion_stream_equals_non_stream(served, smollm2_tokenizer):
+    engine, _, client = served
+    full = client.completions.create(model="smollm2", prompt="The capital of France is", max_tokens=24)
+    choice = full.choices[0]
+    assert choice.finish_reason == "length" and full.usage.completion_tokens == 24
+    assert full.usage.prompt_tokens == len(smollm2_tokenizer("The capital of France is")["input_ids"])
+    chunks = list(client.completions.create(model="smollm2", prompt="The capital of France is", max_tokens=24,
+                                            stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == choice.text and choice.text
+    assert chunks[-1].choices[0].finish_reason == "length"
+    wait_idle(engine)
+
+
+def test_chat_stream_and_non_stream(served):
+    engine, _, client = served
+    msgs = [{"role": "user", "content": "Say hello in three languages."}]
+    full = client.chat.completions.create(model="smollm2", messages=msgs, max_tokens=16)
+    assert full.choices[0].message.role == "assistant" and full.object == "chat.completion"
+    stream = client.chat.completions.create(model="smollm2", messages=msgs, max_tokens=16, stream=True,
+                                            stream_options={"include_usage": True})
+    parts, usage = [], None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for c in chunk.choices:
+            parts.append(c.delta.content or "")
+    assert "".join(parts) == full.choices[0].message.content
+    assert usage.completion_tokens == full.usage.completion_tokens == 16
+    wait_idle(engine)
+
+
+def test_n_choices_and_token_prompts(served):
+    engine, _, client = served
+    out = client.completions.create(model="smollm2", prompt=[[10, 11, 12], [13, 14]], max_tokens=5, n=2)
+    assert sorted(c.index for c in out.choices) == [0, 1, 2, 3]
+    assert out.usage.completion_tokens == 20 and out.usage.prompt_tokens == 5
+    wait_idle(engine)
+
+
+def test_stop_string_cuts_the_text(served):
+    engine, _, client = served
+    text = client.completions.create(model="smollm2", prompt="Once upon a time", max_tokens=40).choices[0].text
+    stop = text[len(text) // 2 : len(text) // 2 + 3]
+    assert stop.strip(), text
+    cut = client.completions.create(model="smollm2", prompt="Once upon a time", max_tokens=40, stop=[stop])
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.choices[0].text == text[: text.index(stop)]
+    streamed = client.completions.create(model="smollm2", prompt="Once upon a time", max_tokens=40, stop=[stop],
+                                         stream=True)
+    assert "".join(c.choices[0].text for c in streamed) == cut.choices[0].text
+    wait_idle(engine)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"temperature": -1}, "temperature"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"prompt": ""}, "prompt"),
+        ({"prompt": [999999]}, "outside the vocabulary"),
+        ({"extra_body": {"bogus_field": 1}}, "bogus_field"),
+        ({"max_tokens": 5000}, "max_model_len"),
+    ],
+)
+def test_bad_requests_get_400_with_an_openai_error_body(served, kwargs, needle):
+    engine, _, client = served
+    args = {"model": "smollm2", "prompt": "hi", "max_tokens": 4, **kwargs}
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(**args)
+    assert needle in err.value.message and err.value.body["type"] == "invalid_request_error"
+    wait_idle(engine)
+
+
+def test_unknown_model_is_404(served):
+    _, _, client = served
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="gpt-5", prompt="hi", max_tokens=2)
+
+
+def test_client_disconnect_aborts_and_frees_kv(served):
+    engine, http, _ = served
+    before = engine.stats.client_aborts
+    body = {"model": "smollm2", "prompt": "tell me a long story", "max_tokens": 900, "stream": True}
+    with httpx.stream("POST", http.url + "/v1/completions", json=body, timeout=10) as r:
+        for line in r.iter_lines():
+            if line.startswith("data:"):
+                break  # read one event, then hang up
+    wait_idle(engine)
+    assert engine.stats.client_aborts == before + 1
+
+
+def test_health_models_and_metrics(served):
+    _, http, client = served
+    assert httpx.get(http.url + "/health").json() == {"status": "ok"}
+    assert [m.id for m in client.models.list().data] == ["smollm2"]
+    text = httpx.get(http.url + "/metrics").text
+    for name in ("minivllm_generation_tokens_total", "minivllm_kv_blocks_used", "minivllm_client_aborts_total",
+                 "minivllm_time_to_first_token_seconds_bucket", "minivllm_slow_client_cancellations_total"):
+        assert name in text
+
+
+def test_queue_full_is_429(smollm2_tokenizer):
+    gate = threading.Event()
+    engine = make_engine(smollm2_tokenizer, gate=gate, max_pending=1)
+    engine.start()
+    try:
+        with ServerThread(create_app(engine, smollm2_tokenizer, "m")) as http:
+            body = {"model": "m", "prompt": "hi", "max_tokens": 2}
+            results = []
+            threads = [threading.Thread(target=lambda: results.append(
+                httpx.post(http.url + "/v1/completions", json=body, timeout=20).status_code)) for _ in range(4)]
+            for t in threads:
+                t.start()
+                time.sleep(0.2)  # the first is taken by the (blocked) engine, the second fills the queue
+            gate.set()
+            for t in threads:
+                t.join()
+            assert sorted(results) == [200, 200, 429, 429]
+            wait_idle(engine)
+    finally:
+        gate.set()
+        engine.shutdown()
+
+
+def test_slow_consumer_is_aborted_without_leaking(smollm2_tokenizer):
+    engine = make_engine(smollm2_tokenizer, output_queue_size=2)
+    engine.start()
+
+    async def run():
+        stream = engine.submit([5, 6, 7], SamplingParams(max_tokens=200, ignore_eos=True))
+        await asyncio.sleep(0.5)  # don't read: the engine produces far more than 2 items
+        with pytest.raises(SlowClient):
+            async for _ in stream:
+                pass
+
+    try:
+        asyncio.run(run())
+        wait_idle(engine)
+        assert engine.stats.slow_client_aborts == 1
+    finally:
+        engine.shutdown()
+
+
+def test_overloaded_raised_before_streaming(smollm2_tokenizer):
+    gate = threading.Event()
+    engine = make_engine(smollm2_tokenizer, gate=gate, max_pending=1)
+    engine.start()
+
+    async def run():
+        first = engine.submit([5, 6], SamplingParams(max_tokens=2))
+        await asyncio.sleep(0.2)
+        engine.submit([5, 6], SamplingParams(max_tokens=2))
+        with pytest.raises(EngineOverloaded):
+            engine.submit([5, 6], SamplingParams(max_tokens=2))
+        gate.set()
+        assert [d async for d in first][-1].finish_reason == "length"
+
+    try:
+        asyncio.run(run())
+    finally:
+        gate.set()
+        engine.shutdown()
