@@ -1,0 +1,178 @@
+"""Tiny random-weight HF models (Llama, Qwen2, Qwen3) saved as HF folders, HF greedy references,
+and a driver that runs prompts through EngineCore + ModelRunner and reports what happened."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+
+from runtime.config import CacheConfig, EngineConfig, SchedulerConfig
+from runtime.core import EngineCore
+from runtime.model.loader import LoadedModel, load_model
+from runtime.model_runner import ModelRunner, RunnerConfig
+from runtime.request import SamplingParams
+
+# hidden 64, 2 layers, 4 heads over 2 KV heads (GQA); a larger init spreads the logits so greedy
+# choices are not decided by rounding
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, vocab_size=320, max_position_embeddings=512,
+            initializer_range=0.2, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+
+
+def tiny_hf_model(arch: str, **overrides):
+    import transformers
+
+    cls_name, cfg_name = {"llama": ("LlamaForCausalLM", "LlamaConfig"),
+                          "qwen2": ("Qwen2ForCausalLM", "Qwen2Config"),
+                          "qwen3": ("Qwen3ForCausalLM", "Qwen3Config")}[arch]
+    kw = dict(TINY)
+    kw["tie_word_embeddings"] = arch != "llama"  # cover tied and untied
+    kw.update(overrides)
+    config = getattr(transformers, cfg_name)(**kw)
+    torch.manual_seed({"llama": 1, "qwen2": 2, "qwen3": 3}[arch])
+    model = getattr(transformers, cls_name)(config).eval()
+    if arch == "qwen2":  # HF initialises biases to zero: make them matter
+        with torch.no_grad():
+            for layer in model.model.layers:
+                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                    proj.bias.normal_(0, 0.2)
+    if arch == "qwen3":
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.q_norm.weight.uniform_(0.5, 1.5)
+                layer.self_attn.k_norm.weight.uniform_(0.5, 1.5)
+    return model
+
+
+@pytest.fixture(scope="module", autouse=False)
+def one_thread():
+    """Tiny models are all overhead: one thread avoids OpenMP barriers (and spinning against other
+    jobs on a shared CPU). Import it into a test module and mark it autouse there."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@dataclass
+class TinyModel:
+    arch: str
+    hf: object
+    folder: Path
+    loaded: LoadedModel
+    _refs: dict = field(default_factory=dict)
+
+    def reference(self, prompt: list[int], max_tokens: int) -> list[int]:
+        key = (tuple(prompt), max_tokens)
+        if key not in self._refs:
+            self._refs[key] = hf_greedy(self.hf, prompt, max_tokens)
+        return self._refs[key]
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}<assistant>{% endif %}")
+
+
+def save_tiny_tokenizer(folder: Path) -> None:
+    """A byte-level BPE (~317 tokens, fits TINY's vocab) trained in code, with a chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=TINY["vocab_size"], special_tokens=["<eos>"], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(["The quick brown fox jumps over the lazy dog. Hello world! 你好，世界 🙂"] * 50,
+                            trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>")
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(folder)
+
+
+def make_tiny(arch: str, folder: Path, tokenizer: bool = False, **overrides) -> TinyModel:
+    hf = tiny_hf_model(arch, **overrides)
+    hf.save_pretrained(folder)
+    if tokenizer:
+        save_tiny_tokenizer(folder)
+    return TinyModel(arch, hf, folder, load_model(str(folder), device="cpu", dtype="float32"))
+
+
+@torch.inference_mode()
+def hf_greedy(hf, prompt: list[int], max_tokens: int) -> list[int]:
+    ids = torch.tensor([prompt])
+    out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens, min_new_tokens=max_tokens,
+                      do_sample=False, eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+@dataclass
+class EngineRun:
+    outputs: list[list[int]]
+    core: EngineCore
+    preemptions: int = 0
+    cached_tokens: int = 0
+    chunked_spans: int = 0  # prefill spans that stopped short of the prompt end
+
+
+def run_engine(loaded: LoadedModel, prompts: list[list[int]], max_tokens: int | list[int], *,
+               block_size: int = 4, num_blocks: int = 256, staggered: bool = False,
+               device: str = "cpu", attention_backend: str = "torch", **sched) -> EngineRun:
+    """Greedy outputs of ``prompts`` through the real engine. ``staggered``: each prompt is added
+    only after the previous one finished (so later prompts hit the prefix cache)."""
+    runner = ModelRunner(loaded, RunnerConfig(num_blocks=num_blocks, attention_backend=attention_backend,
+                                              device=device), block_size=block_size)
+    sched.setdefault("max_model_len", 512)
+    config = EngineConfig(cache=CacheConfig(block_size=block_size, num_blocks=num_blocks),
+                          scheduler=SchedulerConfig(**sched))
+    core = EngineCore(config, eos_token_id=None)
+    if isinstance(max_tokens, int):
+        max_tokens = [max_tokens] * len(prompts)
+    outputs: dict[int, list[int]] = {}
+    reqs = []
+    run = EngineRun([], core)
+
+    def add(i: int) -> None:
+        params = SamplingParams(max_tokens=max_tokens[i], temperature=0.0, ignore_eos=True)
+        rid = core.add_request(prompts[i], params, 0.0)
+        reqs.append(core.requests[rid])
+        outputs[rid] = []
+
+    def drain() -> None:
+        while core.has_unfinished():
+            out = core.step(0.0, runner)
+            assert not out.plan.empty
+            core.block_manager.check_invariants()
+            for span in out.plan.spans:
+                req = core.requests.get(span.request_id)
+                if req is not None and not span.sample and span.num_tokens > 1:
+                    run.chunked_spans += 1
+            for d in out.deltas:
+                outputs[d.request_id].extend(d.new_token_ids)
+
+    if staggered:
+        for i in range(len(prompts)):
+            add(i)
+            drain()
+    else:
+        for i in range(len(prompts)):
+            add(i)
+        drain()
+    run.outputs = [outputs[r.request_id] for r in reqs]
+    run.preemptions = sum(r.num_preemptions for r in reqs)
+    run.cached_tokens = sum(r.num_cached_tokens for r in reqs)
+    return run
+
+
+@functools.lru_cache(maxsize=1)
+def smollm2_folder() -> Path:
+    """The default model's converted HF folder (the GGUF is converted once and cached)."""
+    from runtime.model.gguf import converted_folder
+    from runtime.model.loader import default_model_path, file_identity
+
+    path = default_model_path()
+    return converted_folder(path, file_identity(path))
