@@ -267,7 +267,8 @@ class Sampler:
             return ops.row_argmax(logits)
         rows = batch.sample_rows
         x = logits if rows is None else logits.index_select(0, rows)
-        x = x.float() / batch.temperature[:, None]  # a new tensor: safe to work in place below
+        # float32 by type promotion (one kernel for bf16 logits); a new tensor: safe to modify
+        x = x / batch.temperature[:, None]
         w = x.sub_(x.amax(-1, keepdim=True)).exp_()  # best token weighs exactly 1
         thr = batch.min_p
         kp = batch.top_kp

@@ -217,3 +217,14 @@ def test_empty_and_shape_errors():
         Sampler().sample(torch.zeros(2, 10), batch)
     with pytest.raises(ValueError, match="rngs"):
         SamplingBatch.build([SP()], [])
+
+
+def test_half_precision_logits_sample_like_their_float32_values(logits):
+    params = [SP(), SP(top_p=0.8, top_k=9), SP(temperature=0), SP(min_p=0.1, presence_penalty=1.0)] * 2
+    hists = [([1, 2], 1)] * 8
+    for dtype in (torch.bfloat16, torch.float16):
+        low = logits.to(dtype)
+        rngs_a = [request_rng(3, i, None) for i in range(8)]
+        rngs_b = [request_rng(3, i, None) for i in range(8)]
+        assert sample(low, params, rngs_a, hists).token_ids == \
+            sample(low.float(), params, rngs_b, hists).token_ids
