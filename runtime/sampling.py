@@ -47,6 +47,7 @@ import torch
 
 from runtime import sampling_ops as ops
 from runtime.request import SamplingParams
+from runtime.staging import stage
 
 GREEDY_EPS = 1e-5  # temperatures below this are greedy (as vLLM's _SAMPLING_EPS)
 
@@ -65,29 +66,6 @@ def request_rng(engine_seed: int, request_id: int, seed: int | None, index: int 
     key = f"seed/{seed}/{index}" if seed is not None else f"engine/{engine_seed}/{request_id}/{index}"
     digest = hashlib.blake2b(key.encode(), digest_size=16).digest()
     return random.Random(int.from_bytes(digest, "little"))
-
-
-def _stage(arrays: list[np.ndarray], device: torch.device) -> tuple[list[torch.Tensor], int]:
-    """Send many small host arrays in ONE copy: bytes concatenated at 8-byte offsets, viewed back
-    by dtype on the device. Returns the views and the number of bytes sent."""
-    parts, spans, pos = [], [], 0
-    for a in arrays:
-        raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-        pad = -raw.size % 8
-        parts.append(raw)
-        if pad:
-            parts.append(np.zeros(pad, np.uint8))
-        spans.append((pos, raw.size, a.dtype))
-        pos += raw.size + pad
-    if pos:
-        buf = torch.from_numpy(np.concatenate(parts)).to(device, non_blocking=True)
-    else:
-        buf = torch.empty(0, dtype=torch.uint8, device=device)
-    return [buf[o:o + n].view(_TORCH_DTYPE[dt]) for o, n, dt in spans], pos
-
-
-_TORCH_DTYPE = {np.dtype(np.int64): torch.int64, np.dtype(np.float32): torch.float32,
-                np.dtype(np.float64): torch.float64}
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,93 +121,90 @@ class SamplingBatch:
         b = len(params)
         if len(rngs) != b:
             raise ValueError(f"{len(rngs)} rngs for {b} rows")
-        if b and all(p is params[0] for p in params):  # one shared params object: the common case
-            table = np.tile(np.array(_FIELDS(params[0]), dtype=np.float64), (b, 1))
-        else:
-            table = np.fromiter(chain.from_iterable(map(_FIELDS, params)), np.float64, 7 * b).reshape(b, 7)
-        temp, top_p, top_k, min_p, rep, freq, pres = table.T
+        temp, top_p, top_k, min_p, rep, freq, pres = _param_table(params).T
         sampled = temp >= GREEDY_EPS
         srows = np.flatnonzero(sampled)
         s = srows.size
-        uniforms = np.array([rngs[i].random() for i in srows.tolist()], dtype=np.float64)
-
-        arrays: list[np.ndarray] = [temp[srows].astype(np.float32), uniforms]
-        use_min_p = bool((min_p[srows] > 0).any())
-        if use_min_p:
-            arrays.append(min_p[srows].astype(np.float32))
-        # top-k / top-p, as positions within the sampled subset
+        host: dict[str, np.ndarray] = {
+            "temperature": temp[srows].astype(np.float32),
+            "uniforms": np.array([rngs[i].random() for i in srows.tolist()], dtype=np.float64),
+        }
+        if s < b:
+            host["sample_rows"] = srows.astype(np.int64)
+        if (min_p[srows] > 0).any():
+            host["min_p"] = min_p[srows].astype(np.float32)
+        # top-k / top-p rows, as positions within the sampled subset
         k_s, p_s = top_k[srows], top_p[srows]
         kp_pos = np.flatnonzero((k_s > 0) | (p_s < 1))
-        kmax = 0
         if kp_pos.size:
-            big = np.iinfo(np.int32).max if vocab_size is None else vocab_size
-            k = np.where(k_s[kp_pos] > 0, np.minimum(k_s[kp_pos], big), big).astype(np.int64)
-            use_p = bool((p_s[kp_pos] < 1).any())
-            kmax = int(k.max())
-            arrays += [kp_pos.astype(np.int64), k]
-            if use_p:
-                arrays.append(p_s[kp_pos])
-        # penalties
+            off = np.iinfo(np.int32).max if vocab_size is None else vocab_size
+            host["kp_rows"] = kp_pos.astype(np.int64)
+            host["kp_k"] = np.where(k_s[kp_pos] > 0, np.minimum(k_s[kp_pos], off), off).astype(np.int64)
+            if (p_s[kp_pos] < 1).any():
+                host["kp_p"] = p_s[kp_pos]
         pen_rows = np.flatnonzero((rep != 1) | (freq != 0) | (pres != 0))
-        pen_arrays = _penalty_arrays(pen_rows, rep, freq, pres, histories) if pen_rows.size else []
-        arrays += pen_arrays
-        # logprobs
+        if pen_rows.size:
+            host.update(_penalty_arrays(pen_rows, rep, freq, pres, histories))
         lp_counts = [p.logprobs for p in params]
         lp_rows = [i for i, n in enumerate(lp_counts) if n is not None]
         if lp_rows:
-            lp_temp = np.where(sampled, temp, 1.0)[lp_rows].astype(np.float32)
-            arrays += [np.array(lp_rows, dtype=np.int64), lp_temp]
-        if s < b:
-            arrays.append(srows.astype(np.int64))
+            host["lp_rows"] = np.array(lp_rows, dtype=np.int64)
+            host["lp_temperature"] = np.where(sampled, temp, 1.0)[lp_rows].astype(np.float32)
 
-        views, h2d_bytes = _stage(arrays, device)
-        staged = iter(views)
-        temperature, u = next(staged), next(staged)
-        min_p_t = next(staged) if use_min_p else None
+        dev, h2d_bytes = stage(host, device)
         top_kp = None
         if kp_pos.size:
-            rows_t, k_t = next(staged), next(staged)
-            top_kp = TopKP(rows_t, k_t, kmax, next(staged) if use_p else None)
+            top_kp = TopKP(dev["kp_rows"], dev["kp_k"], int(host["kp_k"].max()), dev.get("kp_p"))
         penalties = None
         if pen_rows.size:
-            t = [next(staged) for _ in pen_arrays]
-            penalties = ops.PenaltyTensors(*t, any_repetition=bool((rep[pen_rows] != 1).any()))
+            penalties = ops.PenaltyTensors(
+                **{f: dev["pen_" + f] for f in _PENALTY_TENSORS},
+                any_repetition=bool((rep[pen_rows] != 1).any()))
         logprobs = None
         if lp_rows:
             counts = [lp_counts[i] for i in lp_rows]
-            logprobs = LogprobRows(next(staged), next(staged), lp_rows, counts, max(counts))
-        sample_rows = next(staged) if s < b else None
-        return cls(b, device, sample_rows, s, temperature, u, min_p_t, top_kp, penalties, logprobs,
-                   h2d_bytes)
+            logprobs = LogprobRows(dev["lp_rows"], dev["lp_temperature"], lp_rows, counts, max(counts))
+        return cls(b, device, dev.get("sample_rows"), s, dev["temperature"], dev["uniforms"],
+                   dev.get("min_p"), top_kp, penalties, logprobs, h2d_bytes)
 
     @property
     def all_greedy(self) -> bool:
         return self.num_sampled == 0
 
 
-def _penalty_arrays(rows: np.ndarray, rep: np.ndarray, freq: np.ndarray, pres: np.ndarray,
-                    histories: Sequence[TokenHistory | None] | None) -> list[np.ndarray]:
-    """Flattened (row, token) pairs of output and prompt tokens of the rows with penalties.
+def _param_table(params: Sequence[SamplingParams]) -> np.ndarray:
+    """[B, 7] float64: the _FIELDS of every row."""
+    b = len(params)
+    if b and all(p is params[0] for p in params):  # one shared params object: the common case
+        return np.tile(np.array(_FIELDS(params[0]), dtype=np.float64), (b, 1))
+    return np.fromiter(chain.from_iterable(map(_FIELDS, params)), np.float64, 7 * b).reshape(b, 7)
 
-    O(history) per step for those rows only; rows without penalties cost nothing.
+
+_PENALTY_TENSORS = ("rows", "repetition", "frequency", "presence", "out_rows", "out_tokens",
+                    "prompt_rows", "prompt_tokens")
+
+
+def _penalty_arrays(rows: np.ndarray, rep: np.ndarray, freq: np.ndarray, pres: np.ndarray,
+                    histories: Sequence[TokenHistory | None] | None) -> dict[str, np.ndarray]:
+    """Penalty parameters and flattened (row, token) pairs of the output and prompt tokens of
+    the rows with penalties. O(history) per step for those rows only.
     """
     outs, prompts = [], []
     for i in rows.tolist():
         h = histories[i] if histories is not None else None
         if h is None:
             raise ValueError(f"row {i} uses a penalty but has no token history")
-        ids = np.asarray(h[0], dtype=np.int64)
+        ids = np.asarray(h[0]).astype(np.int64)
         outs.append(ids[h[1]:])
         prompts.append(ids[:h[1]] if rep[i] != 1 else ids[:0])
-    lengths = [len(o) for o in outs]
-    plengths = [len(p) for p in prompts]
     r = np.arange(len(outs), dtype=np.int64)
-    return [
+    arrays = [
         rows.astype(np.int64),
         rep[rows].astype(np.float32), freq[rows].astype(np.float32), pres[rows].astype(np.float32),
-        np.repeat(r, lengths), np.concatenate(outs) if outs else np.zeros(0, np.int64),
-        np.repeat(r, plengths), np.concatenate(prompts) if prompts else np.zeros(0, np.int64),
+        np.repeat(r, [len(o) for o in outs]), np.concatenate(outs),
+        np.repeat(r, [len(p) for p in prompts]), np.concatenate(prompts),
     ]
+    return {"pen_" + name: a for name, a in zip(_PENALTY_TENSORS, arrays)}
 
 
 @dataclass(frozen=True, slots=True)

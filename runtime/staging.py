@@ -1,0 +1,36 @@
+"""Many small host arrays sent to the device in ONE copy.
+
+Per-step metadata (sampling parameters, uniforms, indices) is a handful of tiny arrays; a copy
+each would cost a launch and a sync point each. ``stage`` packs their bytes at 8-byte aligned
+offsets into one buffer, copies it once, and returns device views with the original dtypes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+_TORCH_DTYPE = {np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32,
+                np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
+
+
+def stage(arrays: dict[str, np.ndarray], device: torch.device) -> tuple[dict[str, torch.Tensor], int]:
+    """1-D device views of ``arrays`` (same names) and the number of bytes copied.
+
+    The copy is ``non_blocking`` from pageable memory: the host returns once the bytes are
+    staged by the driver, so the numpy arrays may be reused right away.
+    """
+    parts, spans, pos = [], {}, 0
+    for name, a in arrays.items():
+        raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+        parts.append(raw)
+        pad = -raw.size % 8
+        if pad:
+            parts.append(np.zeros(pad, np.uint8))
+        spans[name] = (pos, raw.size, _TORCH_DTYPE[a.dtype])
+        pos += raw.size + pad
+    if pos:
+        buf = torch.from_numpy(np.concatenate(parts)).to(device, non_blocking=True)
+    else:
+        buf = torch.empty(0, dtype=torch.uint8, device=device)
+    return {name: buf[o:o + n].view(dt) for name, (o, n, dt) in spans.items()}, pos
