@@ -1,0 +1,37 @@
+"""runtime/staging.py: many small arrays, one copy, dtypes and values preserved."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from runtime.staging import stage
+
+
+def test_mixed_dtypes_odd_sizes_and_empty_arrays():
+    host = {
+        "a": np.array([1.5, -2.25, 3.0], dtype=np.float32),  # 12 bytes: the next one needs padding
+        "b": np.array([7, -1], dtype=np.int64),
+        "empty": np.zeros(0, dtype=np.float64),
+        "c": np.array([0.1, 0.2], dtype=np.float64),
+        "d": np.array([5], dtype=np.int32),
+    }
+    dev, nbytes = stage(host, torch.device("cpu"))
+    assert nbytes == 16 + 16 + 0 + 16 + 8
+    for name, a in host.items():
+        assert dev[name].dtype == torch.from_numpy(a).dtype
+        assert dev[name].tolist() == a.tolist()
+
+
+def test_nothing_to_send():
+    dev, nbytes = stage({"x": np.zeros(0, dtype=np.int64)}, torch.device("cpu"))
+    assert nbytes == 0 and dev["x"].numel() == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_views_on_cuda():
+    host = {"a": np.arange(3, dtype=np.float32), "b": np.arange(5, dtype=np.int64)}
+    dev, _ = stage(host, torch.device("cuda"))
+    assert dev["a"].is_cuda and dev["b"].tolist() == list(range(5))
