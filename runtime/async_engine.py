@@ -234,14 +234,17 @@ class AsyncLLMEngine:
             handle.first_token_time = now
         handle.num_output_tokens += len(delta.new_token_ids)
         self.stats.generation_tokens += len(delta.new_token_ids)
-        text_delta = handle.detokenizer.add(delta.new_token_ids)
+        detok = handle.detokenizer
+        text_delta = detok.add(delta.new_token_ids)
+        text = text_delta.text
         finish = delta.finish_reason
-        if finish is None and text_delta.stopped:
-            self.core.finish(delta.request_id, now, "stop")
+        if text_delta.stopped:  # a stop string: the text decides, whatever the token-level reason
+            if finish is None:
+                self.core.finish(delta.request_id, now, "stop")
             finish = "stop"
         elif finish is not None:
-            text_delta = _flush(handle.detokenizer, text_delta)
-        item = StreamDelta(text_delta.text, delta.new_token_ids, finish, len(handle.prompt_token_ids),
+            text += detok.finish().text  # release text held back (partial character, stop prefix)
+        item = StreamDelta(text, delta.new_token_ids, finish, len(handle.prompt_token_ids),
                            handle.num_output_tokens, delta.logprobs, handle.arrival_time, handle.first_token_time)
         if finish is not None:
             handle.done = True
@@ -251,6 +254,8 @@ class AsyncLLMEngine:
 
     def _push(self, handle: _Handle, item: Any) -> None:
         def put() -> None:
+            if handle.cancelled.is_set():
+                return  # dropped or cancelled: nobody reads further items
             try:
                 handle.out.put_nowait(item)
             except asyncio.QueueFull:
@@ -271,15 +276,6 @@ class AsyncLLMEngine:
             handle.done = True
             self.core.abort(rid, self.now(), reason)
         self._handles.clear()
-
-
-def _flush(detokenizer: Any, delta: Any) -> Any:
-    """At the end of a request, release any text the detokenizer still holds back."""
-    flush = getattr(detokenizer, "flush", None)
-    if flush is None:
-        return delta
-    rest = flush()
-    return type(delta)(delta.text + rest.text, delta.stopped) if rest.text else delta
 
 
 class RequestStream:

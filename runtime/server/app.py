@@ -101,6 +101,12 @@ class OpenAIServer:
 
     def submit_all(self, prompts: list[list[int]], params: SamplingParams, n: int,
                    priority: int) -> list[RequestStream]:
+        limit = self.engine.core.config.scheduler.max_model_len
+        for p in prompts:
+            if len(p) + params.max_tokens > limit:
+                raise InvalidRequest(
+                    f"max_tokens: the prompt ({len(p)} tokens) + max_tokens ({params.max_tokens}) exceeds the "
+                    f"model's context length (max_model_len={limit})")
         streams: list[RequestStream] = []
         try:
             for p in prompts:
