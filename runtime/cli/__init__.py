@@ -13,6 +13,7 @@ import sys
 # module name -> subcommand(s) it registers; imported lazily so `minivllm --help` stays fast
 COMMAND_MODULES = [
     "runtime.cli.bench",
+    "runtime.cli.generate",
     "runtime.cli.workload",
     "runtime.cli.simulate",
     "runtime.cli.replay",
