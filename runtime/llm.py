@@ -7,7 +7,8 @@
 
 Prompts are strings, token-id lists, or lists of either. Every request goes through the same
 EngineCore as the server; time is ``time.monotonic()`` since engine start, passed in as ``now``.
-Stop strings are found by the detokenizer, which finishes the request through ``core.finish``.
+Stop strings are found by the incremental detokenizer (runtime/detokenizer.py); a hit finishes the
+request through ``core.finish``.
 With ``trace=PATH`` the run's event log (Header first) is written there.
 """
 
@@ -20,12 +21,29 @@ from typing import Any
 
 import msgspec
 
-from runtime.detokenizer_adapter import make_detokenizer
+from runtime.detokenizer import DetokenizerDelta, IncrementalDetokenizer
 from runtime.engine_setup import build_engine
 from runtime.request import InvalidRequest, Request, SamplingParams
 from traces.log import LogWriter
 
 PromptInput = str | Sequence[int]
+
+
+class _NoText:
+    """Detokenizer stand-in for models without a tokenizer (token-id prompts only)."""
+
+    def add(self, ids: list[int]) -> DetokenizerDelta:
+        return DetokenizerDelta("", False)
+
+    def finish(self) -> DetokenizerDelta:
+        return DetokenizerDelta("", False)
+
+
+def _detokenizer(tokenizer: Any | None, prompt: list[int], params: SamplingParams):
+    if tokenizer is None:
+        return _NoText()
+    return IncrementalDetokenizer(tokenizer, prompt, stop=params.stop,
+                                  include_stop_str_in_output=params.include_stop_str_in_output)
 
 
 @dataclass
@@ -148,7 +166,7 @@ class LLM:
             order.append(rid)
             reqs[rid] = core.requests[rid]
             outputs[rid] = RequestOutput(rid, text, ids, metrics=RequestMetrics(now, num_prompt_tokens=len(ids)))
-            detoks[rid] = make_detokenizer(self.tokenizer, ids, p)
+            detoks[rid] = _detokenizer(self.tokenizer, ids, p)
         pending = set(order)
         bar = tqdm(total=len(order), desc="generate", unit="req", disable=not use_tqdm or len(order) < 2)
         try:
@@ -172,7 +190,7 @@ class LLM:
                         core.finish(rid, now, "stop")
                         finish = "stop"
                     elif finish is not None:
-                        o.text += detoks[rid].flush().text
+                        o.text += detoks[rid].finish().text
                     if finish is not None:
                         o.finish_reason = finish
                         o.metrics.finish_time = now
