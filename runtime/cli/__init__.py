@@ -14,6 +14,7 @@ import sys
 COMMAND_MODULES = [
     "runtime.cli.bench",
     "runtime.cli.generate",
+    "runtime.cli.serve",
     "runtime.cli.workload",
     "runtime.cli.simulate",
     "runtime.cli.replay",

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import msgspec
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -63,8 +64,10 @@ async def merge_streams(streams: Sequence[RequestStream]) -> AsyncIterator[tuple
 
 
 class OpenAIServer:
-    def __init__(self, engine: AsyncLLMEngine, tokenizer: Any, model_name: str) -> None:
+    def __init__(self, engine: AsyncLLMEngine, tokenizer: Any, model_name: str,
+                 stop_token_ids: Sequence[int] = ()) -> None:
         self.engine = engine
+        self.stop_token_ids = tuple(stop_token_ids)  # extra end-of-turn ids (e.g. Qwen's <|endoftext|>)
         self.tokenizer = tokenizer
         self.model_name = model_name
         self.vocab_size = len(tokenizer)
@@ -101,6 +104,9 @@ class OpenAIServer:
 
     def submit_all(self, prompts: list[list[int]], params: SamplingParams, n: int,
                    priority: int) -> list[RequestStream]:
+        extra = tuple(t for t in self.stop_token_ids if t not in params.stop_token_ids)
+        if extra and not params.ignore_eos:
+            params = msgspec.structs.replace(params, stop_token_ids=params.stop_token_ids + extra)
         limit = self.engine.core.config.scheduler.max_model_len
         for p in prompts:
             if len(p) + params.max_tokens > limit:
@@ -111,7 +117,8 @@ class OpenAIServer:
         try:
             for p in prompts:
                 for j in range(n):
-                    seeded = params if params.seed is None or j == 0 else _with_seed(params, params.seed + j)
+                    seeded = params if params.seed is None or j == 0 else msgspec.structs.replace(
+                        params, seed=params.seed + j)
                     streams.append(self.engine.submit(p, seeded, priority))
         except BaseException:
             for s in streams:
@@ -149,19 +156,14 @@ class OpenAIServer:
         return {"content": content}
 
 
-def _with_seed(params: SamplingParams, seed: int) -> SamplingParams:
-    import msgspec
-
-    return msgspec.structs.replace(params, seed=seed)
-
-
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens}
 
 
-def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str) -> FastAPI:
-    server = OpenAIServer(engine, tokenizer, model_name)
+def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str,
+               stop_token_ids: Sequence[int] = ()) -> FastAPI:
+    server = OpenAIServer(engine, tokenizer, model_name, stop_token_ids)
     app = FastAPI(title="minivllm", version="0.1.0")
     app.state.server = server
 
