@@ -1,0 +1,37 @@
+"""``minivllm analyze LOG [LOG ...]``: summary tables, an A/B comparison, plots and Chrome traces."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from runtime.cli import CLIError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("analyze", help="latency/throughput report of one or more event logs (A/B)")
+    p.add_argument("logs", nargs="+", metavar="LOG", help="event logs (live or simulated)")
+    p.add_argument("--labels", help="comma-separated names, one per log (default: file names)")
+    p.add_argument("--out", metavar="DIR", help="write report.md, plots, Chrome traces and CSVs here")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis.frames import load_frames
+    from analysis.metrics import render_summary, summarize
+    from analysis.report import comparison_table, write_report
+
+    labels = args.labels.split(",") if args.labels else [Path(p).name for p in args.logs]
+    if len(labels) != len(args.logs):
+        raise CLIError(f"--labels: {len(labels)} labels for {len(args.logs)} logs")
+    for path in args.logs:
+        if not Path(path).is_file():
+            raise CLIError(f"{path}: no such file")
+    runs = [(label, load_frames(path)) for label, path in zip(labels, args.logs)]
+    for label, frames in runs:
+        print(render_summary(summarize(frames), title=label))
+    if len(runs) > 1:
+        print(comparison_table(runs))
+    if args.out:
+        print(f"wrote {write_report(runs, args.out)}")
+    return 0
