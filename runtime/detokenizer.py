@@ -42,7 +42,14 @@ from typing import Any
 REPLACEMENT = "\ufffd"
 
 
-@dataclass(frozen=True, slots=True)
+def is_concatenative(tokenizer: Any) -> bool:
+    """True when decode(a + b) == decode(a) + decode(b) at character boundaries: a fast
+    tokenizer whose decoder is plain ByteLevel (GPT-2, SmolLM2, Llama 3, Qwen)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return type(getattr(backend, "decoder", None)).__name__ == "ByteLevel"
+
+
+@dataclass(slots=True)  # not frozen: a frozen __init__ costs ~1 µs per token here
 class DetokenizerDelta:
     text: str  # new text to stream (may be "")
     stopped: bool  # a stop string matched; the request should finish with reason "stop"
@@ -65,7 +72,12 @@ class IncrementalDetokenizer:
         else:
             self._decode = lambda ids: tokenizer.decode(
                 ids, skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False)
+        # byte-level BPE decodes by concatenation: a window can restart empty at every emitted
+        # point; other decoders (SentencePiece) keep the last emitted token(s) as context
+        self._keep_context = not is_concatenative(tokenizer)
         self.stop = tuple(stop)
+        self._stop_prefixes = {s[:k] for s in self.stop for k in range(1, len(s))}  # proper ones
+        self._max_prefix = max((len(s) - 1 for s in self.stop), default=0)
         self.include_stop_str_in_output = include_stop_str_in_output
         self.token_ids: list[int] = []  # every output token added
         self.stopped = False
@@ -90,15 +102,15 @@ class IncrementalDetokenizer:
         """Add newly committed output tokens; returns the text that became final."""
         if self.stopped or self.finished:
             return DetokenizerDelta("", self.stopped)
-        out = []
+        out = ""
         for t in token_ids:
             self.token_ids.append(t)
             new = self._decode_next(t)
             if new:
-                out.append(self._release(new, final=False))
+                out += self._release(new, final=False)
                 if self.stopped:
                     break
-        return DetokenizerDelta("".join(out), self.stopped)
+        return DetokenizerDelta(out, self.stopped)
 
     def finish(self) -> DetokenizerDelta:
         """The request ended without a stop string: release held text (partial characters decode
@@ -123,19 +135,26 @@ class IncrementalDetokenizer:
                 self._window.pop()  # decodes to nothing (a skipped special token): drop it
             return ""
         new = full[len(self._prefix_text):]
-        # the window restarts after the last emitted point, keeping the just-emitted tokens as
-        # context (they fix leading spaces of the next tokens on SentencePiece tokenizers)
-        self._window = self._window[self._read:]
-        self._read = len(self._window)
-        self._prefix_text = self._decode(self._window)
+        if self._keep_context:
+            # restart after the last emitted point, keeping the just-emitted tokens as context
+            # (they fix the leading space of the next token on SentencePiece tokenizers)
+            self._window = self._window[self._read:]
+            self._read = len(self._window)
+            self._prefix_text = self._decode(self._window)
+        else:
+            self._window, self._read, self._prefix_text = [], 0, ""
         return new
 
     # --- stop strings ------------------------------------------------------------------------
 
     def _release(self, new: str, final: bool) -> str:
         """Add decoded text; return the part that is now safe to emit."""
+        if not self.stop:
+            if new:
+                self._chunks.append(new)
+            return new
         buf = self._pending + new
-        match = self._find_stop(buf, len(self._pending)) if self.stop else None
+        match = self._find_stop(buf, len(self._pending))
         if match is not None:
             start, s = match
             self.stopped, self.stop_str = True, s
@@ -160,10 +179,7 @@ class IncrementalDetokenizer:
 
     def _stop_prefix_len(self, buf: str) -> int:
         """Length of the longest suffix of ``buf`` that is a proper prefix of a stop string."""
-        longest = 0
-        for s in self.stop:
-            for k in range(min(len(s) - 1, len(buf)), longest, -1):
-                if buf.endswith(s[:k]):
-                    longest = k
-                    break
-        return longest
+        for i in range(max(0, len(buf) - self._max_prefix), len(buf)):  # longest first
+            if buf[i:] in self._stop_prefixes:
+                return len(buf) - i
+        return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.detokenizer import IncrementalDetokenizer
+from runtime.detokenizer import IncrementalDetokenizer, is_concatenative
 from tests import smollm2_tokenizer
 
 MIXED = "Hello 你好世界! Emoji: 😀🎉 family 👨‍👩‍👧 and café 日本語のテキスト."
@@ -32,9 +32,14 @@ def expected(tok, ids, stop=(), include=False):
     return (full[:best[0]] if include else full[:best[1]]), True
 
 
-def stream(tok, ids, splits=None, finish=True, **kw):
-    """Feed ids in chunks (one token each by default); return (deltas, detokenizer)."""
+def stream(tok, ids, splits=None, finish=True, keep_context=False, **kw):
+    """Feed ids in chunks (one token each by default); return (deltas, detokenizer).
+
+    ``keep_context`` forces the window that keeps emitted tokens as context (the path of
+    non-byte-level tokenizers) on this byte-level tokenizer, to test it too.
+    """
     d = IncrementalDetokenizer(tok, [1, 2, 3], **kw)
+    d._keep_context = d._keep_context or keep_context
     bounds = [0, *(splits if splits is not None else range(1, len(ids))), len(ids)]
     deltas = []
     for a, b in zip(bounds, bounds[1:]):
@@ -48,10 +53,15 @@ def stream(tok, ids, splits=None, finish=True, **kw):
     return deltas, d
 
 
-def test_cjk_and_emoji_stream_equals_decode(tok):
+def test_byte_level_tokenizer_is_detected(tok):
+    assert is_concatenative(tok)
+
+
+@pytest.mark.parametrize("keep_context", [False, True])
+def test_cjk_and_emoji_stream_equals_decode(tok, keep_context):
     ids = tok.encode(MIXED)
     assert len(ids) > len(MIXED.split())  # characters span several tokens
-    deltas, d = stream(tok, ids)
+    deltas, d = stream(tok, ids, keep_context=keep_context)
     assert "".join(deltas) == d.text == decode(tok, ids) == MIXED
     assert not any("\ufffd" in x for x in deltas)  # partial characters were held back
 
@@ -124,9 +134,11 @@ def test_special_tokens(tok):
     assert d.text == "Hi there" and d.stopped
 
 
-def test_work_per_token_is_bounded(tok):
+@pytest.mark.parametrize("keep_context", [False, True])
+def test_work_per_token_is_bounded(tok, keep_context):
     ids = tok.encode((MIXED + " ") * 20) + [tok.eos_token_id] * 50 + tok.encode(MIXED)
     d = IncrementalDetokenizer(tok, stop=("zzz",))
+    d._keep_context = keep_context
     sizes = []
     inner = d._decode
     d._decode = lambda w: sizes.append(len(w)) or inner(w)

@@ -46,15 +46,16 @@ def cases(draw):
             stops.append(full[a:a + draw(st.integers(1, 4))])
         else:
             stops.append(draw(st.text(alphabet="ab 你😀.", min_size=1, max_size=3)))
-    return ids, splits, tuple(stops), draw(st.booleans())
+    return ids, splits, tuple(stops), draw(st.booleans()), draw(st.booleans())
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_stream_equals_final_equals_truncated_decode(case):
     tok = smollm2_tokenizer.load()
-    ids, splits, stops, include = case
-    deltas, d = stream(tok, ids, splits=splits, stop=stops, include_stop_str_in_output=include)
+    ids, splits, stops, include, keep_context = case
+    deltas, d = stream(tok, ids, splits=splits, stop=stops, include_stop_str_in_output=include,
+                       keep_context=keep_context)
     want, stopped = expected(tok, ids, stops, include)
     assert "".join(deltas) == d.text == want
     assert d.stopped == stopped
