@@ -27,10 +27,13 @@ Guarantees
 * Stop strings are matched in the decoded text even when they span tokens. While a suffix of the
   text could be the start of a stop string it is held back, so nothing emitted is ever retracted.
   Text after a stop is dropped; further ``add`` calls return empty deltas.
-* Bounded work per token: like vLLM's ``detokenize_incrementally`` each token decodes a small
-  window (the previous emitted token(s) + the pending ones) and slices off the known prefix.
-  Tokens that decode to nothing (skipped special tokens) are dropped from the window. Only a run
-  of tokens that each end in invalid UTF-8 keeps the window growing, for as long as the run lasts.
+* Bounded work per token: each token decodes a small window of pending tokens (an incomplete
+  character is at most 4 byte tokens). Byte-level decoders restart the window empty after each
+  emitted piece (~1.5 µs per token with SmolLM2's tokenizer; ~3 µs with stop strings); other
+  decoders keep the last emitted token(s) as context and slice off their text, like vLLM's
+  ``detokenize_incrementally``. Tokens that decode to nothing (skipped special tokens) are
+  dropped from the window. Only a run of tokens that each end in invalid UTF-8 keeps the window
+  growing, for as long as the run lasts.
 """
 
 from __future__ import annotations
