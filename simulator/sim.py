@@ -118,20 +118,24 @@ class Simulation:
     def _engine(self):
         env, core, result = self.env, self.core, self.result
         schedule, commit, step_time = core.schedule, core.commit, self.cost_model.step_time
+        gap_before = getattr(self.cost_model, "gap_before", None)
         token_fn = self.token_fn
         every = self.progress_every
         while True:
+            if not core.requests:  # idle: wait for an arrival
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+            if gap_before is not None:
+                gap = gap_before(result.num_steps)
+                if gap > 0:  # engine time before the step (arrivals meanwhile join it)
+                    yield env.timeout(gap)
             now = env.now
             plan = schedule(now)
             spans = plan.spans
             if not spans:
-                if core.requests:
-                    raise SimulationError(
-                        f"engine stalled at t={now}: {core.num_waiting} waiting, {core.num_running} running")
-                self._wake = env.event()
-                yield self._wake
-                self._wake = None
-                continue
+                raise SimulationError(
+                    f"engine stalled at t={now}: {core.num_waiting} waiting, {core.num_running} running")
             duration = step_time(plan.step, spans)
             yield env.timeout(duration)
             if token_fn is None:

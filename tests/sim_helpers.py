@@ -67,6 +67,31 @@ def record_live(workload: Workload, config: EngineConfig, executor, *, tables: l
         now = end
 
 
+def record_async_style(workload: Workload, config: EngineConfig, executor, overhead: float = 4e-4) -> list:
+    """Drive EngineCore the way AsyncLLMEngine does: requests are taken in between steps and
+    stamped with the time they are taken in; the engine spends ``overhead`` seconds between taking
+    requests in and scheduling (so step k+1 starts later than step k ended)."""
+    events: list = [make_header(config, clock="wall")]
+    core = EngineCore(config, eos_token_id=None, sink=events.append)
+    specs = workload.requests
+    i, now = 0, 0.0
+    while True:
+        if not core.has_unfinished():
+            if i == len(specs):
+                return events
+            now = max(now, specs[i].arrival)  # blocked until the next request comes in
+        while i < len(specs) and specs[i].arrival <= now:
+            s = specs[i]
+            core.add_request(s.prompt, s.params, now=now, priority=s.priority)
+            i += 1
+        now += overhead
+        plan = core.schedule(now)
+        assert not plan.empty
+        result = executor.execute(plan, core.requests)
+        core.commit(plan, result, now)
+        now += result.duration
+
+
 def small_config(*, chunked: bool = True, num_blocks: int = 256, budget: int = 256, block_size: int = 16,
                  prefix: bool = True, max_num_seqs: int = 32, policy: str = "fcfs", seed: int = 0) -> EngineConfig:
     return EngineConfig(

@@ -43,3 +43,15 @@ def test_llm_log_replays_token_for_token_on_the_model_runner(tmp_path):
     from runtime.cli import main
 
     assert main(["replay", str(log), "--execute", "--device", "cpu", "--no-progress"]) == 0
+
+    # the live log re-simulated with its own durations, gaps and tokens: the same decisions
+    from simulator.cost_model import RecordedCostModel
+    from simulator.replay import recorded_tokens, resimulate
+    from traces.events import Admitted, Finished
+
+    sim: list = []
+    resimulate(log, RecordedCostModel.from_log(log), sink=sim.append, token_fn=recorded_tokens(log))
+    kinds = Step | Admitted | Preempted | Finished
+    pick = lambda evs: [(e.step, e.spans, e.tokens, e.block_events) if isinstance(e, Step) else
+                        (type(e).__name__, e.request_id) for e in evs if isinstance(e, kinds)]
+    assert pick(sim) == pick(events)

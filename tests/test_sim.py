@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from runtime.request import SamplingParams
-from simulator.cost_model import LinearCostModel, RecordedCostModel
+from simulator.cost_model import CostModelError, LinearCostModel, RecordedCostModel
 from simulator.replay import resimulate
 from simulator.sim import SYNTHETIC_TOKEN, Simulation, simulate
 from tests.helpers import SeededTokenExecutor
@@ -96,6 +96,38 @@ def test_resimulating_a_live_log_reproduces_it(tmp_path, name):
     resimulate(path, RecordedCostModel.from_log(path), sink=synth.append)
     assert _decisions(synth[1:]) == _decisions(live[1:])
     assert all(t == [SYNTHETIC_TOKEN] for ev in synth if isinstance(ev, Step) for t in ev.tokens)
+
+
+@pytest.mark.parametrize("name", ["chunked", "tight-kv"])
+def test_resimulating_an_async_engine_log_reproduces_its_decisions_and_times(tmp_path, name):
+    """A log with engine overhead between steps and requests stamped when taken in (as the async
+    engine writes them): the recorded durations and gaps put every arrival in the same step."""
+    from tests.sim_helpers import record_async_style
+
+    cfg = small_config(**CONFIGS[name])
+    executor = VaryingDurationExecutor(seed=9)
+    live = record_async_style(mixed_workload(70, seed=12, rate=80), cfg, executor)
+    path = tmp_path / "live.jsonl"
+    with LogWriter(path) as w:
+        for ev in live:
+            w(ev)
+    model = RecordedCostModel.from_log(path)
+    assert len(model.gaps) > 10
+    sim: list = []
+    resimulate(path, model, sink=sim.append, token_fn=executor.token)
+    strip = lambda evs: [msgspec.structs.replace(e, start=0.0, end=0.0) if isinstance(e, Step)
+                         else msgspec.structs.replace(e, time=0.0) for e in evs[1:] if not isinstance(e, Arrived)]
+    assert strip(sim) == strip(live)
+    times = lambda evs: [(e.start, e.end) for e in evs if isinstance(e, Step)]
+    for (a, b), (c, d) in zip(times(sim), times(live)):
+        assert a == pytest.approx(c, abs=1e-9) and b == pytest.approx(d, abs=1e-9)
+    # ... whereas without the gaps the simulated engine runs ahead and takes requests in earlier
+    ahead: list = []
+    try:
+        resimulate(path, RecordedCostModel(model.durations), sink=ahead.append, token_fn=executor.token)
+    except CostModelError:  # ran past the recorded steps
+        return
+    assert strip(ahead) != strip(live)
 
 
 def test_requests_finish_at_their_workload_output_length(tmp_path):
