@@ -125,9 +125,14 @@ class SamplingBatch:
         sampled = temp >= GREEDY_EPS
         srows = np.flatnonzero(sampled)
         s = srows.size
+        try:
+            uniforms = [rngs[i].random() for i in srows.tolist()]
+        except AttributeError:
+            bad = next(i for i in srows.tolist() if rngs[i] is None)
+            raise ValueError(f"row {bad} samples (temperature > 0) but its rng is None") from None
         host: dict[str, np.ndarray] = {
             "temperature": temp[srows].astype(np.float32),
-            "uniforms": np.array([rngs[i].random() for i in srows.tolist()], dtype=np.float64),
+            "uniforms": np.array(uniforms, dtype=np.float64),
         }
         if s < b:
             host["sample_rows"] = srows.astype(np.int64)

@@ -72,7 +72,7 @@ def row_cumsum(x: torch.Tensor) -> torch.Tensor:
 def row_argmax(x: torch.Tensor) -> torch.Tensor:
     """First index of the maximum of each row ([B] int64)."""
     if x.device.type == "cpu" and x.dtype == torch.float32:
-        return torch.from_numpy(x.numpy().argmax(-1))  # ~10x faster than torch's CPU argmax
+        return torch.from_numpy(x.detach().numpy().argmax(-1))  # ~10x faster than torch's CPU argmax
     return x.argmax(-1)
 
 

@@ -217,6 +217,8 @@ def test_empty_and_shape_errors():
         Sampler().sample(torch.zeros(2, 10), batch)
     with pytest.raises(ValueError, match="rngs"):
         SamplingBatch.build([SP()], [])
+    with pytest.raises(ValueError, match="row 1 samples"):
+        SamplingBatch.build([SP(temperature=0), SP()], [None, None])
 
 
 def test_half_precision_logits_sample_like_their_float32_values(logits):

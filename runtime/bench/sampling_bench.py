@@ -2,8 +2,8 @@
 
 * ``per-seq .item()``: a loop over rows, each with torch ops on the device, its own torch
   Generator and an ``.item()`` (one sync per row) — the naive baseline;
-* ``full-probs D2H``: softmax on the device, the whole [B, V] probability matrix copied to the
-  host, top-p and the inverse CDF in numpy;
+* ``full-probs D2H``: softmax and top-p on the device, the whole [B, V] probability matrix copied
+  to the host, the inverse CDF in numpy;
 * ``gpu-native``: runtime.sampling (host builds params + one uniform per row, one H2D; filters and
   inverse CDF on the device; one D2H of [B] ids), timed including ``SamplingBatch.build``;
 * ``gpu-native greedy``: the same API on an all-greedy batch (one argmax).
@@ -44,15 +44,14 @@ def _per_seq_item(logits: torch.Tensor, gens: list[torch.Generator]) -> list[int
 
 
 def _full_probs_d2h(logits: torch.Tensor, rngs: list[random.Random]) -> list[int]:
-    probs = torch.softmax(logits.float() / TEMPERATURE, -1).cpu().numpy()
-    order = np.argsort(-probs, axis=1, kind="stable")
-    vals = np.take_along_axis(probs, order, 1)
-    cdf = np.cumsum(vals, 1)
-    vals = np.where(cdf - vals < TOP_P, vals, 0.0)
-    cdf = np.cumsum(vals, 1)
+    probs = torch.softmax(logits.float() / TEMPERATURE, -1)
+    vals, idx = torch.sort(probs, dim=-1, descending=True)
+    drop = (torch.cumsum(vals, -1) - vals) >= TOP_P
+    probs.scatter_(1, idx, vals.masked_fill(drop, 0.0))  # top-p on the device
+    host = probs.cpu().numpy()  # the whole [B, V] matrix crosses to the host
+    cdf = np.cumsum(host, 1, dtype=np.float64)
     u = np.array([r.random() for r in rngs])[:, None] * cdf[:, -1:]
-    pos = np.minimum((cdf <= u).sum(1), (vals > 0).sum(1) - 1)
-    return order[np.arange(len(rngs)), pos].tolist()
+    return np.minimum((cdf <= u).sum(1), host.shape[1] - 1).tolist()
 
 
 def bench_sampling(device: str | torch.device = "cpu", batch: int = 64, vocab: int = 32000,
@@ -75,14 +74,14 @@ def bench_sampling(device: str | torch.device = "cpu", batch: int = 64, vocab: i
     def h2d(params: list[SamplingParams]) -> int:
         return SamplingBatch.build(params, rngs, None, device).h2d_bytes
 
-    methods: list[tuple[str, Callable[[], list[int]], int, int]] = [
-        ("per-seq .item()", lambda: _per_seq_item(logits, gens), batch * itemsize, 0),
-        ("full-probs D2H", lambda: _full_probs_d2h(logits, rngs), batch * vocab * 4, 0),
-        ("gpu-native", native(sampled), batch * itemsize, h2d(sampled)),
-        ("gpu-native greedy", native(greedy), batch * itemsize, h2d(greedy)),
+    methods: list[tuple[str, Callable[[], list[int]], int, int, int]] = [  # name, fn, D2H, H2D, syncs
+        ("per-seq .item()", lambda: _per_seq_item(logits, gens), batch * itemsize, 0, batch),
+        ("full-probs D2H", lambda: _full_probs_d2h(logits, rngs), batch * vocab * 4, 0, 1),
+        ("gpu-native", native(sampled), batch * itemsize, h2d(sampled), 1),
+        ("gpu-native greedy", native(greedy), batch * itemsize, h2d(greedy), 1),
     ]
     rows = []
-    for name, fn, d2h, h2d in methods:
+    for name, fn, d2h, h2d_bytes, syncs in methods:
         fn()  # warm-up (allocator, kernels)
         _sync(device)
         n, start = 0, time.perf_counter()
@@ -92,15 +91,17 @@ def bench_sampling(device: str | torch.device = "cpu", batch: int = 64, vocab: i
         _sync(device)
         us = (time.perf_counter() - start) / n * 1e6
         rows.append({"method": name, "device": str(device), "batch": batch, "vocab": vocab,
-                     "us_per_step": round(us, 1), "d2h_bytes": d2h, "h2d_bytes": h2d, "steps": n})
+                     "us_per_step": round(us, 1), "d2h_bytes": d2h, "h2d_bytes": h2d_bytes,
+                     "syncs": syncs, "steps": n})
     return rows
 
 
 def report(rows: list[dict]) -> str:
-    lines = [f"{'method':<20}{'device':>8}{'batch':>7}{'vocab':>8}{'µs/step':>12}{'D2H B':>12}{'H2D B':>9}"]
+    lines = [f"{'method':<20}{'device':>8}{'batch':>7}{'vocab':>8}{'µs/step':>12}{'D2H B':>13}"
+             f"{'H2D B':>8}{'syncs':>7}"]
     for r in rows:
         lines.append(f"{r['method']:<20}{r['device']:>8}{r['batch']:>7}{r['vocab']:>8}"
-                     f"{r['us_per_step']:>12,.1f}{r['d2h_bytes']:>12,}{r['h2d_bytes']:>9,}")
+                     f"{r['us_per_step']:>12,.1f}{r['d2h_bytes']:>13,}{r['h2d_bytes']:>8,}{r['syncs']:>7}")
     return "\n".join(lines)
 
 
