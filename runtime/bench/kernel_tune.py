@@ -1,0 +1,108 @@
+"""Tile/launch sweep for the decode and prefill kernels, and prefill Triton vs gather + SDPA.
+
+Run on the GPU to pick the defaults in ``_decode_config`` / ``_prefill_config``; results go to
+docs/kernels-notes.md. ``python -m runtime.bench.kernel_tune [--json PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from functools import partial
+
+import torch
+
+from runtime.bench.gpu_timing import Timer, copy_bandwidth_gbs
+from runtime.kernels.paged_attention import choose_num_splits, decode_bytes, num_sms, paged_decode
+from runtime.kernels.paged_batch import make_paged_batch
+from runtime.kernels.prefill import paged_prefill, paged_prefill_sdpa
+
+DECODE_CONFIGS = [(32, 4, 2), (32, 4, 3), (32, 4, 4), (64, 4, 2), (64, 4, 3), (64, 8, 3), (128, 8, 2),
+                  (16, 4, 4)]  # (BLOCK_N, num_warps, num_stages)
+# (name, q heads, kv heads, head_dim, batch, context)
+DECODE_SHAPES = [("qwen3", 16, 8, 128, 256, 4096), ("qwen3", 16, 8, 128, 64, 2048),
+                 ("qwen3", 16, 8, 128, 4, 8192), ("qwen3", 16, 8, 128, 1, 8192),
+                 ("smollm2", 9, 3, 64, 256, 2048)]
+PREFILL_CONFIGS = [(64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 4, 2),
+                   (64, 32, 4, 3)]  # (BLOCK_M, BLOCK_N, num_warps, num_stages)
+# (name, [(cached, new)] per sequence)
+PREFILL_SHAPES = [("8 x 512 fresh", [(0, 512)] * 8), ("4 x 512 after 3584", [(3584, 512)] * 4),
+                  ("1 x 4096 fresh", [(0, 4096)]), ("64 x 128 fresh", [(0, 128)] * 64)]
+
+
+def tune_decode(timer: Timer, copy_gbs: float, block_size: int = 16) -> list[dict]:
+    rows = []
+    for name, heads, kv_heads, head_dim, batch, context in DECODE_SHAPES:
+        b = make_paged_batch([context] * batch, [1] * batch, heads, kv_heads, head_dim, block_size,
+                             torch.bfloat16, "cuda", seed=batch)
+        splits = choose_num_splits(batch, kv_heads, context, num_sms("cuda"))
+        nbytes = decode_bytes(b.seq_lens_cpu, kv_heads, head_dim, 2)
+        out = torch.empty_like(b.q)
+        for block_n, warps, stages in DECODE_CONFIGS:
+            cfg = {"BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
+            us = timer.graph_us(partial(paged_decode, b.q, b.k_cache, b.v_cache, b.block_tables, b.seq_lens,
+                                        head_dim ** -0.5, out=out, num_splits=splits, config=cfg))
+            rows.append({"shape": f"{name} {batch}x{context}", "splits": splits, "config": cfg, "us": us,
+                         "frac_copy": nbytes / us / 1e3 / copy_gbs})
+    return rows
+
+
+def _prefill_flops(seqs: list[tuple[int, int]], num_heads: int, head_dim: int) -> float:
+    # QK^T and PV: 4 * D flops per visible (query, key) pair per head
+    pairs = sum(n * c + n * (n + 1) / 2 for c, n in seqs)
+    return 4 * head_dim * num_heads * pairs
+
+
+def tune_prefill(timer: Timer, block_size: int = 16) -> list[dict]:
+    rows = []
+    heads, kv_heads, head_dim = 16, 8, 128
+    for name, seqs in PREFILL_SHAPES:
+        lens = [c + n for c, n in seqs]
+        new = [n for _, n in seqs]
+        b = make_paged_batch(lens, new, heads, kv_heads, head_dim, block_size, torch.bfloat16, "cuda")
+        args = (b.q, b.k_cache, b.v_cache, b.query_start_loc, b.seq_lens, b.block_tables, head_dim ** -0.5)
+        out = torch.empty_like(b.q)
+        flops = _prefill_flops(seqs, heads, head_dim)
+        sdpa_us = timer.eager_us(partial(paged_prefill_sdpa, *args, out, first_seq=0, num_seqs=len(lens)))
+        rows.append({"shape": name, "path": "gather+sdpa", "us": sdpa_us, "tflops": flops / sdpa_us / 1e6})
+        for bm, bn, warps, stages in PREFILL_CONFIGS:
+            cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
+            us = timer.graph_us(partial(paged_prefill, *args, out, first_seq=0, num_seqs=len(lens),
+                                        max_query_len=max(new), config=cfg))
+            rows.append({"shape": name, "path": "triton", "config": cfg, "us": us,
+                         "tflops": flops / us / 1e6})
+    return rows
+
+
+def report(decode_rows: list[dict], prefill_rows: list[dict]) -> str:
+    lines = ["decode sweep (bf16, block 16): shape, splits, BLOCK_N/warps/stages, µs, fraction of copy"]
+    for r in decode_rows:
+        c = r["config"]
+        lines.append(f"  {r['shape']:<18} {r['splits']:>3}  {c['BLOCK_N']:>3}/{c['num_warps']}/{c['num_stages']}"
+                     f"  {r['us']:>8.1f}  {100 * r['frac_copy']:>4.0f}%")
+    lines.append("prefill (qwen3 shapes, bf16, block 16): shape, path, BLOCK_M/N/warps/stages, µs, TFLOP/s")
+    for r in prefill_rows:
+        c = r.get("config")
+        cfg = f"{c['BLOCK_M']}/{c['BLOCK_N']}/{c['num_warps']}/{c['num_stages']}" if c else "-"
+        lines.append(f"  {r['shape']:<20} {r['path']:<11} {cfg:>12}  {r['us']:>9.1f}  {r['tflops']:>6.1f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args(argv)
+    timer = Timer("cuda")
+    copy_gbs = copy_bandwidth_gbs("cuda")
+    decode_rows = tune_decode(timer, copy_gbs)
+    prefill_rows = tune_prefill(timer)
+    print(f"copy bandwidth {copy_gbs:.0f} GB/s")
+    print(report(decode_rows, prefill_rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"copy_gbs": copy_gbs, "decode": decode_rows, "prefill": prefill_rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
