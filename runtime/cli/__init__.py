@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "runtime.cli.replay",
     "runtime.cli.cost_model",
     "runtime.cli.analyze",
+    "runtime.demo",
 ]
 
 
