@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU kernel run, one call on the device machine: correctness matrix, config sweep, decode microbench.
 #   OUT=out/gpu_kernels scripts/gpu_kernels.sh [tests] [tune] [bench]     (default: all three)
-# Each step has a time cap (TESTS_S, TUNE_S, BENCH_S seconds) so one slow step can't eat the call.
+# Each step has a time cap (TESTS_S, TUNE_S, BENCH_S seconds) so one slow step can't eat the call;
+# PYTEST_K selects tests, TUNE_SECTIONS the sweeps (configs prefill splits).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_kernels}
@@ -22,7 +23,7 @@ for step in "${steps[@]}"; do
         -p no:cacheprovider --tb=short --maxfail=25 ${PYTEST_K:+-k "$PYTEST_K"} >"$OUT/pytest.log" 2>&1
       echo "pytest rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -30 ;;
     tune)
-      timeout "${TUNE_S:-90}" python3 -m runtime.bench.kernel_tune --json "$OUT/tune.json" | tee "$OUT/tune.txt" ;;
+      timeout "${TUNE_S:-90}" python3 -m runtime.bench.kernel_tune ${TUNE_SECTIONS:+--sections $TUNE_SECTIONS} --json "$OUT/tune.json" | tee "$OUT/tune.txt" ;;
     bench)
       timeout "${BENCH_S:-90}" python3 -m runtime.bench.decode_kernel_bench --json "$OUT/decode_bench.json" \
         | tee "$OUT/decode_bench.txt" ;;

@@ -1,7 +1,7 @@
-"""Tile/launch sweep for the decode and prefill kernels, and prefill Triton vs gather + SDPA.
+"""Sweeps on the GPU: decode tile configs, decode split counts, prefill tiles vs gather + SDPA.
 
-Run on the GPU to pick the defaults in ``_decode_config`` / ``_prefill_config``; results go to
-docs/kernels-notes.md. ``python -m runtime.bench.kernel_tune [--json PATH]``.
+They picked the defaults in ``_decode_config``, ``choose_num_splits`` and ``_prefill_config``;
+results in docs/kernels-notes.md. ``python -m runtime.bench.kernel_tune [--sections ...] [--json P]``.
 """
 
 from __future__ import annotations
@@ -47,6 +47,28 @@ def tune_decode(timer: Timer, copy_gbs: float, block_size: int = 16) -> list[dic
     return rows
 
 
+SPLIT_SHAPES = [(1, 2048), (1, 8192), (4, 2048), (4, 8192), (16, 2048), (16, 8192), (32, 4096)]
+SPLIT_COUNTS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def sweep_splits(timer: Timer, copy_gbs: float, block_size: int = 16) -> list[dict]:
+    """Qwen3 shapes with few sequences: time every split count, mark the heuristic's choice."""
+    rows = []
+    heads, kv_heads, head_dim = 16, 8, 128
+    for batch, context in SPLIT_SHAPES:
+        b = make_paged_batch([context] * batch, [1] * batch, heads, kv_heads, head_dim, block_size,
+                             torch.bfloat16, "cuda", seed=batch)
+        chosen = choose_num_splits(batch, kv_heads, context, num_sms("cuda"))
+        nbytes = decode_bytes(b.seq_lens_cpu, kv_heads, head_dim, 2)
+        out = torch.empty_like(b.q)
+        for n in SPLIT_COUNTS:
+            us = timer.graph_us(partial(paged_decode, b.q, b.k_cache, b.v_cache, b.block_tables, b.seq_lens,
+                                        head_dim ** -0.5, out=out, num_splits=n))
+            rows.append({"shape": f"{batch}x{context}", "splits": n, "chosen": n == chosen, "us": us,
+                         "frac_copy": nbytes / us / 1e3 / copy_gbs})
+    return rows
+
+
 def _prefill_flops(seqs: list[tuple[int, int]], num_heads: int, head_dim: int) -> float:
     # QK^T and PV: 4 * D flops per visible (query, key) pair per head
     pairs = sum(n * c + n * (n + 1) / 2 for c, n in seqs)
@@ -74,6 +96,14 @@ def tune_prefill(timer: Timer, block_size: int = 16) -> list[dict]:
     return rows
 
 
+def report_splits(rows: list[dict]) -> str:
+    lines = ["split sweep (qwen3 shapes, bf16, block 16): shape, splits, µs, fraction of copy (* = heuristic)"]
+    for r in rows:
+        lines.append(f"  {r['shape']:<10} {r['splits']:>3}{'*' if r['chosen'] else ' '} {r['us']:>8.1f}"
+                     f"  {100 * r['frac_copy']:>4.0f}%")
+    return "\n".join(lines)
+
+
 def report(decode_rows: list[dict], prefill_rows: list[dict]) -> str:
     lines = ["decode sweep (bf16, block 16): shape, splits, BLOCK_N/warps/stages, µs, fraction of copy"]
     for r in decode_rows:
@@ -90,17 +120,24 @@ def report(decode_rows: list[dict], prefill_rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sections", nargs="+", default=["configs", "prefill", "splits"],
+                        choices=["configs", "prefill", "splits"])
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
     timer = Timer("cuda")
     copy_gbs = copy_bandwidth_gbs("cuda")
-    decode_rows = tune_decode(timer, copy_gbs)
-    prefill_rows = tune_prefill(timer)
     print(f"copy bandwidth {copy_gbs:.0f} GB/s")
-    print(report(decode_rows, prefill_rows))
+    doc: dict = {"copy_gbs": copy_gbs}
+    if "configs" in args.sections or "prefill" in args.sections:
+        doc["decode"] = tune_decode(timer, copy_gbs) if "configs" in args.sections else []
+        doc["prefill"] = tune_prefill(timer) if "prefill" in args.sections else []
+        print(report(doc["decode"], doc["prefill"]))
+    if "splits" in args.sections:
+        doc["splits"] = sweep_splits(timer, copy_gbs)
+        print(report_splits(doc["splits"]))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"copy_gbs": copy_gbs, "decode": decode_rows, "prefill": prefill_rows}, f, indent=2)
+            json.dump(doc, f, indent=2)
     return 0
 
 
