@@ -124,3 +124,21 @@ def test_user_errors_are_one_line_messages(tmp_path, capsys):
                                            str(tmp_path / "o.jsonl")], capsys)
     assert "needs a recorded log" in _fails(["simulate", AZURE, "--cost-model", "recorded", "--out",
                                              str(tmp_path / "o.jsonl")], capsys)
+
+
+def test_simulate_is_byte_identical_across_processes(tmp_path):
+    """Two processes with different hash seeds write the same log."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.sim_helpers import REPO
+
+    outs = []
+    for hash_seed in ("1", "2"):
+        out = tmp_path / f"p{hash_seed}.jsonl"
+        subprocess.run([sys.executable, "-m", "runtime", "simulate", MOONCAKE, "--cost-model", "qwen3-0.6b-h200",
+                        "--limit", "30", "--num-blocks", "30000", "--no-progress", "--out", str(out)],
+                       check=True, cwd=REPO, env={**os.environ, "PYTHONHASHSEED": hash_seed}, capture_output=True)
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1] and len(outs[0]) > 10_000
