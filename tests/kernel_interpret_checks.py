@@ -104,6 +104,18 @@ def check_backend_mixed_batch():
     torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
 
 
+def check_backend_matches_torch_backend():
+    from runtime.attention import TorchAttentionBackend
+
+    seqs = [(9, 1), (31, 1), (0, 6), (16, 3), (5, 12)]
+    lens = [c + n for c, n in seqs]
+    b = make_paged_batch(lens, [n for _, n in seqs], 6, 2, 64, 16, torch.float32, "cpu", seed=3)
+    meta = b.metadata(num_decodes=2)
+    got = TritonAttentionBackend("cpu").forward(b.q, b.k_cache, b.v_cache, meta, 0.125)
+    want = TorchAttentionBackend().forward(b.q, b.k_cache, b.v_cache, meta, 0.125)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
 
 

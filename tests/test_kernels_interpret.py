@@ -26,6 +26,7 @@ NAMES = [
     "kv_store_padding_and_strided",
     "prefill_prefix_hits_and_chunks",
     "backend_mixed_batch",
+    "backend_matches_torch_backend",
 ]
 
 

@@ -134,7 +134,7 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, sms: i
     """Power-of-two split count so that about 4 programs per SM are in flight.
 
     Host-side ints only (no tensor reads): the same batch shape always launches the same grid.
-    H200: 512 programs (64 seqs x 8 KV heads) already fill it (2 splits were 10% slower there),
+    H200: 512 programs (64 seqs x 8 KV heads) already fill it (2 splits were 10-20% slower there),
     128 programs with 4 splits ran 2x faster than unsplit (docs/kernels-notes.md).
     """
     programs = max(1, num_seqs * num_kv_heads)
