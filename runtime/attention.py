@@ -64,9 +64,16 @@ class TorchAttentionBackend:
     ``[num_decodes, kv_heads, max_len, head_dim]``; the query heads sharing a KV head ride as rows of
     one query matrix (no KV repeat). Prefill chunks loop per sequence with the causal mask offset by
     the number of tokens already cached before the chunk.
+
+    On the CPU in fp32, decodes go to a small C kernel (runtime/cpu_kernels) that reads the paged
+    KV in place: the gather copy is most of the torch path's decode time there.
+    ``cpu_kernels=False`` keeps the pure-torch path (the reference the kernel is tested against).
     """
 
     name = "torch"
+
+    def __init__(self, cpu_kernels: bool = True) -> None:
+        self.cpu_kernels = cpu_kernels
 
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  slot_mapping: torch.Tensor) -> None:
@@ -90,6 +97,11 @@ class TorchAttentionBackend:
 
     def _decode(self, q, k_cache, v_cache, meta, scale):
         nd = meta.num_decodes
+        if self.cpu_kernels and q.device.type == "cpu" and q.dtype == k_cache.dtype == torch.float32:
+            from runtime import cpu_kernels
+
+            if cpu_kernels.available():
+                return cpu_kernels.paged_decode(q, k_cache, v_cache, meta.block_tables[:nd], meta.seq_lens[:nd], scale)
         _, block_size, kv_heads, dim = k_cache.shape
         heads = q.shape[1]
         max_len = max(meta.seq_lens_cpu[:nd])

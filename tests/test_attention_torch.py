@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from runtime.attention import AttentionMetadata, TorchAttentionBackend, get_backend
+from runtime.cpu_kernels import available
 
 
 def _reference(q, k, v, scale):
@@ -24,9 +25,12 @@ def _reference(q, k, v, scale):
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v.double()).float()
 
 
+@pytest.mark.parametrize("cpu_kernels", [False, True], ids=["torch", "cpu-kernel"])
 @pytest.mark.parametrize("block_size", [4, 16])
 @pytest.mark.parametrize("heads,kv_heads", [(4, 4), (8, 2)])
-def test_mixed_batch_matches_dense(block_size, heads, kv_heads):
+def test_mixed_batch_matches_dense(block_size, heads, kv_heads, cpu_kernels):
+    if cpu_kernels and not available():
+        pytest.skip("no C compiler for the CPU kernel")
     rng = random.Random(block_size * 100 + heads)
     torch.manual_seed(0)
     dim, num_blocks = 16, 128
@@ -57,7 +61,7 @@ def test_mixed_batch_matches_dense(block_size, heads, kv_heads):
         seq_lens=torch.tensor([c for c, _ in seqs], dtype=torch.int32), block_tables=bt, num_decodes=4,
         max_query_len=max(qlens), max_seq_len=max(c for c, _ in seqs), query_lens_cpu=qlens,
         seq_lens_cpu=[c for c, _ in seqs])
-    backend = TorchAttentionBackend()
+    backend = TorchAttentionBackend(cpu_kernels=cpu_kernels)
     new_k = torch.cat([k[c - q:] for k, (c, q) in zip(ks, seqs)] + [torch.full((2, kv_heads, dim), 7.0)])
     new_v = torch.cat([v[c - q:] for v, (c, q) in zip(vs, seqs)] + [torch.full((2, kv_heads, dim), 7.0)])
     before = k_cache.clone()

@@ -47,6 +47,43 @@ def _sim(args: argparse.Namespace) -> int:
     return 0
 
 
+def _throughput(args: argparse.Namespace) -> int:
+    from runtime.bench import throughput
+    from runtime.cli import CLIError
+    from runtime.cli.engine_args import engine_options, flag_error
+    from runtime.config import ConfigError
+
+    if args.model and args.model_shape:
+        raise CLIError("--model-shape: give either --model or --model-shape, not both")
+    model = f"random:{args.model_shape}" if args.model_shape else args.model
+    peers: list[str] = []
+    if args.peer == "hf":
+        if args.hf_peers:
+            peers = [p.strip() for p in args.hf_peers.split(",") if p.strip()]
+            bad = [p for p in peers if p not in ("single", "static", "cb")]
+            if bad:
+                raise CLIError(f"--hf-peers: unknown peer {bad[0]!r} (single, static, cb)")
+        else:  # CPU: the peers; CUDA: continuous batching + static batches
+            import torch
+
+            on_gpu = args.device.startswith("cuda") or (args.device == "auto" and torch.cuda.is_available())
+            peers = ["cb", "static"] if on_gpu else ["single", "static"]
+    for flag, (lo, hi) in (("--input-len", args.input_len), ("--output-len", args.output_len)):
+        if not 1 <= lo <= hi:
+            raise CLIError(f"{flag}: need 1 <= LO <= HI, got {lo} {hi}")
+    if args.num_prompts < 1:
+        raise CLIError(f"--num-prompts: must be >= 1, got {args.num_prompts}")
+    try:
+        report = throughput.run(model, peers=peers, num_prompts=args.num_prompts, input_len=tuple(args.input_len),
+                                output_len=tuple(args.output_len), static_batch=args.static_batch,
+                                progress=not args.no_progress, **engine_options(args))
+    except ConfigError as e:
+        raise flag_error(e) from None
+    print(report.table())
+    _write_json(args.json, "throughput", [report.as_json()])
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="benchmarks (side by side with peers where there are any)")
     kinds = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
@@ -63,3 +100,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--no-progress", action="store_true")
     sim.add_argument("--json", metavar="PATH", help="also write results as JSON")
     sim.set_defaults(func=_sim)
+    tp = kinds.add_parser("throughput", help="offline throughput vs HF transformers on the same prompts")
+    from runtime.cli.engine_args import add_engine_args
+
+    add_engine_args(tp)
+    tp.add_argument("--model-shape", choices=["qwen3-0.6b", "smollm2-135m"],
+                    help="real model shapes with random weights (instead of --model)")
+    tp.add_argument("--num-prompts", type=int, default=64)
+    tp.add_argument("--input-len", type=int, nargs=2, default=[32, 256], metavar=("LO", "HI"))
+    tp.add_argument("--output-len", type=int, nargs=2, default=[16, 256], metavar=("LO", "HI"))
+    tp.add_argument("--peer", choices=["hf", "none"], default="hf", help="run HF transformers side by side")
+    tp.add_argument("--hf-peers", metavar="LIST",
+                    help="comma list of single, static, cb (default: single,static on CPU; cb,static on CUDA)")
+    tp.add_argument("--static-batch", type=int, default=16, help="batch size of the static HF peer")
+    tp.add_argument("--no-progress", action="store_true")
+    tp.add_argument("--json", metavar="PATH", help="also write results as JSON")
+    tp.set_defaults(func=_throughput)

@@ -42,6 +42,7 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     hf_config: dict[str, Any]
+    hf_folder: str | None = None  # the HF folder the weights came from (a GGUF's converted copy)
 
     @property
     def eos_token_id(self) -> int | None:
@@ -158,7 +159,7 @@ def load_model(model: str | Path | None = None, *, device: str | torch.device | 
     dt = resolve_dtype(dtype, dev, spec)
     net = build_model(spec, max_positions or spec.max_position_embeddings, dt, dev)
     load_weights(net, iter_safetensors(folder), str(folder))
-    return LoadedModel(net, spec, _load_tokenizer(folder), identity, str(path), dev, dt, cfg)
+    return LoadedModel(net, spec, _load_tokenizer(folder), identity, str(path), dev, dt, cfg, str(folder))
 
 
 def _load_random(shape: str, device: torch.device, dtype, max_positions, seed) -> LoadedModel:

@@ -1,0 +1,187 @@
+"""``minivllm bench throughput``: offline throughput of the engine and of HF transformers, side by
+side in one run on the same prompts.
+
+Workload (seeded): ``num_prompts`` prompts of random token ids, input length uniform in
+``input_len``, output length uniform in ``output_len``, eos ignored, all arriving at once; greedy.
+Figures: output tokens per second (requested tokens only, for every peer), ratios to the best HF
+peer, and the engine overhead = share of step wall time outside the model forward (scheduling,
+input staging, sampling, commit), overall and over the steps with about 32 running requests.
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from runtime.bench.hf_peers import PeerResult
+
+
+@dataclass
+class Workload:
+    prompts: list[list[int]]
+    outputs: list[int]
+
+    @classmethod
+    def random(cls, num_prompts: int, input_len: tuple[int, int], output_len: tuple[int, int], vocab: int,
+               seed: int = 0) -> Workload:
+        rng = np.random.default_rng(seed)
+        ins = rng.integers(input_len[0], input_len[1] + 1, size=num_prompts)
+        outs = rng.integers(output_len[0], output_len[1] + 1, size=num_prompts)
+        prompts = [rng.integers(0, vocab, size=int(n)).tolist() for n in ins]
+        return cls(prompts, [int(n) for n in outs])
+
+
+@dataclass
+class EngineResult:
+    seconds: float
+    output_tokens: int
+    input_tokens: int
+    steps: int
+    overhead: float  # share of step time outside the forward, all steps
+    overhead_at_32: float | None  # same over steps scheduling 28..36 sequences
+    steps_at_32: int
+    step_ms_at_32: float | None
+    breakdown_ms: dict[str, float] = field(default_factory=dict)  # mean per step
+
+    @property
+    def output_tok_s(self) -> float:
+        return self.output_tokens / self.seconds
+
+
+def run_engine(parts, workload: Workload, progress: bool = True) -> EngineResult:
+    """All requests arrive at once; step until done. Timing excludes a short warm-up."""
+    from tqdm import tqdm
+
+    from runtime.request import SamplingParams
+
+    core = parts.core()
+    runner = parts.runner
+    # warm-up: a prefill and some decodes, so one-time costs (allocator, kernels) are not timed
+    core.add_request(workload.prompts[0][:32], SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True), 0.0)
+    while core.has_unfinished():
+        core.step(0.0, runner)
+    core = parts.core()  # a fresh core: the timed run starts with an empty prefix cache
+    runner.stats.__init__()
+    runner.record_steps = True
+    for prompt, n in zip(workload.prompts, workload.outputs):
+        core.add_request(prompt, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True), 0.0)
+    bar = tqdm(total=len(workload.prompts), desc="minivllm", unit="req", disable=not progress)
+    walls: list[float] = []
+    gc.collect()
+    t0 = time.perf_counter()
+    while core.has_unfinished():
+        s = time.perf_counter()
+        out = core.step(s - t0, runner)
+        walls.append(time.perf_counter() - s)
+        bar.update(sum(1 for d in out.deltas if d.finished))
+    seconds = time.perf_counter() - t0
+    bar.close()
+    st = runner.stats
+    fwd = np.array([f for _, _, _, f in st.per_step])
+    seqs = np.array([n for n, _, _, _ in st.per_step])
+    wall = np.array(walls)
+    at32 = (seqs >= 28) & (seqs <= 36)
+    n = max(st.steps, 1)
+    breakdown = {"schedule+commit": (wall.sum() - st.total) / n * 1e3, "prepare": st.prepare / n * 1e3,
+                 "forward": st.forward / n * 1e3, "sample": st.sample / n * 1e3}
+    return EngineResult(
+        seconds, sum(workload.outputs), sum(map(len, workload.prompts)), st.steps,
+        float(1 - fwd.sum() / wall.sum()),
+        float(1 - fwd[at32].sum() / wall[at32].sum()) if at32.any() else None,
+        int(at32.sum()), float(wall[at32].mean() * 1e3) if at32.any() else None, breakdown)
+
+
+@dataclass
+class ThroughputReport:
+    setup: dict
+    engine: EngineResult
+    peers: list[PeerResult]
+
+    def best_peer(self) -> PeerResult | None:
+        return max(self.peers, key=lambda p: p.output_tok_s, default=None)
+
+    def table(self) -> str:
+        out = io.StringIO()
+        s = self.setup
+        out.write(f"model {s['model']} ({s['dtype']}, {s['device']}, attention {s['attention_backend']}); "
+                  f"{s['num_prompts']} prompts, input {s['input_len'][0]}-{s['input_len'][1]}, "
+                  f"output {s['output_len'][0]}-{s['output_len'][1]} (seed {s['seed']}), ignore eos, greedy\n")
+        best = self.best_peer()
+        out.write(f"{'engine':<44}{'time s':>9}{'out tok/s':>11}{'vs best HF':>12}\n")
+        rows = [("minivllm", self.engine.seconds, self.engine.output_tok_s)]
+        rows += [(p.name, p.seconds, p.output_tok_s) for p in self.peers]
+        for name, sec, tps in rows:
+            ratio = f"{tps / best.output_tok_s:.2f}x" if best else "-"
+            out.write(f"{name:<44}{sec:>9.1f}{tps:>11.1f}{ratio:>12}\n")
+        e = self.engine
+        out.write(f"output tokens {e.output_tokens} (input {e.input_tokens}); {e.steps} engine steps\n")
+        at32 = (f"{e.overhead_at_32:.1%} over the {e.steps_at_32} steps with 28-36 sequences "
+                f"({e.step_ms_at_32:.1f} ms/step)" if e.overhead_at_32 is not None else "n/a")
+        out.write(f"engine overhead (step time outside the forward): {e.overhead:.1%} overall; {at32}\n")
+        out.write("mean ms/step: " + ", ".join(f"{k} {v:.2f}" for k, v in e.breakdown_ms.items()) + "\n")
+        for p in self.peers:
+            if p.note:
+                out.write(f"  {p.name}: {p.note}\n")
+        return out.getvalue()
+
+    def as_json(self) -> dict:
+        best = self.best_peer()
+        return {
+            "setup": self.setup,
+            "engine": {**asdict(self.engine), "output_tok_s": self.engine.output_tok_s},
+            "peers": [{**asdict(p), "output_tok_s": p.output_tok_s} for p in self.peers],
+            "speedup_vs_best_hf": self.engine.output_tok_s / best.output_tok_s if best else None,
+        }
+
+
+def run(model: str | None, *, peers: list[str], num_prompts: int = 64, input_len=(32, 256),
+        output_len=(16, 256), static_batch: int = 16, progress: bool = True, **options) -> ThroughputReport:
+    """``options``: engine options (runtime/engine_setup.py); ``seed`` seeds the workload too."""
+    import torch
+
+    from runtime.bench import hf_peers
+    from runtime.engine_setup import build_engine
+
+    seed = options.get("seed", 0)
+    parts = build_engine(model, sync_timing=True, **options)
+    loaded = parts.loaded
+    workload = Workload.random(num_prompts, input_len, output_len, loaded.spec.vocab_size, seed)
+    setup = {"model": loaded.identity, "device": str(loaded.device), "dtype": str(loaded.dtype).removeprefix("torch."),
+             "attention_backend": parts.runner.backend.name, "num_prompts": num_prompts,
+             "input_len": list(input_len), "output_len": list(output_len), "seed": seed,
+             "num_blocks": parts.runner.num_blocks, "block_size": parts.runner.block_size,
+             "max_num_seqs": parts.config.scheduler.max_num_seqs,
+             "max_num_batched_tokens": parts.config.scheduler.max_num_batched_tokens,
+             "torch_threads": torch.get_num_threads(), "torch": torch.__version__}
+    engine = run_engine(parts, workload, progress)
+    device, dtype = loaded.device, loaded.dtype
+    del parts  # free the KV pool before HF allocates its caches
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    results: list[PeerResult] = []
+    if peers:
+        import transformers
+
+        setup["transformers"] = transformers.__version__
+        hf = hf_peers.load_hf_model(loaded, device, dtype)
+        del loaded
+        hf_peers.warmup(hf, device)
+        for peer in peers:
+            if peer == "single":
+                results.append(hf_peers.run_single(hf, workload.prompts, workload.outputs, device, progress))
+            elif peer == "static":
+                results.append(hf_peers.run_static(hf, workload.prompts, workload.outputs, device, static_batch,
+                                                   progress))
+            elif peer == "cb":
+                if not hf_peers.continuous_batching_available(hf):
+                    print("note: this transformers has no continuous batching; skipping the cb peer")
+                    continue
+                results.append(hf_peers.run_continuous(hf, workload.prompts, workload.outputs, device, progress))
+            else:
+                raise ValueError(f"unknown peer {peer!r} (single, static, cb)")
+    return ThroughputReport(setup, engine, results)
