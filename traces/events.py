@@ -149,21 +149,18 @@ Event = Header | Arrived | Admitted | Preempted | Step | Finished | Aborted
 
 def make_header(config: Any, *, clock: str, model_identity: str = "", eos_token_id: int | None = None,
                 extra: dict[str, Any] | None = None) -> Header:
-    """Header for a log of an engine built from ``config`` (an EngineConfig).
-
-    Versions are read from already-imported modules only, so the core never imports torch.
-    """
+    """Header for a log of an engine built from ``config`` (an EngineConfig)."""
     import platform
-    import sys
     from importlib import metadata
 
     versions = {"python": platform.python_version()}
-    for dist in ("minivllm", "msgspec", "numpy", "torch", "triton", "transformers", "simpy"):
-        if dist == "minivllm" or dist in sys.modules:
-            try:
-                versions[dist] = metadata.version(dist)
-            except metadata.PackageNotFoundError:
-                pass
+    # installed distributions (metadata only: nothing is imported, and the header doesn't depend
+    # on what the process happened to import)
+    for dist in ("minivllm", "msgspec", "numpy", "simpy", "torch", "triton", "transformers"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
     return Header(
         clock=clock,
         config=config.to_dict(),
