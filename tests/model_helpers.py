@@ -104,7 +104,7 @@ def make_tiny(arch: str, folder: Path, tokenizer: bool = False, **overrides) -> 
 
 @torch.inference_mode()
 def hf_greedy(hf, prompt: list[int], max_tokens: int) -> list[int]:
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=hf.device)
     out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens, min_new_tokens=max_tokens,
                       do_sample=False, eos_token_id=None, pad_token_id=0)
     return out[0, len(prompt):].tolist()
