@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from tests.model_helpers import make_tiny, one_thread, run_engine
+from tests.model_helpers import hf_greedy, make_tiny, one_thread, run_engine
 
 ARCHS = ["llama", "qwen2", "qwen3"]
 pytestmark = pytest.mark.usefixtures(one_thread.__name__)
@@ -70,3 +70,20 @@ def test_preemption_and_recompute(tiny):
     run = run_engine(tiny.loaded, prompts, max_tokens, block_size=4, num_blocks=36)
     assert run.preemptions > 0, "a tiny pool should force preemption"
     _check(tiny, prompts, max_tokens, run)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_on_cpu_runs_close_to_hf(tmp_path, dtype):
+    """fp16/bf16 run on the CPU too; rounding differs from HF's, so only the first tokens must agree."""
+    import torch
+
+    from runtime.model.loader import load_model
+
+    tiny = make_tiny("qwen3", tmp_path)
+    hf = tiny.hf.to(getattr(torch, dtype))
+    loaded = load_model(str(tmp_path), device="cpu", dtype=dtype)
+    assert loaded.model.embed_tokens.weight.dtype == getattr(torch, dtype)
+    prompts = _prompts(6, [5, 20, 9])
+    run = run_engine(loaded, prompts, 8)
+    for p, out in zip(prompts, run.outputs):
+        assert out[:2] == hf_greedy(hf, p, 8)[:2]

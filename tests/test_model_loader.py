@@ -50,7 +50,7 @@ def test_folder_load_and_identity(tmp_path):
     assert tiny.loaded.tokenizer is None and tiny.loaded.spec.qkv_bias
     # different weights, different identity
     other = make_tiny("qwen2", tmp_path / "m2", initializer_range=0.3)
-    assert other.loaded.identity.split("@")[1] != tiny.loaded.identity.split("@")[1]
+    assert other.loaded.identity.split(":")[1] != tiny.loaded.identity.split(":")[1]
 
 
 def test_missing_tensor_is_reported(tmp_path):

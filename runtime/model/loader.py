@@ -3,7 +3,7 @@
 
 ``load_model`` returns a ``LoadedModel``: the module on its device and dtype, its spec, the
 tokenizer (None when the folder has none: token-id prompts still work) and an identity string
-(name + size + content hash) that roots the prefix-cache hash chain and fills the log Header.
+(``name@bytes:hash``) that roots the prefix-cache hash chain and fills the log Header.
 """
 
 from __future__ import annotations
@@ -145,13 +145,15 @@ def load_model(model: str | Path | None = None, *, device: str | torch.device | 
             raise ModelLoadError(f"{path}: a model is an HF folder (config.json + *.safetensors) or a .gguf file")
         from runtime.model.gguf import converted_folder
 
-        identity = f"{path.name}@{file_identity(path)}"
-        folder = converted_folder(path, identity.rsplit("@", 1)[1])
+        digest = file_identity(path)
+        identity = f"{path.name}@{path.stat().st_size}:{digest}"
+        folder = converted_folder(path, digest)
     else:
         folder = path
         if not (folder / "config.json").exists():
             raise ModelLoadError(f"{folder}: not a model folder (no config.json)")
-        identity = f"{folder.name}@{_folder_identity(folder)}"
+        size = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+        identity = f"{folder.name}@{size}:{_folder_identity(folder)}"
     cfg = _read_json(folder / "config.json")
     gen_path = folder / "generation_config.json"
     gen = _read_json(gen_path) if gen_path.exists() else None
