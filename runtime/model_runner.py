@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from runtime.attention import get_backend
+from runtime.attention import AttentionBackend, get_backend
 from runtime.core import StepResult
 from runtime.kv_cache import allocate_kv, plan_num_blocks
 from runtime.model.loader import LoadedModel
@@ -59,7 +59,7 @@ class RunnerStats:
 class ModelRunner:
     def __init__(self, loaded: LoadedModel, config: RunnerConfig, *, block_size: int, seed: int = 0,
                  max_num_batched_tokens: int = 2048, max_num_seqs: int = 256, sync_timing: bool = False,
-                 record_steps: bool = False) -> None:
+                 record_steps: bool = False, backend: AttentionBackend | None = None) -> None:
         self.loaded = loaded
         self.model = loaded.model
         self.spec = loaded.spec
@@ -67,7 +67,8 @@ class ModelRunner:
         self.dtype = loaded.dtype
         self.block_size = block_size
         self.seed = seed
-        self.backend = get_backend(config.attention_backend, self.device)
+        # ``backend``: an instance instead of a name (e.g. Triton under TRITON_INTERPRET on the CPU)
+        self.backend = backend or get_backend(config.attention_backend, self.device)
         self.num_blocks = plan_num_blocks(
             self.spec, self.dtype, self.device, block_size, num_blocks=config.num_blocks,
             kv_cache_gb=config.kv_cache_gb, gpu_memory_utilization=config.gpu_memory_utilization,
