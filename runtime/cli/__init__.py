@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "runtime.cli.simulate",
     "runtime.cli.replay",
     "runtime.cli.cost_model",
+    "runtime.cli.profile",
     "runtime.cli.analyze",
     "runtime.demo",
 ]

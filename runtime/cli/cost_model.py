@@ -12,32 +12,41 @@ from datetime import datetime, timezone
 from runtime.cli import CLIError
 
 
-def _fit(args: argparse.Namespace) -> int:
+def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every: int = 5,
+             weighting: str = "relative", model_identity: str | None = None, hardware: str | None = None,
+             dtype: str | None = None, command: str | None = None):
+    """Fit a LinearCostModel on ``logs``; its error on ``holdout`` logs, or on every
+    ``holdout_every``-th step held out of the fit, goes to ``meta["heldout"]``."""
     from simulator.cost_model import LinearCostModel, StepData
     from traces.log import read_header
 
-    header = read_header(args.logs[0])
+    header = read_header(logs[0])
     extra = header.extra
     meta = {
         "provenance": "fit",
-        "model_identity": args.model_identity or header.model_identity,
-        "hardware": args.hardware or extra.get("hardware") or extra.get("device") or "unknown",
-        "dtype": args.dtype or extra.get("dtype") or "unknown",
+        "model_identity": model_identity or header.model_identity,
+        "hardware": hardware or extra.get("hardware") or extra.get("device") or "unknown",
+        "dtype": dtype or extra.get("dtype") or "unknown",
         "fit_date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "weighting": args.weighting,
+        "weighting": weighting,
     }
-    data = StepData.from_logs(args.logs)
-    if args.holdout:
-        train, held = data, StepData.from_logs(args.holdout)
+    if command:
+        meta["command"] = command
+    data = StepData.from_logs(logs)
+    if holdout:
+        train, held = data, StepData.from_logs(holdout)
     else:
-        if args.holdout_every < 2:
+        if holdout_every < 2:
             raise CLIError("--holdout-every must be >= 2")
-        train, held = data.split(args.holdout_every)
-    model = LinearCostModel.fit(train, weighting=args.weighting, meta=meta)
+        train, held = data.split(holdout_every)
+    model = LinearCostModel.fit(train, weighting=weighting, meta=meta)
     model.meta["heldout"] = model.evaluate(held)
-    if not args.holdout:
-        model.meta["heldout"]["kind"] = f"every {args.holdout_every}th step of the training logs"
-    model.save(args.out)
+    if not holdout:
+        model.meta["heldout"]["kind"] = f"every {holdout_every}th step of the training logs"
+    return model
+
+
+def print_fit(model, out: str) -> None:
     t, h = model.meta["training"], model.meta["heldout"]
     print(f"fitted on {t['steps']:,} steps: training MAPE {t['mape']:.2f}%, held-out MAPE {h['mape']:.2f}% "
           f"({h['steps']:,} steps)")
@@ -46,7 +55,14 @@ def _fit(args: argparse.Namespace) -> int:
     if model.meta["unfitted_features"]:
         print(f"warning: no training step exercised {', '.join(model.meta['unfitted_features'])}: "
               "their coefficients are 0")
-    print(f"wrote {args.out}")
+    print(f"wrote {out}")
+
+
+def _fit(args: argparse.Namespace) -> int:
+    model = fit_logs(args.logs, holdout=args.holdout, holdout_every=args.holdout_every, weighting=args.weighting,
+                     model_identity=args.model_identity, hardware=args.hardware, dtype=args.dtype)
+    model.save(args.out)
+    print_fit(model, args.out)
     return 0
 
 

@@ -1,0 +1,130 @@
+"""What ``minivllm profile`` runs: a list of small workloads ("cases"), each shaped so the engine's
+own scheduler produces the step shapes the cost model needs (simulator/cost_model.py):
+
+  PrefillCase(chunk, context=0)   one prompt of ``chunk`` new tokens per step: pure prefill
+  PrefillCase(chunk, context>0)   the same on ``context`` tokens the prefix cache already holds
+                                  (a shared prefix): Σ chunk × context
+  DecodeCase(batch, context)      ``batch`` prompts of ``context`` tokens; while they prefill, the
+                                  early ones decode (mixed steps); then ``steps`` pure decode
+                                  steps; then one fresh prompt per ``mixed_chunks`` entry joins
+                                  the running batch (decode + prefill in one step)
+
+No torch here: the plan is plain data, so a test can run the full GPU-sized sweep through the
+engine core with a zero-cost executor and count its steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PrefillCase:
+    chunk: int
+    context: int = 0
+    repeats: int = 1
+
+    @property
+    def kind(self) -> str:
+        return "prefill+context" if self.context else "prefill"
+
+
+@dataclass(frozen=True)
+class DecodeCase:
+    batch: int
+    context: int
+    steps: int
+    mixed_chunks: tuple[int, ...] = ()
+
+    kind = "decode"
+
+
+Case = PrefillCase | DecodeCase
+
+
+@dataclass(frozen=True)
+class SweepLimits:
+    max_context: int  # longest prompt (or prefix + chunk) a case builds
+    max_batch: int  # most sequences decoding together
+    budget: int  # the engine's max_num_batched_tokens: no chunk is planned larger
+    block_size: int  # prefix contexts are whole blocks, so the prefix cache covers them exactly
+    max_kv_tokens: int  # batch × context cap of a decode case (prefill cost, KV pool)
+
+
+# Context a decode case's requests may grow by: decoding while the rest of the batch prefills
+# (batch × context / budget steps at most), then ``steps`` and the mixed injections.
+DECODE_HEADROOM = 512
+
+
+def _geometric(lo: int, hi: int, factor: int) -> list[int]:
+    out, x = [], lo
+    while x <= hi:
+        out.append(x)
+        x *= factor
+    return out
+
+
+def _with_top(values: list[int], top: int) -> list[int]:
+    return sorted({v for v in values if v <= top} | {top})
+
+
+def _interleave(*groups: list[Case]) -> list[Case]:
+    """Round-robin by progress through each group (small cases first within each), so a sweep cut
+    short by a time limit still covers every shape class."""
+    keyed = [((i + 0.5) / len(g), gi, case) for gi, g in enumerate(groups) for i, case in enumerate(g)]
+    return [case for _, _, case in sorted(keyed, key=lambda k: (k[0], k[1]))]
+
+
+def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
+    """The measured sweep. ``quick``: a few cases of each class (CI, tests)."""
+    lim = limits
+    top_chunk = min(lim.budget, lim.max_context)
+    bs = lim.block_size
+    if quick:
+        chunks, repeats, ctx_chunks = _with_top([16, 64], top_chunk), 1, [16, 64]
+        contexts = [max(bs, lim.max_context // 2 // bs * bs)]
+        batches, decode_ctx, steps = _with_top([1], lim.max_batch), _with_top([32], lim.max_context), 3
+    else:
+        chunks, repeats, ctx_chunks = _with_top(_geometric(16, top_chunk, 2), top_chunk), 3, [16, 128, 512, 2048]
+        contexts = _geometric(256, lim.max_context - 16, 4) + [lim.max_context // 2, lim.max_context - 256]
+        contexts = sorted({c // bs * bs for c in contexts if c >= 256})
+        batches = _with_top(_geometric(1, lim.max_batch, 4), lim.max_batch)
+        decode_ctx, steps = _with_top(_geometric(128, lim.max_context, 4), lim.max_context), 16
+
+    prefill = [PrefillCase(c, 0, repeats) for c in chunks]
+    on_context = [PrefillCase(c, ctx, max(1, repeats - 1)) for ctx in contexts for c in ctx_chunks
+                  if 2 <= c <= min(lim.budget, lim.max_context - ctx)]
+    decode = []
+    for b in batches:
+        for ctx in decode_ctx:
+            if b * ctx > lim.max_kv_tokens:
+                continue
+            fill = min(lim.budget - b, lim.max_context)  # a chunk that fills the step's budget
+            mixed = sorted({c for c in (16, 256, fill) if 2 <= c <= fill})
+            decode.append(DecodeCase(b, ctx, steps, tuple(mixed[:2] if quick else mixed)))
+    return _interleave(prefill, on_context, decode)
+
+
+def warmup_plan(plan: list[Case], limits: SweepLimits) -> list[Case]:
+    """Short cases touching the sweep's extremes (largest chunk, every decode batch size, the
+    longest decode context), run unlogged first: kernel compilation, allocator growth and any
+    per-batch-size capture happen here, not in measured steps."""
+    top_chunk = min(limits.budget, limits.max_context)
+    out: list[Case] = [PrefillCase(top_chunk), PrefillCase(16)]
+    ctx_cases = [c for c in plan if isinstance(c, PrefillCase) and c.context]
+    if ctx_cases:
+        out.append(PrefillCase(16, ctx_cases[0].context))
+    decodes = [c for c in plan if isinstance(c, DecodeCase)]
+    for b in sorted({c.batch for c in decodes}):
+        out.append(DecodeCase(b, 16, 2, (16,)))
+    if decodes:
+        out.append(DecodeCase(1, max(c.context for c in decodes), 2))
+    return out
+
+
+def plan_summary(plan: list[Case]) -> dict[str, int]:
+    """Cases per kind."""
+    counts: dict[str, int] = {}
+    for case in plan:
+        counts[case.kind] = counts.get(case.kind, 0) + 1
+    return counts

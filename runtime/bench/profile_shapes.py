@@ -1,0 +1,189 @@
+"""Drive the real engine through a sweep plan (runtime/bench/profile_plan.py) and log every step.
+
+Nothing is invented: each case is a workload (random-token prompts, greedy, ``ignore_eos``) added
+to a real ``EngineCore`` and stepped with the real executor, so the Step events — spans from the
+scheduler, durations measured by the ModelRunner — are a genuine engine log that
+``minivllm cost-model fit`` (or ``replay``, ``fold``) reads like any other.
+
+Decode cases end by finishing their requests between steps (``core.finish``, reason
+``"profile"``), the path a stop string takes: the log stays a complete, replayable run.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from runtime.bench.profile_plan import Case, DecodeCase, PrefillCase, SweepLimits, plan_summary
+from runtime.core import EngineCore, Executor, StepOutput
+from runtime.request import Request, SamplingParams
+from traces.log import LogWriter
+
+if TYPE_CHECKING:
+    from runtime.engine_setup import EngineParts
+
+FINISH_REASON = "profile"
+
+
+class SweepStalled(RuntimeError):
+    """The engine scheduled nothing while a case still had unfinished requests."""
+
+
+class ShapeSweep:
+    """Runs cases on one core; ``now`` is seconds since the sweep began (the log's wall clock)."""
+
+    def __init__(self, core: EngineCore, executor: Executor, *, vocab_size: int, seed: int = 0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.core = core
+        self.executor = executor
+        self.vocab = range(vocab_size)
+        self.rng = random.Random(seed)
+        self.clock = clock
+        self.t0 = clock()
+        self.steps = 0
+        self._prefixes: dict[int, list[int]] = {}
+        cfg = core.config.scheduler
+        # longest request the engine takes: with chunked prefill off a whole request must fit the budget
+        self.max_len = cfg.max_model_len if cfg.enable_chunked_prefill else min(cfg.max_model_len,
+                                                                                  cfg.max_num_batched_tokens)
+
+    def now(self) -> float:
+        return self.clock() - self.t0
+
+    def fresh(self, n: int) -> list[int]:
+        """``n`` random token ids: no prefix-cache hit on anything earlier."""
+        return self.rng.choices(self.vocab, k=n)
+
+    def add(self, prompt: list[int], max_tokens: int) -> Request:
+        params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+        rid = self.core.add_request(prompt, params, self.now())
+        return self.core.requests[rid]
+
+    def step(self) -> StepOutput:
+        out = self.core.step(self.now(), self.executor)
+        if out.plan.empty:
+            raise SweepStalled(f"engine scheduled nothing with {len(self.core.requests)} unfinished requests")
+        self.steps += 1
+        return out
+
+    def live(self, reqs: Iterable[Request]) -> list[Request]:
+        return [r for r in reqs if r.request_id in self.core.requests]
+
+    def drain(self, reqs: list[Request]) -> None:
+        while self.live(reqs):
+            self.step()
+
+    # --- cases ---------------------------------------------------------------------------------
+
+    def run(self, case: Case) -> None:
+        if isinstance(case, PrefillCase):
+            self._prefill(case)
+        else:
+            self._decode(case)
+
+    def _prefix(self, context: int) -> list[int]:
+        """A prompt of ``context`` tokens computed once: its full blocks stay in the prefix cache
+        (until evicted), so later prompts that start with it begin their chunk at ``context``."""
+        if context not in self._prefixes:
+            tokens = self.fresh(context)
+            self.drain([self.add(tokens, 1)])
+            self._prefixes[context] = tokens
+        return self._prefixes[context]
+
+    def _prefill(self, case: PrefillCase) -> None:
+        prefix = self._prefix(case.context) if case.context else []
+        for _ in range(case.repeats):
+            # max_tokens 1: the request finishes in the step that computes its chunk
+            self.drain([self.add(prefix + self.fresh(case.chunk), 1)])
+
+    def _decode(self, case: DecodeCase) -> None:
+        max_tokens = max(1, self.max_len - case.context - 1)
+        reqs = [self.add(self.fresh(case.context), max_tokens) for _ in range(case.batch)]
+        while any(r.num_computed_tokens < r.num_prompt_tokens for r in self.live(reqs)):
+            self.step()  # prefill phase: chunks of the batch, with decodes of the early requests
+        for _ in range(case.steps):
+            if not self.live(reqs):
+                break
+            self.step()
+        for chunk in case.mixed_chunks:
+            if not self.live(reqs):
+                break
+            self.drain([self.add(self.fresh(chunk), 1)])  # decodes + this chunk (+ its rest)
+            if self.live(reqs):
+                self.step()  # a pure decode step between injections
+        now = self.now()
+        for r in self.live(reqs):
+            self.core.finish(r.request_id, now, FINISH_REASON)
+
+
+@dataclass
+class SweepResult:
+    steps: int = 0
+    cases_run: int = 0
+    skipped: list[Case] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def run_sweep(sweep: ShapeSweep, plan: list[Case], *, deadline: float | None = None,
+              progress: bool = True, desc: str = "profile") -> SweepResult:
+    """Run ``plan`` in order; with ``deadline`` (a ``time.monotonic()`` value) the cases not yet
+    begun when it passes are skipped and returned."""
+    from tqdm import tqdm
+
+    result = SweepResult()
+    t0 = time.monotonic()
+    bar = tqdm(plan, desc=desc, unit="case", disable=not progress)
+    try:
+        for i, case in enumerate(bar):
+            if deadline is not None and time.monotonic() > deadline:
+                result.skipped = plan[i:]
+                break
+            sweep.run(case)
+            result.cases_run += 1
+            bar.set_postfix(steps=sweep.steps, refresh=False)
+    finally:
+        bar.close()
+    result.steps = sweep.steps
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+@dataclass
+class ProfileResult(SweepResult):
+    warmup_steps: int = 0
+    warmup_seconds: float = 0.0
+
+
+def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str | Path, *,
+            limits: SweepLimits, quick: bool = False, deadline: float | None = None, seed: int = 0,
+            progress: bool = True) -> ProfileResult:
+    """Warm up on a scratch core (same runner and KV pool, nothing logged), then run ``plan`` on a
+    fresh core whose events go to ``out``. The Header's ``extra`` adds ``hardware`` and the sweep."""
+    from runtime.bench.hardware import describe_device
+
+    vocab = parts.loaded.spec.vocab_size
+    warm = run_sweep(ShapeSweep(parts.core(None), parts.runner, vocab_size=vocab, seed=seed + 1), warmup,
+                     progress=progress, desc="warm-up")
+    header = parts.header("wall")
+    # collect now and exempt everything alive from later collections: otherwise a full collection
+    # over the startup heap (torch, transformers: ~10 ms) lands inside some measured step
+    gc.collect()
+    gc.freeze()
+    extra = {**header.extra, "hardware": describe_device(parts.runner.device),
+             "profile": {"quick": quick, **asdict(limits), "cases": plan_summary(plan),
+                         "warmup_steps": warm.steps}}
+    try:
+        with LogWriter(out) as writer:
+            writer(msgspec.structs.replace(header, extra=extra))
+            sweep = ShapeSweep(parts.core(writer), parts.runner, vocab_size=vocab, seed=seed)
+            result = run_sweep(sweep, plan, deadline=deadline, progress=progress)
+    finally:
+        gc.unfreeze()  # frozen objects are never freed (extension types then report leaks at exit)
+    return ProfileResult(result.steps, result.cases_run, result.skipped, result.seconds, warm.steps, warm.seconds)

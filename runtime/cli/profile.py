@@ -1,0 +1,124 @@
+"""``minivllm profile``: sweep step shapes on the real runtime and log them, to fit a cost model.
+
+    minivllm profile --out profile.jsonl --fit m.json          # default model, this machine
+    minivllm profile --model random:qwen3-0.6b --device cuda --dtype bfloat16 --out p.jsonl --fit m.json
+
+The sweep (runtime/bench/profile_plan.py) covers the cost model's features: pure prefill chunks,
+chunks on cached context, decode at batch sizes × contexts, decode + prefill mixed. A short
+unlogged warm-up runs first. With ``--fit`` the log is fitted at once (every Nth step held out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+
+from runtime.cli import CLIError
+from runtime.cli.engine_args import add_engine_args, engine_options, flag_error
+
+# (max context, max batch) by device; sized so the CUDA sweep takes well under a minute on an H200
+DEFAULT_LIMITS = {"cpu": (1024, 32), "cuda": (4096, 256)}
+QUICK_LIMITS = (128, 4)
+CUDA_TIME_LIMIT = 150.0  # s since start; a guard so a slower GPU still finishes (and fits) in time
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("profile", help="sweep step shapes on the real runtime; log them (and fit a cost model)",
+                       description=__doc__.split("\n\n")[2] if __doc__ else None)
+    add_engine_args(p)
+    g = p.add_argument_group("sweep")
+    g.add_argument("--out", default="profile.jsonl", metavar="LOG", help="event log to write (default %(default)s)")
+    g.add_argument("--quick", action="store_true", help="a few cases of each shape class (CI, tests)")
+    g.add_argument("--max-context", type=int, help="longest prompt a case builds (default: CPU 1024, CUDA 4096)")
+    g.add_argument("--max-batch", type=int, help="most sequences decoding together (default: CPU 32, CUDA 256)")
+    g.add_argument("--time-limit", type=float, metavar="S",
+                   help="start no new case after S seconds (default: 150 on CUDA, none on the CPU; 0 = none)")
+    g.add_argument("--fit", metavar="M.json", help="fit a cost model from the log right away")
+    g.add_argument("--holdout-every", type=int, default=5, help="with --fit: hold out every Nth step")
+    g.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run, profile_parser=p)
+
+
+def command_line(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The command, with the flags that differ from their defaults (recorded in the fit's meta)."""
+    words = ["minivllm", "profile"]
+    for action in parser._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        value = getattr(args, action.dest, action.default)
+        if value == action.default:
+            continue
+        flag = max(action.option_strings, key=len)
+        words += [flag] if action.nargs == 0 else [flag, str(value)]
+    return shlex.join(words)
+
+
+def _positive(args: argparse.Namespace, name: str) -> None:
+    value = getattr(args, name)
+    if value is not None and value < 1:
+        raise CLIError(f"--{name.replace('_', '-')}: must be >= 1, got {value}")
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    for name in ("max_context", "max_batch"):
+        _positive(args, name)
+    if args.holdout_every < 2:
+        raise CLIError(f"--holdout-every: must be >= 2, got {args.holdout_every}")
+    from runtime.bench.profile_plan import DECODE_HEADROOM, SweepLimits, plan_summary, sweep_plan, warmup_plan
+    from runtime.bench.profile_shapes import profile
+    from runtime.config import ConfigError
+    from runtime.engine_setup import build_engine
+    from runtime.model.loader import load_model
+    from runtime.model.spec import ModelLoadError
+
+    opts = engine_options(args)
+    try:
+        loaded = load_model(args.model, device=opts["device"], dtype=opts["dtype"], seed=opts["seed"])
+    except (ModelLoadError, ValueError) as e:
+        raise CLIError(str(e)) from None
+    default_ctx, default_batch = QUICK_LIMITS if args.quick else DEFAULT_LIMITS.get(loaded.device.type,
+                                                                                    DEFAULT_LIMITS["cuda"])
+    max_context = args.max_context or default_ctx
+    max_batch = min(args.max_batch or default_batch, args.max_num_seqs)
+    positions = loaded.model.rotary.max_positions
+    opts.setdefault("max_model_len", min(positions, max_context + DECODE_HEADROOM))
+    try:
+        parts = build_engine(args.model, loaded=loaded, sync_timing=True, **opts)
+    except ConfigError as e:
+        raise flag_error(e) from None
+    sched = parts.config.scheduler
+    max_len = sched.max_model_len if sched.enable_chunked_prefill else min(sched.max_model_len,
+                                                                           sched.max_num_batched_tokens)
+    max_context = min(max_context, max_len - min(DECODE_HEADROOM, max_len // 4))
+    pool_tokens = parts.config.cache.num_blocks * parts.config.cache.block_size
+    limits = SweepLimits(max_context=max_context, max_batch=max_batch, budget=sched.max_num_batched_tokens,
+                         block_size=parts.config.cache.block_size,
+                         max_kv_tokens=max(max_context, min(max_batch * max_context // 4, pool_tokens // 2)))
+    plan = sweep_plan(limits, quick=args.quick)
+    time_limit = args.time_limit
+    if time_limit is None:
+        time_limit = CUDA_TIME_LIMIT if loaded.device.type == "cuda" else 0
+    deadline = started + time_limit if time_limit > 0 else None
+    print(f"profiling {loaded.identity} on {parts.runner.device} ({str(parts.runner.dtype).removeprefix('torch.')}): "
+          f"{len(plan)} cases {plan_summary(plan)}, max context {max_context}, max batch {max_batch}, "
+          f"budget {limits.budget}", file=sys.stderr)
+    result = profile(parts, plan, warmup_plan(plan, limits), args.out, limits=limits, quick=args.quick,
+                     deadline=deadline, progress=not args.no_progress)
+    print(f"{result.steps:,} steps in {result.seconds:.1f} s (+ {result.warmup_steps} warm-up steps, "
+          f"{result.warmup_seconds:.1f} s, not logged); event log: {args.out}")
+    if result.skipped:
+        print(f"warning: time limit reached: {len(result.skipped)} of {len(plan)} cases skipped "
+              f"{plan_summary(result.skipped)}", file=sys.stderr)
+    if args.fit:
+        from runtime.cli.cost_model import fit_logs, print_fit
+
+        model = fit_logs([args.out], holdout_every=args.holdout_every,
+                         command=command_line(args.profile_parser, args))
+        model.meta["profile"] = {"steps": result.steps, "cases": plan_summary(plan),
+                                 "skipped_cases": len(result.skipped), "seconds": round(result.seconds, 1)}
+        model.save(args.fit)
+        print_fit(model, args.fit)
+    return 0
