@@ -7,7 +7,8 @@ own scheduler produces the step shapes the cost model needs (simulator/cost_mode
   DecodeCase(batch, context)      ``batch`` prompts of ``context`` tokens; while they prefill, the
                                   early ones decode (mixed steps); then ``steps`` pure decode
                                   steps; then one fresh prompt per ``mixed_chunks`` entry joins
-                                  the running batch (decode + prefill in one step)
+                                  the running batch (decode + prefill in one step), unless the
+                                  batch already holds max_num_seqs sequences
 
 No torch here: the plan is plain data, so a test can run the full GPU-sized sweep through the
 engine core with a zero-cost executor and count its steps.
@@ -16,6 +17,8 @@ engine core with a zero-cost executor and count its steps.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from runtime.config import EngineConfig
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,21 @@ class SweepLimits:
 DECODE_HEADROOM = 512
 
 
+def derive_limits(max_context: int, max_batch: int, config: EngineConfig) -> SweepLimits:
+    """Limits for an engine built with ``config``: contexts leave decode headroom below the
+    longest request it takes, batches fit ``max_num_seqs``, a decode case's KV fits half the pool."""
+    sched, cache = config.scheduler, config.cache
+    # with chunked prefill off a whole request must fit the budget
+    max_len = sched.max_model_len if sched.enable_chunked_prefill else min(sched.max_model_len,
+                                                                           sched.max_num_batched_tokens)
+    max_context = min(max_context, max_len - min(DECODE_HEADROOM, max_len // 4))
+    max_batch = min(max_batch, sched.max_num_seqs)
+    pool_tokens = cache.num_blocks * cache.block_size
+    return SweepLimits(max_context=max_context, max_batch=max_batch, budget=sched.max_num_batched_tokens,
+                       block_size=cache.block_size,
+                       max_kv_tokens=max(max_context, min(max_batch * max_context // 4, pool_tokens // 2)))
+
+
 def _geometric(lo: int, hi: int, factor: int) -> list[int]:
     out, x = [], lo
     while x <= hi:
@@ -88,7 +106,7 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
         chunks, repeats, ctx_chunks = _with_top(_geometric(16, top_chunk, 2), top_chunk), 3, [16, 128, 512, 2048]
         contexts = _geometric(256, lim.max_context - 16, 4) + [lim.max_context // 2, lim.max_context - 256]
         contexts = sorted({c // bs * bs for c in contexts if c >= 256})
-        batches = _with_top(_geometric(1, lim.max_batch, 4), lim.max_batch)
+        batches = _with_top(_geometric(1, lim.max_batch, 2), lim.max_batch)
         decode_ctx, steps = _with_top(_geometric(128, lim.max_context, 4), lim.max_context), 16
 
     prefill = [PrefillCase(c, 0, repeats) for c in chunks]

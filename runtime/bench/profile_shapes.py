@@ -50,6 +50,7 @@ class ShapeSweep:
         self.steps = 0
         self._prefixes: dict[int, list[int]] = {}
         cfg = core.config.scheduler
+        self.max_seqs = cfg.max_num_seqs
         # longest request the engine takes: with chunked prefill off a whole request must fit the budget
         self.max_len = cfg.max_model_len if cfg.enable_chunked_prefill else min(cfg.max_model_len,
                                                                                   cfg.max_num_batched_tokens)
@@ -113,8 +114,8 @@ class ShapeSweep:
                 break
             self.step()
         for chunk in case.mixed_chunks:
-            if not self.live(reqs):
-                break
+            if not self.live(reqs) or len(self.core.requests) >= self.max_seqs:
+                break  # a fresh prompt could not join the batch: it would wait for the batch to end
             self.drain([self.add(self.fresh(chunk), 1)])  # decodes + this chunk (+ its rest)
             if self.live(reqs):
                 self.step()  # a pure decode step between injections

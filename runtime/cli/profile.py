@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         _positive(args, name)
     if args.holdout_every < 2:
         raise CLIError(f"--holdout-every: must be >= 2, got {args.holdout_every}")
-    from runtime.bench.profile_plan import DECODE_HEADROOM, SweepLimits, plan_summary, sweep_plan, warmup_plan
+    from runtime.bench.profile_plan import DECODE_HEADROOM, derive_limits, plan_summary, sweep_plan, warmup_plan
     from runtime.bench.profile_shapes import profile
     from runtime.config import ConfigError
     from runtime.engine_setup import build_engine
@@ -82,28 +82,21 @@ def run(args: argparse.Namespace) -> int:
     default_ctx, default_batch = QUICK_LIMITS if args.quick else DEFAULT_LIMITS.get(loaded.device.type,
                                                                                     DEFAULT_LIMITS["cuda"])
     max_context = args.max_context or default_ctx
-    max_batch = min(args.max_batch or default_batch, args.max_num_seqs)
+    max_batch = args.max_batch or default_batch
     positions = loaded.model.rotary.max_positions
     opts.setdefault("max_model_len", min(positions, max_context + DECODE_HEADROOM))
     try:
         parts = build_engine(args.model, loaded=loaded, sync_timing=True, **opts)
     except ConfigError as e:
         raise flag_error(e) from None
-    sched = parts.config.scheduler
-    max_len = sched.max_model_len if sched.enable_chunked_prefill else min(sched.max_model_len,
-                                                                           sched.max_num_batched_tokens)
-    max_context = min(max_context, max_len - min(DECODE_HEADROOM, max_len // 4))
-    pool_tokens = parts.config.cache.num_blocks * parts.config.cache.block_size
-    limits = SweepLimits(max_context=max_context, max_batch=max_batch, budget=sched.max_num_batched_tokens,
-                         block_size=parts.config.cache.block_size,
-                         max_kv_tokens=max(max_context, min(max_batch * max_context // 4, pool_tokens // 2)))
+    limits = derive_limits(max_context, max_batch, parts.config)
     plan = sweep_plan(limits, quick=args.quick)
     time_limit = args.time_limit
     if time_limit is None:
         time_limit = CUDA_TIME_LIMIT if loaded.device.type == "cuda" else 0
     deadline = started + time_limit if time_limit > 0 else None
     print(f"profiling {loaded.identity} on {parts.runner.device} ({str(parts.runner.dtype).removeprefix('torch.')}): "
-          f"{len(plan)} cases {plan_summary(plan)}, max context {max_context}, max batch {max_batch}, "
+          f"{len(plan)} cases {plan_summary(plan)}, max context {limits.max_context}, max batch {limits.max_batch}, "
           f"budget {limits.budget}", file=sys.stderr)
     result = profile(parts, plan, warmup_plan(plan, limits), args.out, limits=limits, quick=args.quick,
                      deadline=deadline, progress=not args.no_progress)
