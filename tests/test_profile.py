@@ -24,7 +24,7 @@ from runtime.core import EngineCore, StepResult
 from simulator.cost_model import FEATURES, load_cost_model
 from tests.model_helpers import make_tiny, one_thread
 from traces.events import Finished, Header, Step
-from traces.log import fold, read_log
+from traces.log import LogWriter, fold, read_log
 
 pytestmark = pytest.mark.usefixtures(one_thread.__name__)
 
@@ -87,12 +87,13 @@ class _ZeroCost:
     def execute(self, plan, requests):
         self.steps += 1
         self.classes.add(shape_class(Step(step=plan.step, start=0, end=0, spans=plan.spans, tokens=[])))
-        return StepResult([[7] for s in plan.spans if s.sample], 0.0)
+        return StepResult([[151_000] for s in plan.spans if s.sample], 0.0)
 
 
-def test_cuda_default_sweep_is_feasible_and_short():
+def test_cuda_default_sweep_is_feasible_and_short(tmp_path):
     """The H200 command's sweep (default CUDA limits, default engine flags, ~1M-token KV pool) runs
-    through the real core without a stall, and stays near 1,500 steps (tens of seconds there)."""
+    through the real core without a stall, stays near 1,500 steps (tens of seconds there), and its
+    log stays under the 16 MiB a device run can send back."""
     max_context, max_batch = DEFAULT_LIMITS["cuda"]
     config = EngineConfig(cache=CacheConfig(block_size=16, num_blocks=65_536),
                           scheduler=SchedulerConfig(max_model_len=max_context + DECODE_HEADROOM))
@@ -101,10 +102,14 @@ def test_cuda_default_sweep_is_feasible_and_short():
     assert {c.kind for c in plan} == {"prefill", "prefill+context", "decode"}
     assert max(c.batch for c in plan if isinstance(c, DecodeCase)) == 256
     executor = _ZeroCost()
-    for cases in (warmup_plan(plan, limits), plan):
-        run_sweep(ShapeSweep(EngineCore(config), executor, vocab_size=1000), cases, progress=False)
+    run_sweep(ShapeSweep(EngineCore(config), executor, vocab_size=151_936), warmup_plan(plan, limits),
+              progress=False)
+    log = tmp_path / "sweep.jsonl"
+    with LogWriter(log) as writer:
+        run_sweep(ShapeSweep(EngineCore(config, sink=writer), executor, vocab_size=151_936), plan, progress=False)
     assert executor.classes == {"prefill", "prefill+context", "decode", "mixed"}
     assert executor.steps < 2_000
+    assert log.stat().st_size < 14 << 20
 
 
 def test_chunked_prefill_off_limits_contexts_to_the_budget():

@@ -12,7 +12,6 @@ Decode cases end by finishing their requests between steps (``core.finish``, rea
 from __future__ import annotations
 
 import gc
-import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -25,6 +24,7 @@ from runtime.bench.profile_plan import Case, DecodeCase, PrefillCase, SweepLimit
 from runtime.core import EngineCore, Executor, StepOutput
 from runtime.request import Request, SamplingParams
 from traces.log import LogWriter
+from traces.prompt import PromptSynthetic
 
 if TYPE_CHECKING:
     from runtime.engine_setup import EngineParts
@@ -43,12 +43,13 @@ class ShapeSweep:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.core = core
         self.executor = executor
-        self.vocab = range(vocab_size)
-        self.rng = random.Random(seed)
+        self.vocab_size = vocab_size
+        self.seed = seed
+        self._unique = 0
         self.clock = clock
         self.t0 = clock()
         self.steps = 0
-        self._prefixes: dict[int, list[int]] = {}
+        self._prefixes: set[int] = set()
         cfg = core.config.scheduler
         self.max_seqs = cfg.max_num_seqs
         # longest request the engine takes: with chunked prefill off a whole request must fit the budget
@@ -58,11 +59,16 @@ class ShapeSweep:
     def now(self) -> float:
         return self.clock() - self.t0
 
-    def fresh(self, n: int) -> list[int]:
-        """``n`` random token ids: no prefix-cache hit on anything earlier."""
-        return self.rng.choices(self.vocab, k=n)
+    def prompt(self, n: int, prefix: int = 0) -> PromptSynthetic:
+        """``n`` random tokens, the first ``prefix`` of them shared by every prompt with that prefix
+        length, the rest unique (no prefix-cache hit on anything earlier). Synthetic prompts keep
+        the log small: the Arrived event holds seeds, not a GPU sweep's million token ids."""
+        self._unique += 1
+        shared = {"segment_ids": [prefix], "segment_len": prefix} if prefix else {}
+        return PromptSynthetic(num_tokens=n, seed=self.seed, unique_seed=self._unique,
+                               vocab_size=self.vocab_size, **shared)
 
-    def add(self, prompt: list[int], max_tokens: int) -> Request:
+    def add(self, prompt: PromptSynthetic, max_tokens: int) -> Request:
         params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
         rid = self.core.add_request(prompt, params, self.now())
         return self.core.requests[rid]
@@ -89,24 +95,19 @@ class ShapeSweep:
         else:
             self._decode(case)
 
-    def _prefix(self, context: int) -> list[int]:
-        """A prompt of ``context`` tokens computed once: its full blocks stay in the prefix cache
-        (until evicted), so later prompts that start with it begin their chunk at ``context``."""
-        if context not in self._prefixes:
-            tokens = self.fresh(context)
-            self.drain([self.add(tokens, 1)])
-            self._prefixes[context] = tokens
-        return self._prefixes[context]
-
     def _prefill(self, case: PrefillCase) -> None:
-        prefix = self._prefix(case.context) if case.context else []
+        if case.context and case.context not in self._prefixes:
+            # the shared prefix computed once: its full blocks stay in the prefix cache (until
+            # evicted), so later prompts that start with it begin their chunk at ``context``
+            self.drain([self.add(self.prompt(case.context, case.context), 1)])
+            self._prefixes.add(case.context)
         for _ in range(case.repeats):
             # max_tokens 1: the request finishes in the step that computes its chunk
-            self.drain([self.add(prefix + self.fresh(case.chunk), 1)])
+            self.drain([self.add(self.prompt(case.context + case.chunk, case.context), 1)])
 
     def _decode(self, case: DecodeCase) -> None:
         max_tokens = max(1, self.max_len - case.context - 1)
-        reqs = [self.add(self.fresh(case.context), max_tokens) for _ in range(case.batch)]
+        reqs = [self.add(self.prompt(case.context), max_tokens) for _ in range(case.batch)]
         while any(r.num_computed_tokens < r.num_prompt_tokens for r in self.live(reqs)):
             self.step()  # prefill phase: chunks of the batch, with decodes of the early requests
         for _ in range(case.steps):
@@ -116,7 +117,7 @@ class ShapeSweep:
         for chunk in case.mixed_chunks:
             if not self.live(reqs) or len(self.core.requests) >= self.max_seqs:
                 break  # a fresh prompt could not join the batch: it would wait for the batch to end
-            self.drain([self.add(self.fresh(chunk), 1)])  # decodes + this chunk (+ its rest)
+            self.drain([self.add(self.prompt(chunk), 1)])  # decodes + this chunk (+ its rest)
             if self.live(reqs):
                 self.step()  # a pure decode step between injections
         now = self.now()
