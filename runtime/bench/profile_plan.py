@@ -107,7 +107,7 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
         contexts = _geometric(256, lim.max_context - 16, 4) + [lim.max_context // 2, lim.max_context - 256]
         contexts = sorted({c // bs * bs for c in contexts if c >= 256})
         batches = _with_top(_geometric(1, lim.max_batch, 2), lim.max_batch)
-        decode_ctx, steps = _with_top(_geometric(128, lim.max_context, 4), lim.max_context), 16
+        decode_ctx, steps = _with_top(_geometric(32, lim.max_context, 4), lim.max_context), 16
 
     prefill = [PrefillCase(c, 0, repeats) for c in chunks]
     on_context = [PrefillCase(c, ctx, max(1, repeats - 1)) for ctx in contexts for c in ctx_chunks

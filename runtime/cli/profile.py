@@ -61,14 +61,9 @@ def _positive(args: argparse.Namespace, name: str) -> None:
         raise CLIError(f"--{name.replace('_', '-')}: must be >= 1, got {value}")
 
 
-def run(args: argparse.Namespace) -> int:
-    started = time.monotonic()
-    for name in ("max_context", "max_batch"):
-        _positive(args, name)
-    if args.holdout_every < 2:
-        raise CLIError(f"--holdout-every: must be >= 2, got {args.holdout_every}")
-    from runtime.bench.profile_plan import DECODE_HEADROOM, derive_limits, plan_summary, sweep_plan, warmup_plan
-    from runtime.bench.profile_shapes import profile
+def _engine(args: argparse.Namespace):
+    """The engine to profile, and the sweep limits for it (device defaults unless given)."""
+    from runtime.bench.profile_plan import DECODE_HEADROOM, derive_limits
     from runtime.config import ConfigError
     from runtime.engine_setup import build_engine
     from runtime.model.loader import load_model
@@ -82,36 +77,54 @@ def run(args: argparse.Namespace) -> int:
     default_ctx, default_batch = QUICK_LIMITS if args.quick else DEFAULT_LIMITS.get(loaded.device.type,
                                                                                     DEFAULT_LIMITS["cuda"])
     max_context = args.max_context or default_ctx
-    max_batch = args.max_batch or default_batch
-    positions = loaded.model.rotary.max_positions
-    opts.setdefault("max_model_len", min(positions, max_context + DECODE_HEADROOM))
+    # room for the longest prompt plus what its requests decode while the rest of the batch prefills
+    opts.setdefault("max_model_len", min(loaded.model.rotary.max_positions, max_context + DECODE_HEADROOM))
     try:
         parts = build_engine(args.model, loaded=loaded, sync_timing=True, **opts)
     except ConfigError as e:
         raise flag_error(e) from None
-    limits = derive_limits(max_context, max_batch, parts.config)
+    limits = derive_limits(max_context, args.max_batch or default_batch, parts.config)
+    if limits.max_context < 16:
+        raise CLIError(f"--max-model-len: {parts.config.scheduler.max_model_len} leaves no room for a sweep")
+    return parts, limits
+
+
+def _fit(args: argparse.Namespace, result, plan) -> None:
+    from runtime.bench.profile_plan import plan_summary
+    from runtime.cli.cost_model import fit_logs, print_fit
+
+    model = fit_logs([args.out], holdout_every=args.holdout_every, command=command_line(args.profile_parser, args))
+    model.meta["profile"] = {"steps": result.steps, "cases": plan_summary(plan),
+                             "skipped_cases": len(result.skipped), "seconds": round(result.seconds, 1)}
+    model.save(args.fit)
+    print_fit(model, args.fit)
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    for name in ("max_context", "max_batch"):
+        _positive(args, name)
+    if args.holdout_every < 2:
+        raise CLIError(f"--holdout-every: must be >= 2, got {args.holdout_every}")
+    from runtime.bench.profile_plan import plan_summary, sweep_plan, warmup_plan
+    from runtime.bench.profile_shapes import profile
+
+    parts, limits = _engine(args)
+    runner = parts.runner
     plan = sweep_plan(limits, quick=args.quick)
     time_limit = args.time_limit
     if time_limit is None:
-        time_limit = CUDA_TIME_LIMIT if loaded.device.type == "cuda" else 0
-    deadline = started + time_limit if time_limit > 0 else None
-    print(f"profiling {loaded.identity} on {parts.runner.device} ({str(parts.runner.dtype).removeprefix('torch.')}): "
-          f"{len(plan)} cases {plan_summary(plan)}, max context {limits.max_context}, max batch {limits.max_batch}, "
-          f"budget {limits.budget}", file=sys.stderr)
+        time_limit = CUDA_TIME_LIMIT if runner.device.type == "cuda" else 0
+    print(f"profiling {parts.loaded.identity} on {runner.device} ({str(runner.dtype).removeprefix('torch.')}): "
+          f"{len(plan)} cases {plan_summary(plan)}, max context {limits.max_context}, max batch "
+          f"{limits.max_batch}, budget {limits.budget}", file=sys.stderr)
     result = profile(parts, plan, warmup_plan(plan, limits), args.out, limits=limits, quick=args.quick,
-                     deadline=deadline, progress=not args.no_progress)
+                     deadline=started + time_limit if time_limit > 0 else None, progress=not args.no_progress)
     print(f"{result.steps:,} steps in {result.seconds:.1f} s (+ {result.warmup_steps} warm-up steps, "
           f"{result.warmup_seconds:.1f} s, not logged); event log: {args.out}")
     if result.skipped:
         print(f"warning: time limit reached: {len(result.skipped)} of {len(plan)} cases skipped "
               f"{plan_summary(result.skipped)}", file=sys.stderr)
     if args.fit:
-        from runtime.cli.cost_model import fit_logs, print_fit
-
-        model = fit_logs([args.out], holdout_every=args.holdout_every,
-                         command=command_line(args.profile_parser, args))
-        model.meta["profile"] = {"steps": result.steps, "cases": plan_summary(plan),
-                                 "skipped_cases": len(result.skipped), "seconds": round(result.seconds, 1)}
-        model.save(args.fit)
-        print_fit(model, args.fit)
+        _fit(args, result, plan)
     return 0
