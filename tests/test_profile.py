@@ -128,3 +128,12 @@ def test_bad_sweep_flags_name_the_flag(flag, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["profile", "--quick", flag, "0", "--out", "/dev/null"])
     assert exc.value.code == 2 and flag in capsys.readouterr().err
+
+
+def test_resimulating_the_profile_log_reproduces_its_steps(quick_run, tmp_path):
+    log, _ = quick_run
+    resim = tmp_path / "resim.jsonl"
+    assert main(["simulate", str(log), "--cost-model", f"recorded:{log}", "--out", str(resim),
+                 "--no-progress"]) == 0
+    spans = [[(e.step, e.spans) for e in read_log(p) if isinstance(e, Step)] for p in (log, resim)]
+    assert spans[0] == spans[1]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runtime.config import EngineConfig
+from runtime.config import EngineConfig, SchedulerConfig
 
 
 @dataclass(frozen=True)
@@ -59,13 +59,18 @@ class SweepLimits:
 DECODE_HEADROOM = 512
 
 
+def longest_request(sched: SchedulerConfig) -> int:
+    """Prompt + output tokens one request may hold: with chunked prefill off it must fit the budget."""
+    if sched.enable_chunked_prefill:
+        return sched.max_model_len
+    return min(sched.max_model_len, sched.max_num_batched_tokens)
+
+
 def derive_limits(max_context: int, max_batch: int, config: EngineConfig) -> SweepLimits:
     """Limits for an engine built with ``config``: contexts leave decode headroom below the
     longest request it takes, batches fit ``max_num_seqs``, a decode case's KV fits half the pool."""
     sched, cache = config.scheduler, config.cache
-    # with chunked prefill off a whole request must fit the budget
-    max_len = sched.max_model_len if sched.enable_chunked_prefill else min(sched.max_model_len,
-                                                                           sched.max_num_batched_tokens)
+    max_len = longest_request(sched)
     max_context = min(max_context, max_len - min(DECODE_HEADROOM, max_len // 4))
     max_batch = min(max_batch, sched.max_num_seqs)
     pool_tokens = cache.num_blocks * cache.block_size

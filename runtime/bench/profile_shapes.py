@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from runtime.bench.profile_plan import Case, DecodeCase, PrefillCase, SweepLimits, plan_summary
+from runtime.bench.profile_plan import Case, DecodeCase, PrefillCase, SweepLimits, longest_request, plan_summary
 from runtime.core import EngineCore, Executor, StepOutput
 from runtime.request import Request, SamplingParams
 from traces.log import LogWriter
@@ -50,11 +50,8 @@ class ShapeSweep:
         self.t0 = clock()
         self.steps = 0
         self._prefixes: set[int] = set()
-        cfg = core.config.scheduler
-        self.max_seqs = cfg.max_num_seqs
-        # longest request the engine takes: with chunked prefill off a whole request must fit the budget
-        self.max_len = cfg.max_model_len if cfg.enable_chunked_prefill else min(cfg.max_model_len,
-                                                                                  cfg.max_num_batched_tokens)
+        self.max_seqs = core.config.scheduler.max_num_seqs
+        self.max_len = longest_request(core.config.scheduler)
 
     def now(self) -> float:
         return self.clock() - self.t0
