@@ -84,7 +84,7 @@ def build_engine(model: str | None = None, *, loaded: LoadedModel | None = None,
     CacheConfig(**cache_opts)  # validate before the (possibly large) KV allocation
     runner = ModelRunner(loaded, rc, block_size=block_size, seed=top.get("seed", 0),
                          max_num_batched_tokens=sched.max_num_batched_tokens, max_num_seqs=sched.max_num_seqs,
-                         sync_timing=sync_timing, record_steps=record_steps)
+                         max_model_len=sched.max_model_len, sync_timing=sync_timing, record_steps=record_steps)
     config = EngineConfig(cache=CacheConfig(num_blocks=runner.num_blocks, **cache_opts), scheduler=sched,
                           model_identity=loaded.identity, **top)
     return EngineParts(loaded, runner, config)

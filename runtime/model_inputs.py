@@ -20,6 +20,31 @@ import torch
 from runtime.attention import AttentionMetadata
 from runtime.request import Request
 from runtime.scheduler import StepPlan
+from runtime.staging import stage
+
+
+@dataclass
+class HostInputs:
+    """The step's inputs as host arrays (batch order: decodes first)."""
+
+    input_ids: np.ndarray  # [T] int64
+    positions: np.ndarray  # [T] int64
+    slot_mapping: np.ndarray  # [T] int64
+    query_start: np.ndarray  # [S + 1] int64
+    seq_lens: np.ndarray  # [S] int32
+    block_table: np.ndarray  # [S, max_blocks] int32
+    logits_indices: np.ndarray  # [num sampling spans] int64, plan order
+    num_decodes: int
+    sampled_requests: list[Request]  # plan order, one per row of the logits
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def decode_only(self) -> bool:
+        """Every span is one token (and therefore samples): the CUDA-graph case."""
+        return self.num_decodes == len(self.seq_lens) == len(self.logits_indices)
 
 
 @dataclass
@@ -32,13 +57,12 @@ class StepInputs:
     num_tokens: int
 
 
-def _to(device: torch.device, x: np.ndarray) -> torch.Tensor:
-    t = torch.from_numpy(x)
-    return t if device.type == "cpu" else t.to(device, non_blocking=True)
-
-
 def prepare_inputs(plan: StepPlan, requests: Mapping[int, Request], block_size: int,
                    device: torch.device) -> StepInputs:
+    return to_device(host_inputs(plan, requests, block_size), device)
+
+
+def host_inputs(plan: StepPlan, requests: Mapping[int, Request], block_size: int) -> HostInputs:
     spans = plan.spans
     n = len(spans)
     decode_first = [i for i in range(n) if spans[i].num_tokens == 1]
@@ -83,25 +107,48 @@ def prepare_inputs(plan: StepPlan, requests: Mapping[int, Request], block_size: 
         sample_rows = np.array(sample_plan_idx, dtype=np.int64)
     logits_indices = query_start[1:][sample_rows] - 1 if len(sample_rows) else np.zeros(0, np.int64)
 
-    seq_lens_list = seq_lens.tolist()
-    q_lens_list = q_lens.tolist()
-    meta = AttentionMetadata(
-        slot_mapping=_to(device, slots),
-        query_start_loc=_to(device, query_start.astype(np.int32)),
-        seq_lens=_to(device, seq_lens),
-        block_tables=_to(device, block_table),
+    return HostInputs(
+        input_ids=np.frombuffer(ids, dtype=np.int32).astype(np.int64),
+        positions=positions,
+        slot_mapping=slots,
+        query_start=query_start,
+        seq_lens=seq_lens,
+        block_table=block_table,
+        logits_indices=logits_indices.astype(np.int64, copy=False),
         num_decodes=num_decodes,
+        sampled_requests=[requests[spans[i].request_id] for i in sample_plan_idx],
+    )
+
+
+def to_device(host: HostInputs, device: torch.device) -> StepInputs:
+    """Device tensors of ``host``: on CUDA one packed non-blocking copy (runtime/staging.py)."""
+    arrays = {"input_ids": host.input_ids, "positions": host.positions, "slot_mapping": host.slot_mapping,
+              "query_start": host.query_start.astype(np.int32), "seq_lens": host.seq_lens,
+              "block_table": host.block_table, "logits_indices": host.logits_indices}
+    if device.type == "cpu":
+        t = {k: torch.from_numpy(v) for k, v in arrays.items()}
+    else:
+        t, _ = stage(arrays, device)
+        t["block_table"] = t["block_table"].view(host.block_table.shape)
+    seq_lens_list = host.seq_lens.tolist()
+    q_lens_list = np.diff(host.query_start).tolist()
+    meta = AttentionMetadata(
+        slot_mapping=t["slot_mapping"],
+        query_start_loc=t["query_start"],
+        seq_lens=t["seq_lens"],
+        block_tables=t["block_table"],
+        num_decodes=host.num_decodes,
         max_query_len=max(q_lens_list),
         max_seq_len=max(seq_lens_list),
         query_lens_cpu=q_lens_list,
         seq_lens_cpu=seq_lens_list,
-        query_start_loc_cpu=query_start.tolist(),
+        query_start_loc_cpu=host.query_start.tolist(),
     )
     return StepInputs(
-        input_ids=_to(device, np.frombuffer(ids, dtype=np.int32).astype(np.int64)),
-        positions=_to(device, positions),
+        input_ids=t["input_ids"],
+        positions=t["positions"],
         meta=meta,
-        logits_indices=_to(device, logits_indices),
-        sampled_requests=[requests[spans[i].request_id] for i in sample_plan_idx],
-        num_tokens=total,
+        logits_indices=t["logits_indices"],
+        sampled_requests=host.sampled_requests,
+        num_tokens=host.num_tokens,
     )

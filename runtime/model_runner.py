@@ -20,9 +20,10 @@ import torch
 
 from runtime.attention import AttentionBackend, get_backend
 from runtime.core import StepResult
+from runtime.cuda_graphs import DecodeGraphs
 from runtime.kv_cache import allocate_kv, plan_num_blocks
 from runtime.model.loader import LoadedModel
-from runtime.model_inputs import prepare_inputs
+from runtime.model_inputs import host_inputs, to_device
 from runtime.request import Request
 from runtime.sampling import GREEDY_EPS, Sampler, SamplingBatch, request_rng
 from runtime.scheduler import StepPlan
@@ -36,6 +37,7 @@ class RunnerConfig:
     kv_cache_gb: float | None = None  # KV budget; CPU default 2 GiB, CUDA default: the fraction below
     gpu_memory_utilization: float = 0.9
     num_blocks: int | None = None  # a fixed pool size instead of a budget (tests)
+    enforce_eager: bool = False  # no CUDA graphs for decode steps
 
 
 @dataclass
@@ -58,8 +60,9 @@ class RunnerStats:
 
 class ModelRunner:
     def __init__(self, loaded: LoadedModel, config: RunnerConfig, *, block_size: int, seed: int = 0,
-                 max_num_batched_tokens: int = 2048, max_num_seqs: int = 256, sync_timing: bool = False,
-                 record_steps: bool = False, backend: AttentionBackend | None = None) -> None:
+                 max_num_batched_tokens: int = 2048, max_num_seqs: int = 256, max_model_len: int = 4096,
+                 sync_timing: bool = False, record_steps: bool = False,
+                 backend: AttentionBackend | None = None) -> None:
         self.loaded = loaded
         self.model = loaded.model
         self.spec = loaded.spec
@@ -78,6 +81,11 @@ class ModelRunner:
         self._rngs: dict[int, random.Random] = {}
         self.sync_timing = sync_timing and self.device.type == "cuda"
         self.record_steps = record_steps
+        self.graphs: DecodeGraphs | None = None
+        if self.device.type == "cuda" and self.backend.name == "triton" and not config.enforce_eager:
+            self.graphs = DecodeGraphs(self.model, self.kv_caches, self.backend, max_batch=max_num_seqs,
+                                       max_model_len=max_model_len, block_size=block_size, device=self.device)
+            self.graphs.capture()
         self.stats = RunnerStats()
 
     # --- randomness ---------------------------------------------------------------------------
@@ -101,14 +109,19 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, plan: StepPlan, requests: Mapping[int, Request]) -> StepResult:
         t0 = time.perf_counter()
-        inputs = prepare_inputs(plan, requests, self.block_size, self.device)
-        t1 = time.perf_counter()
-        logits = self.model(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta, self.backend,
-                            inputs.logits_indices)
+        host = host_inputs(plan, requests, self.block_size)
+        if self.graphs is not None and self.graphs.supports(host):
+            t1 = time.perf_counter()
+            logits = self.graphs.run(host)
+        else:
+            inputs = to_device(host, self.device)
+            t1 = time.perf_counter()
+            logits = self.model(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta, self.backend,
+                                inputs.logits_indices)
         if self.sync_timing:
             torch.cuda.synchronize(self.device)
         t2 = time.perf_counter()
-        reqs = inputs.sampled_requests
+        reqs = host.sampled_requests
         batch = SamplingBatch.build([r.params for r in reqs], [self.rng(r) for r in reqs],
                                     [(r.token_ids, r.num_prompt_tokens) for r in reqs], self.device,
                                     self.spec.vocab_size)
@@ -121,8 +134,8 @@ class ModelRunner:
         st.forward += t2 - t1
         st.sample += t3 - t2
         st.total += t3 - t0
-        st.tokens += inputs.num_tokens
+        st.tokens += host.num_tokens
         if self.record_steps:
-            st.per_step.append((len(plan.spans), inputs.num_tokens, t3 - t0, t2 - t1))
+            st.per_step.append((len(plan.spans), host.num_tokens, t3 - t0, t2 - t1))
         logprobs = None if out.logprobs is None else [None if lp is None else [lp] for lp in out.logprobs]
         return StepResult([[t] for t in out.token_ids], t3 - t0, logprobs)

@@ -37,11 +37,25 @@ def main() -> None:
         real_init(self, *a, backend=TritonAttentionBackend("cpu"), **kw)
 
     mr.ModelRunner.__init__ = with_triton
+    scenarios["decode_graph_buffers"] = [[rng.randrange(320) for _ in range(n)] for n in (3, 20, 9, 1, 33)]
     for name, prompts in scenarios.items():
         prompts = list(prompts)
         try:
             kw = {"chunked_prefill": {"max_num_batched_tokens": 12}, "prefix_hits": {"staggered": True}}.get(name, {})
             run = run_engine(tiny.loaded, prompts, 5, **kw)
+            if name == "decode_graph_buffers":  # the CUDA-graph staging/padding path, run eagerly
+                from runtime.cuda_graphs import DecodeGraphs
+
+                def with_graphs(self, *a, **kw):
+                    with_triton(self, *a, **kw)
+                    self.graphs = DecodeGraphs(self.model, self.kv_caches, self.backend, max_batch=8,
+                                               max_model_len=600, block_size=self.block_size, device=self.device)
+                    self.graphs.capture()
+
+                mr.ModelRunner.__init__ = with_graphs
+                run = run_engine(tiny.loaded, prompts, 5, **kw)
+                mr.ModelRunner.__init__ = with_triton
+                assert run.runner.graphs.replays > 0
             if name == "prefix_hits":
                 assert run.cached_tokens >= 12
             for p, out in zip(prompts, run.outputs):

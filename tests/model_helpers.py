@@ -117,16 +117,19 @@ class EngineRun:
     preemptions: int = 0
     cached_tokens: int = 0
     chunked_spans: int = 0  # prefill spans that stopped short of the prompt end
+    runner: ModelRunner | None = None
 
 
 def run_engine(loaded: LoadedModel, prompts: list[list[int]], max_tokens: int | list[int], *,
                block_size: int = 4, num_blocks: int = 256, staggered: bool = False,
-               device: str = "cpu", attention_backend: str = "torch", **sched) -> EngineRun:
+               device: str = "cpu", attention_backend: str = "torch", enforce_eager: bool = False,
+               **sched) -> EngineRun:
     """Greedy outputs of ``prompts`` through the real engine. ``staggered``: each prompt is added
     only after the previous one finished (so later prompts hit the prefix cache)."""
-    runner = ModelRunner(loaded, RunnerConfig(num_blocks=num_blocks, attention_backend=attention_backend,
-                                              device=device), block_size=block_size)
     sched.setdefault("max_model_len", 512)
+    runner = ModelRunner(loaded, RunnerConfig(num_blocks=num_blocks, attention_backend=attention_backend,
+                                              device=device, enforce_eager=enforce_eager), block_size=block_size,
+                         max_num_seqs=sched.get("max_num_seqs", 256), max_model_len=sched["max_model_len"])
     config = EngineConfig(cache=CacheConfig(block_size=block_size, num_blocks=num_blocks),
                           scheduler=SchedulerConfig(**sched))
     core = EngineCore(config, eos_token_id=None)
@@ -134,7 +137,7 @@ def run_engine(loaded: LoadedModel, prompts: list[list[int]], max_tokens: int | 
         max_tokens = [max_tokens] * len(prompts)
     outputs: dict[int, list[int]] = {}
     reqs = []
-    run = EngineRun([], core)
+    run = EngineRun([], core, runner=runner)
 
     def add(i: int) -> None:
         params = SamplingParams(max_tokens=max_tokens[i], temperature=0.0, ignore_eos=True)

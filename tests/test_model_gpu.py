@@ -106,3 +106,19 @@ def test_smollm2_on_gpu(dtype):
             agreement = _agreement(run.outputs, refs)
             print(f"SmolLM2 bf16 {backend}: {agreement:.1%} of tokens equal HF bf16")
             assert all(o[:4] == r[:4] for o, r in zip(run.outputs, refs))
+
+
+@pytest.mark.parametrize("scenario", ["mixed_batch", "preemption"])
+def test_cuda_graphs_equal_eager_and_torch(tiny_gpu, scenario):
+    """Greedy tokens: triton with CUDA graphs == triton eager == torch backend (fp32)."""
+    sc = SCENARIOS[scenario]
+    prompts = _prompts(11, sc["lengths"])
+    graphs = run_engine(tiny_gpu.loaded, prompts, sc["max_tokens"], device="cuda", attention_backend="triton",
+                        **sc["kw"])
+    eager = run_engine(tiny_gpu.loaded, prompts, sc["max_tokens"], device="cuda", attention_backend="triton",
+                       enforce_eager=True, **sc["kw"])
+    torch_run = run_engine(tiny_gpu.loaded, prompts, sc["max_tokens"], device="cuda", attention_backend="torch",
+                           **sc["kw"])
+    assert graphs.runner.graphs is not None and graphs.runner.graphs.replays > 0
+    assert eager.runner.graphs is None
+    assert graphs.outputs == eager.outputs == torch_run.outputs

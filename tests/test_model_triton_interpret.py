@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-SCENARIOS = ["mixed_batch", "chunked_prefill", "prefix_hits"]
+SCENARIOS = ["mixed_batch", "chunked_prefill", "prefix_hits", "decode_graph_buffers"]
 
 
 @pytest.fixture(scope="module")

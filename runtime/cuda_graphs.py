@@ -1,0 +1,134 @@
+"""CUDA graphs of the decode-only forward: one per (batch bucket, context class).
+
+A decode step of a small model is a few hundred tiny kernel launches; replaying a captured graph
+turns them into one launch. Graphs work on static buffers, so a step copies its host arrays into
+pinned staging buffers, then (non-blocking) into the static device buffers, and replays the graph
+of the smallest bucket that holds the batch; padding rows have slot -1 (no KV written) and
+context 0 (nothing read), and their logits are dropped.
+
+The Triton decode kernel's split count is fixed at capture from the context class (the longest
+context the graph serves), so each bucket is captured once per class; correctness never depends
+on it. Mixed or prefill steps run eagerly. Off CUDA the same buffers and buckets run eagerly
+("dry run"), which lets the CPU tests (Triton interpreted) check the staging and padding logic.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import torch
+
+from runtime.attention import AttentionBackend, AttentionMetadata
+from runtime.model.llama import CausalLM
+from runtime.model_inputs import HostInputs
+
+
+def batch_buckets(max_batch: int) -> list[int]:
+    small = [b for b in (1, 2, 4, 8) if b < max_batch]
+    return small + list(range(16, max_batch, 16)) + [max_batch]
+
+
+def context_classes(max_model_len: int) -> list[int]:
+    classes, c = [], 512
+    while c < max_model_len:
+        classes.append(c)
+        c *= 4
+    return classes + [max_model_len]
+
+
+@dataclass
+class _Graph:
+    graph: torch.cuda.CUDAGraph | None  # None in a dry run (no CUDA)
+    logits: torch.Tensor | None  # the static output of this graph
+
+
+class DecodeGraphs:
+    def __init__(self, model: CausalLM, kv_caches: list, backend: AttentionBackend, *, max_batch: int,
+                 max_model_len: int, block_size: int, device: torch.device) -> None:
+        self.model, self.kv_caches, self.backend = model, kv_caches, backend
+        self.device = device
+        self.dry_run = device.type != "cuda"
+        self.buckets = batch_buckets(max_batch)
+        self.classes = context_classes(max_model_len)
+        self.max_batch = self.buckets[-1]
+        self.max_blocks = -(-max_model_len // block_size)
+        b, w = self.max_batch, self.max_blocks
+        dev = dict(device=device)
+        # ids, positions, slots, context lengths: one [4, b] buffer, one H2D copy per step
+        self.d_vec = torch.zeros((4, b), dtype=torch.int64, **dev)
+        self.ids, self.positions, self.slots, self.seq_lens64 = self.d_vec.unbind(0)
+        self.seq_lens = torch.zeros(b, dtype=torch.int32, **dev)  # the kernels read int32
+        self.block_table = torch.zeros((b, w), dtype=torch.int32, **dev)
+        self.query_start = torch.arange(b + 1, dtype=torch.int32, **dev)
+        self.rows = torch.arange(b, dtype=torch.int64, **dev)  # every decode token samples
+        self.h_vec = torch.zeros((4, b), dtype=torch.int64)  # staging (pinned on CUDA)
+        self.h_table = torch.zeros((b, w), dtype=torch.int32)
+        if not self.dry_run:
+            self.h_vec, self.h_table = self.h_vec.pin_memory(), self.h_table.pin_memory()
+        self.graphs: dict[tuple[int, int], _Graph] = {}
+        self.replays = 0
+
+    def _meta(self, batch: int, context: int) -> AttentionMetadata:
+        return AttentionMetadata(
+            slot_mapping=self.slots[:batch], query_start_loc=self.query_start[: batch + 1],
+            seq_lens=self.seq_lens[:batch], block_tables=self.block_table[:batch], num_decodes=batch,
+            max_query_len=1, max_seq_len=context, query_lens_cpu=[1] * batch, seq_lens_cpu=[context] * batch,
+            query_start_loc_cpu=list(range(batch + 1)))
+
+    def _forward(self, batch: int, context: int) -> torch.Tensor:
+        return self.model(self.ids[:batch], self.positions[:batch], self.kv_caches, self._meta(batch, context),
+                          self.backend, self.rows[:batch])
+
+    @torch.inference_mode()
+    def capture(self) -> None:
+        """Capture every (bucket, class), largest first so later graphs fit in the shared pool."""
+        self.slots.fill_(-1)
+        self.seq_lens.zero_()
+        if self.dry_run:
+            self.graphs = {(b, c): _Graph(None, None) for c in self.classes for b in self.buckets}
+            return
+        pool = None
+        side = torch.cuda.Stream(self.device)
+        for context in reversed(self.classes):
+            for batch in reversed(self.buckets):
+                side.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(side):  # warm-up: Triton compiles, allocator settles
+                    self._forward(batch, context)
+                torch.cuda.current_stream(self.device).wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    logits = self._forward(batch, context)
+                pool = graph.pool()
+                self.graphs[(batch, context)] = _Graph(graph, logits)
+        torch.cuda.synchronize(self.device)
+
+    def supports(self, host: HostInputs) -> bool:
+        n = len(host.seq_lens)
+        return (host.decode_only and 0 < n <= self.max_batch and host.block_table.shape[1] <= self.max_blocks
+                and int(host.seq_lens.max()) <= self.classes[-1])
+
+    @torch.inference_mode()
+    def run(self, host: HostInputs) -> torch.Tensor:
+        """Logits ``[n, vocab]`` of a decode-only step (a view of static memory: use before the next run)."""
+        n = len(host.seq_lens)
+        batch = self.buckets[bisect.bisect_left(self.buckets, n)]
+        context = self.classes[bisect.bisect_left(self.classes, int(host.seq_lens.max()))]
+        vec = self.h_vec.numpy()
+        vec[0, :n] = host.input_ids
+        vec[1, :n] = host.positions
+        vec[2, :n] = host.slot_mapping
+        vec[3, :n] = host.seq_lens
+        vec[:, n:batch] = 0
+        vec[2, n:batch] = -1  # padding rows write no KV
+        w = host.block_table.shape[1]
+        self.h_table.numpy()[:n, :w] = host.block_table
+        self.d_vec[:, :batch].copy_(self.h_vec[:, :batch], non_blocking=True)
+        self.block_table[:batch].copy_(self.h_table[:batch], non_blocking=True)
+        self.seq_lens[:batch].copy_(self.seq_lens64[:batch])
+        g = self.graphs[(batch, context)]
+        self.replays += 1
+        if g.graph is None:
+            return self._forward(batch, context)[:n]
+        g.graph.replay()
+        return g.logits[:n]
