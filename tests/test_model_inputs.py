@@ -1,0 +1,46 @@
+"""prepare_inputs: q_len-1 spans move first (attention's batched decode path), positions and
+slots follow the block tables, and the logits rows come back in plan order."""
+
+from __future__ import annotations
+
+from array import array
+
+import torch
+
+from runtime.model_inputs import prepare_inputs
+from runtime.request import Request, SamplingParams
+from runtime.scheduler import StepPlan
+from traces.events import Span
+
+
+def _req(rid: int, n: int) -> Request:
+    return Request(rid, array("i", range(100 * rid, 100 * rid + n)), SamplingParams(), 0.0, 4096)
+
+
+def test_reorder_positions_slots_and_logit_rows():
+    bs = 4
+    reqs = {0: _req(0, 10), 1: _req(1, 6), 2: _req(2, 9), 3: _req(3, 3)}
+    spans = [
+        Span(0, 2, 8, True),   # prefill chunk after 2 cached tokens, samples
+        Span(1, 5, 1, True),   # decode
+        Span(2, 0, 4, False),  # first chunk of a longer prompt, no sample
+        Span(3, 2, 1, True),   # a 1-token span (prefix hit left one token) after the prefills
+    ]
+    tables = [[7, 3, 9], [1, 5], [2], [8]]
+    plan = StepPlan(0, spans, tables, [], [], 14)
+    inp = prepare_inputs(plan, reqs, bs, torch.device("cpu"))
+    meta = inp.meta
+    assert meta.num_decodes == 2
+    # order: spans 1, 3 (q_len 1), then 0, 2
+    assert inp.input_ids.tolist() == [105, 302] + list(range(2, 10)) + list(range(200, 204))
+    assert inp.positions.tolist() == [5, 2] + list(range(2, 10)) + [0, 1, 2, 3]
+    assert meta.seq_lens_cpu == [6, 3, 10, 4]
+    assert meta.query_start_loc_cpu == [0, 1, 2, 10, 14]
+    slot = lambda table, p: table[p // bs] * bs + p % bs  # noqa: E731
+    expected = [slot(tables[1], 5), slot(tables[3], 2)] + [slot(tables[0], p) for p in range(2, 10)] + \
+               [slot(tables[2], p) for p in range(4)]
+    assert meta.slot_mapping.tolist() == expected
+    assert meta.block_tables.tolist() == [[1, 5, 0], [8, 0, 0], [7, 3, 9], [2, 0, 0]]
+    # sampling spans in plan order: 0 (last token of its chunk = row 9), 1 (row 0), 3 (row 1)
+    assert inp.logits_indices.tolist() == [9, 0, 1]
+    assert [r.request_id for r in inp.sampled_requests] == [0, 1, 3]
