@@ -12,6 +12,7 @@ peer produces exactly the requested number of tokens.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -25,6 +26,8 @@ class PeerResult:
     output_tokens: int  # requested tokens only
     input_tokens: int
     note: str = ""
+    cpu_seconds: float = 0.0  # process CPU time (all threads): a check on a shared machine
+    load_avg: float = 0.0  # 1-minute load average at the end
 
     @property
     def output_tok_s(self) -> float:
@@ -45,6 +48,19 @@ def load_hf_model(loaded, device: torch.device, dtype: torch.dtype):
     return model.eval()
 
 
+def timed(fn):
+    """Fill a PeerResult's CPU time and load average around ``fn``."""
+    def wrapper(*args, **kwargs) -> PeerResult:
+        c0 = time.process_time()
+        result = fn(*args, **kwargs)
+        result.cpu_seconds = time.process_time() - c0
+        result.load_avg = os.getloadavg()[0]
+        return result
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -62,6 +78,7 @@ def warmup(model, device: torch.device) -> None:
     _sync(device)
 
 
+@timed
 def run_single(model, prompts: list[list[int]], outputs: list[int], device: torch.device,
                progress: bool = True) -> PeerResult:
     from tqdm import tqdm
@@ -77,6 +94,7 @@ def run_single(model, prompts: list[list[int]], outputs: list[int], device: torc
                       sum(map(len, prompts)))
 
 
+@timed
 def run_static(model, prompts: list[list[int]], outputs: list[int], device: torch.device, batch_size: int,
                progress: bool = True) -> PeerResult:
     from tqdm import tqdm
@@ -104,6 +122,7 @@ def continuous_batching_available(model) -> bool:
     return hasattr(model, "init_continuous_batching")
 
 
+@timed
 @torch.inference_mode()
 def run_continuous(model, prompts: list[list[int]], outputs: list[int], device: torch.device,
                    progress: bool = True) -> PeerResult:

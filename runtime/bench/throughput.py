@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import io
+import os
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -46,6 +47,8 @@ class EngineResult:
     steps_at_32: int
     step_ms_at_32: float | None
     breakdown_ms: dict[str, float] = field(default_factory=dict)  # mean per step
+    cpu_seconds: float = 0.0  # process CPU time (all threads): a check on a shared machine
+    load_avg: float = 0.0  # 1-minute load average at the end
 
     @property
     def output_tok_s(self) -> float:
@@ -72,6 +75,7 @@ def run_engine(parts, workload: Workload, progress: bool = True) -> EngineResult
     bar = tqdm(total=len(workload.prompts), desc="minivllm", unit="req", disable=not progress)
     walls: list[float] = []
     gc.collect()
+    c0 = time.process_time()
     t0 = time.perf_counter()
     while core.has_unfinished():
         s = time.perf_counter()
@@ -79,6 +83,7 @@ def run_engine(parts, workload: Workload, progress: bool = True) -> EngineResult
         walls.append(time.perf_counter() - s)
         bar.update(sum(1 for d in out.deltas if d.finished))
     seconds = time.perf_counter() - t0
+    cpu_seconds = time.process_time() - c0
     bar.close()
     st = runner.stats
     fwd = np.array([f for _, _, _, f in st.per_step])
@@ -92,7 +97,8 @@ def run_engine(parts, workload: Workload, progress: bool = True) -> EngineResult
         seconds, sum(workload.outputs), sum(map(len, workload.prompts)), st.steps,
         float(1 - fwd.sum() / wall.sum()),
         float(1 - fwd[at32].sum() / wall[at32].sum()) if at32.any() else None,
-        int(at32.sum()), float(wall[at32].mean() * 1e3) if at32.any() else None, breakdown)
+        int(at32.sum()), float(wall[at32].mean() * 1e3) if at32.any() else None, breakdown, cpu_seconds,
+        os.getloadavg()[0])
 
 
 @dataclass
@@ -111,13 +117,13 @@ class ThroughputReport:
                   f"{s['num_prompts']} prompts, input {s['input_len'][0]}-{s['input_len'][1]}, "
                   f"output {s['output_len'][0]}-{s['output_len'][1]} (seed {s['seed']}), ignore eos, greedy\n")
         best = self.best_peer()
-        out.write(f"{'engine':<44}{'time s':>9}{'out tok/s':>11}{'vs best HF':>12}\n")
-        rows = [("minivllm", self.engine.seconds, self.engine.output_tok_s)]
-        rows += [(p.name, p.seconds, p.output_tok_s) for p in self.peers]
-        for name, sec, tps in rows:
-            ratio = f"{tps / best.output_tok_s:.2f}x" if best else "-"
-            out.write(f"{name:<44}{sec:>9.1f}{tps:>11.1f}{ratio:>12}\n")
+        out.write(f"{'engine':<44}{'time s':>9}{'out tok/s':>11}{'vs best HF':>12}{'cpu s':>9}{'load':>6}\n")
         e = self.engine
+        rows = [("minivllm", e.seconds, e.output_tok_s, e.cpu_seconds, e.load_avg)]
+        rows += [(p.name, p.seconds, p.output_tok_s, p.cpu_seconds, p.load_avg) for p in self.peers]
+        for name, sec, tps, cpu, load in rows:
+            ratio = f"{tps / best.output_tok_s:.2f}x" if best else "-"
+            out.write(f"{name:<44}{sec:>9.1f}{tps:>11.1f}{ratio:>12}{cpu:>9.1f}{load:>6.1f}\n")
         out.write(f"output tokens {e.output_tokens} (input {e.input_tokens}); {e.steps} engine steps\n")
         at32 = (f"{e.overhead_at_32:.1%} over the {e.steps_at_32} steps with 28-36 sequences "
                 f"({e.step_ms_at_32:.1f} ms/step)" if e.overhead_at_32 is not None else "n/a")
