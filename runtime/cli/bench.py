@@ -73,6 +73,12 @@ def _throughput(args: argparse.Namespace) -> int:
             raise CLIError(f"{flag}: need 1 <= LO <= HI, got {lo} {hi}")
     if args.num_prompts < 1:
         raise CLIError(f"--num-prompts: must be >= 1, got {args.num_prompts}")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise CLIError(f"--threads: must be >= 1, got {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)
     try:
         report = throughput.run(model, peers=peers, num_prompts=args.num_prompts, input_len=tuple(args.input_len),
                                 output_len=tuple(args.output_len), static_batch=args.static_batch,
@@ -113,6 +119,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     tp.add_argument("--hf-peers", metavar="LIST",
                     help="comma list of single, static, cb (default: single,static on CPU; cb,static on CUDA)")
     tp.add_argument("--static-batch", type=int, default=16, help="batch size of the static HF peer")
+    tp.add_argument("--threads", type=int, help="torch CPU threads for every peer (default: torch's choice)")
     tp.add_argument("--no-progress", action="store_true")
     tp.add_argument("--json", metavar="PATH", help="also write results as JSON")
     tp.set_defaults(func=_throughput)
