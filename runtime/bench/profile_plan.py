@@ -119,12 +119,12 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
                   if 2 <= c <= min(lim.budget, lim.max_context - ctx)]
     decode = []
     for b in batches:
-        for ctx in decode_ctx:
-            if b * ctx > lim.max_kv_tokens:
-                continue
+        contexts_b = [ctx for ctx in decode_ctx if b * ctx <= lim.max_kv_tokens]
+        for ctx in contexts_b:
             fill = min(lim.budget - b, lim.max_context)  # a chunk that fills the step's budget
-            mixed = sorted({c for c in (16, 256, fill) if 2 <= c <= fill})
-            decode.append(DecodeCase(b, ctx, steps, tuple(mixed[:2] if quick else mixed)))
+            # the budget-filling chunk (the costliest step) once per batch size, at its longest context
+            mixed = sorted({c for c in (16, 256) if c < fill} | ({fill} if ctx == contexts_b[-1] else set()))
+            decode.append(DecodeCase(b, ctx, steps, tuple(c for c in mixed if c >= 2)[:2 if quick else 3]))
     return _interleave(prefill, on_context, decode)
 
 

@@ -128,12 +128,15 @@ class SweepResult:
     cases_run: int = 0
     skipped: list[Case] = field(default_factory=list)
     seconds: float = 0.0
+    waited: float = 0.0  # seconds ``before_case`` spent (waiting for a quiet CPU)
 
 
 def run_sweep(sweep: ShapeSweep, plan: list[Case], *, deadline: float | None = None,
-              progress: bool = True, desc: str = "profile") -> SweepResult:
+              before_case: Callable[[], float] | None = None, progress: bool = True,
+              desc: str = "profile") -> SweepResult:
     """Run ``plan`` in order; with ``deadline`` (a ``time.monotonic()`` value) the cases not yet
-    begun when it passes are skipped and returned."""
+    begun when it passes are skipped and returned. ``before_case`` runs before each case and
+    returns the seconds it waited."""
     from tqdm import tqdm
 
     result = SweepResult()
@@ -144,6 +147,8 @@ def run_sweep(sweep: ShapeSweep, plan: list[Case], *, deadline: float | None = N
             if deadline is not None and time.monotonic() > deadline:
                 result.skipped = plan[i:]
                 break
+            if before_case is not None:
+                result.waited += before_case()
             sweep.run(case)
             result.cases_run += 1
             bar.set_postfix(steps=sweep.steps, refresh=False)
@@ -162,9 +167,12 @@ class ProfileResult(SweepResult):
 
 def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str | Path, *,
             limits: SweepLimits, quick: bool = False, deadline: float | None = None, seed: int = 0,
-            progress: bool = True) -> ProfileResult:
+            quiet_wait: float = 0.0, progress: bool = True) -> ProfileResult:
     """Warm up on a scratch core (same runner and KV pool, nothing logged), then run ``plan`` on a
-    fresh core whose events go to ``out``. The Header's ``extra`` adds ``hardware`` and the sweep."""
+    fresh core whose events go to ``out``. The Header's ``extra`` adds ``hardware`` and the sweep.
+    ``quiet_wait`` (CPU devices): before each case wait up to that long for other processes to
+    leave the CPU."""
+    from runtime.bench.cpu_quiet import wait_until_quiet
     from runtime.bench.hardware import describe_device
 
     vocab = parts.loaded.spec.vocab_size
@@ -182,7 +190,11 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
         with LogWriter(out) as writer:
             writer(msgspec.structs.replace(header, extra=extra))
             sweep = ShapeSweep(parts.core(writer), parts.runner, vocab_size=vocab, seed=seed)
-            result = run_sweep(sweep, plan, deadline=deadline, progress=progress)
+            gate = None
+            if quiet_wait > 0 and parts.runner.device.type == "cpu":
+                gate = lambda: wait_until_quiet(quiet_wait)  # noqa: E731
+            result = run_sweep(sweep, plan, deadline=deadline, before_case=gate, progress=progress)
     finally:
         gc.unfreeze()  # frozen objects are never freed (extension types then report leaks at exit)
-    return ProfileResult(result.steps, result.cases_run, result.skipped, result.seconds, warm.steps, warm.seconds)
+    return ProfileResult(result.steps, result.cases_run, result.skipped, result.seconds, result.waited,
+                         warm.steps, warm.seconds)

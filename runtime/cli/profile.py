@@ -21,6 +21,7 @@ from runtime.cli.engine_args import add_engine_args, engine_options, flag_error
 # (max context, max batch) by device; sized so the CUDA sweep takes well under a minute on an H200
 DEFAULT_LIMITS = {"cpu": (1024, 32), "cuda": (4096, 256)}
 QUICK_LIMITS = (128, 4)
+QUIET_WAIT = 60.0  # s per case at most (a shared CPU; see runtime/bench/cpu_quiet.py)
 CUDA_TIME_LIMIT = 150.0  # s since start; a guard so a slower GPU still finishes (and fits) in time
 
 
@@ -35,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--max-batch", type=int, help="most sequences decoding together (default: CPU 32, CUDA 256)")
     g.add_argument("--time-limit", type=float, metavar="S",
                    help="start no new case after S seconds (default: 150 on CUDA, none on the CPU; 0 = none)")
+    g.add_argument("--quiet-wait", type=float, metavar="S",
+                   help="CPU devices: before each case wait up to S seconds for other processes to leave "
+                        "the CPU (default 60, with --quick 0; 0 = off)")
     g.add_argument("--fit", metavar="M.json", help="fit a cost model from the log right away")
     g.add_argument("--holdout-every", type=int, default=5, help="with --fit: hold out every Nth step")
     g.add_argument("--no-progress", action="store_true")
@@ -59,6 +63,12 @@ def _positive(args: argparse.Namespace, name: str) -> None:
     value = getattr(args, name)
     if value is not None and value < 1:
         raise CLIError(f"--{name.replace('_', '-')}: must be >= 1, got {value}")
+
+
+def _quiet_wait(args: argparse.Namespace) -> float:
+    if args.quiet_wait is not None:
+        return args.quiet_wait
+    return 0.0 if args.quick else QUIET_WAIT
 
 
 def _engine(args: argparse.Namespace):
@@ -119,8 +129,10 @@ def run(args: argparse.Namespace) -> int:
           f"{len(plan)} cases {plan_summary(plan)}, max context {limits.max_context}, max batch "
           f"{limits.max_batch}, budget {limits.budget}", file=sys.stderr)
     result = profile(parts, plan, warmup_plan(plan, limits), args.out, limits=limits, quick=args.quick,
-                     deadline=started + time_limit if time_limit > 0 else None, progress=not args.no_progress)
-    print(f"{result.steps:,} steps in {result.seconds:.1f} s (+ {result.warmup_steps} warm-up steps, "
+                     deadline=started + time_limit if time_limit > 0 else None, quiet_wait=_quiet_wait(args),
+                     progress=not args.no_progress)
+    waited = f", {result.waited:.0f} s of it waiting for a quiet CPU" if result.waited >= 1 else ""
+    print(f"{result.steps:,} steps in {result.seconds:.1f} s{waited} (+ {result.warmup_steps} warm-up steps, "
           f"{result.warmup_seconds:.1f} s, not logged); event log: {args.out}")
     if result.skipped:
         print(f"warning: time limit reached: {len(result.skipped)} of {len(plan)} cases skipped "
