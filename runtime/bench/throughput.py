@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from runtime.bench.hf_peers import PeerResult
+from runtime.bench.roofline import ByteCounter, Roofline, kv_bytes_per_token, measure_bandwidth, roofline, weight_bytes
 
 
 @dataclass
@@ -49,6 +50,7 @@ class EngineResult:
     breakdown_ms: dict[str, float] = field(default_factory=dict)  # mean per step
     cpu_seconds: float = 0.0  # process CPU time (all threads): a check on a shared machine
     load_avg: float = 0.0  # 1-minute load average at the end
+    bytes_read: dict[str, int] = field(default_factory=dict)  # what the steps had to read (roofline)
 
     @property
     def output_tok_s(self) -> float:
@@ -73,6 +75,9 @@ def run_engine(parts, workload: Workload, progress: bool = True) -> EngineResult
     for prompt, n in zip(workload.prompts, workload.outputs):
         core.add_request(prompt, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True), 0.0)
     bar = tqdm(total=len(workload.prompts), desc="minivllm", unit="req", disable=not progress)
+    spec = parts.loaded.spec
+    counter = ByteCounter(weight_bytes(runner.model),
+                          kv_bytes_per_token(spec.num_layers, spec.num_kv_heads, spec.head_dim, runner.dtype))
     walls: list[float] = []
     gc.collect()
     c0 = time.process_time()
@@ -81,6 +86,7 @@ def run_engine(parts, workload: Workload, progress: bool = True) -> EngineResult
         s = time.perf_counter()
         out = core.step(s - t0, runner)
         walls.append(time.perf_counter() - s)
+        counter.add_step(out.plan.spans)
         bar.update(sum(1 for d in out.deltas if d.finished))
     seconds = time.perf_counter() - t0
     cpu_seconds = time.process_time() - c0
@@ -98,7 +104,8 @@ def run_engine(parts, workload: Workload, progress: bool = True) -> EngineResult
         float(1 - fwd.sum() / wall.sum()),
         float(1 - fwd[at32].sum() / wall[at32].sum()) if at32.any() else None,
         int(at32.sum()), float(wall[at32].mean() * 1e3) if at32.any() else None, breakdown, cpu_seconds,
-        os.getloadavg()[0])
+        os.getloadavg()[0], {"weights_per_step": counter.weights, "kv_per_token": counter.kv_per_token,
+                             "steps": counter.steps, "context_tokens": counter.context_tokens})
 
 
 @dataclass
@@ -106,6 +113,7 @@ class ThroughputReport:
     setup: dict
     engine: EngineResult
     peers: list[PeerResult]
+    roofline: Roofline | None = None
 
     def best_peer(self) -> PeerResult | None:
         return max(self.peers, key=lambda p: p.output_tok_s, default=None)
@@ -129,6 +137,8 @@ class ThroughputReport:
                 f"({e.step_ms_at_32:.1f} ms/step)" if e.overhead_at_32 is not None else "n/a")
         out.write(f"engine overhead (step time outside the forward): {e.overhead:.1%} overall; {at32}\n")
         out.write("mean ms/step: " + ", ".join(f"{k} {v:.2f}" for k, v in e.breakdown_ms.items()) + "\n")
+        if self.roofline is not None:
+            out.write(self.roofline.describe() + "\n")
         for p in self.peers:
             if p.note:
                 out.write(f"  {p.name}: {p.note}\n")
@@ -141,6 +151,7 @@ class ThroughputReport:
             "engine": {**asdict(self.engine), "output_tok_s": self.engine.output_tok_s},
             "peers": [{**asdict(p), "output_tok_s": p.output_tok_s} for p in self.peers],
             "speedup_vs_best_hf": self.engine.output_tok_s / best.output_tok_s if best else None,
+            "roofline": self.roofline.as_dict() if self.roofline is not None else None,
         }
 
 
@@ -165,10 +176,15 @@ def run(model: str | None, *, peers: list[str], num_prompts: int = 64, input_len
              "torch_threads": torch.get_num_threads(), "torch": torch.__version__}
     engine = run_engine(parts, workload, progress)
     device, dtype = loaded.device, loaded.dtype
-    del parts  # free the KV pool before HF allocates its caches
+    del parts  # free the KV pool before HF allocates its caches (and before the bandwidth probe)
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
+    b = engine.bytes_read
+    counter = ByteCounter(b["weights_per_step"], b["kv_per_token"])
+    counter.steps, counter.context_tokens = b["steps"], b["context_tokens"]
+    limit = roofline(counter, measure_bandwidth(device), engine.seconds)
+    setup["copy_bandwidth_gbs"] = limit.bandwidth_gbs
     results: list[PeerResult] = []
     if peers:
         import transformers
@@ -190,4 +206,4 @@ def run(model: str | None, *, peers: list[str], num_prompts: int = 64, input_len
                 results.append(hf_peers.run_continuous(hf, workload.prompts, workload.outputs, device, progress))
             else:
                 raise ValueError(f"unknown peer {peer!r} (single, static, cb)")
-    return ThroughputReport(setup, engine, results)
+    return ThroughputReport(setup, engine, results, limit)

@@ -53,9 +53,7 @@ def _throughput(args: argparse.Namespace) -> int:
     from runtime.cli.engine_args import engine_options, flag_error
     from runtime.config import ConfigError
 
-    if args.model and args.model_shape:
-        raise CLIError("--model-shape: give either --model or --model-shape, not both")
-    model = f"random:{args.model_shape}" if args.model_shape else args.model
+    model = _model_arg(args)
     peers: list[str] = []
     if args.peer == "hf":
         if args.hf_peers:
@@ -88,6 +86,36 @@ def _throughput(args: argparse.Namespace) -> int:
     print(report.table())
     _write_json(args.json, "throughput", [report.as_json()])
     return 0
+
+
+def _model_arg(args: argparse.Namespace) -> str | None:
+    from runtime.cli import CLIError
+
+    if args.model and args.model_shape:
+        raise CLIError("--model-shape: give either --model or --model-shape, not both")
+    return f"random:{args.model_shape}" if args.model_shape else args.model
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from runtime.bench import step_profile
+    from runtime.cli.engine_args import engine_options, flag_error
+    from runtime.config import ConfigError
+
+    try:
+        prof = step_profile.run(_model_arg(args), num_prompts=args.num_prompts, input_len=tuple(args.input_len),
+                                output_len=tuple(args.output_len), progress=not args.no_progress,
+                                **engine_options(args))
+    except ConfigError as e:
+        raise flag_error(e) from None
+    print(prof.table())
+    _write_json(args.json, "profile", [prof.as_json()])
+    return 0
+
+
+def _decode_kernel(args: argparse.Namespace) -> int:
+    from runtime.bench import decode_kernel_bench
+
+    return decode_kernel_bench.main(["--json", args.json] if args.json else [])
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -123,3 +151,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     tp.add_argument("--no-progress", action="store_true")
     tp.add_argument("--json", metavar="PATH", help="also write results as JSON")
     tp.set_defaults(func=_throughput)
+    pr = kinds.add_parser("profile", help="per-step breakdown: schedule, metadata, forward, sampling, commit")
+    add_engine_args(pr)
+    pr.add_argument("--model-shape", choices=["qwen3-0.6b", "smollm2-135m"],
+                    help="real model shapes with random weights (instead of --model)")
+    pr.add_argument("--num-prompts", type=int, default=256)
+    pr.add_argument("--input-len", type=int, nargs=2, default=[100, 1024], metavar=("LO", "HI"))
+    pr.add_argument("--output-len", type=int, nargs=2, default=[512, 512], metavar=("LO", "HI"))
+    pr.add_argument("--no-progress", action="store_true")
+    pr.add_argument("--json", metavar="PATH", help="also write per-step phases as JSON")
+    pr.set_defaults(func=_profile)
+    dk = kinds.add_parser("decode-kernel", help="Triton paged decode vs torch gather+SDPA, µs and GB/s (CUDA)")
+    dk.add_argument("--json", metavar="PATH", help="also write results as JSON")
+    dk.set_defaults(func=_decode_kernel)
