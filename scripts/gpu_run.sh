@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# GPU stages, run on a CUDA machine from the repo root: scripts/gpu_run.sh STAGE...
+#   tests      pytest -m gpu (kernel matrix, model equality fp32/bf16, CUDA graphs, GPU sampling)
+#   stepprof   bench profile on Qwen3-0.6B shapes (bf16)
+#   quick      bench throughput (no peers) on both shapes: a fast end-to-end check
+#   qwen3      bench throughput vs HF (continuous batching + static batches of 64), Qwen3-0.6B shapes
+#   smollm2    the same on SmolLM2-135M shapes
+#   costmodel  minivllm profile: step-shape sweep + fitted H200 cost model
+#   kernel     bench decode-kernel
+# Wheels for packages the machine lacks (msgspec, simpy) go in .whl/ (see docs/BENCHMARKS.md).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+  export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
+fi
+export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
+OUT="${OUT:-out/gpu}"
+mkdir -p "$OUT"
+minivllm() { python3 -m runtime "$@"; }
+WL=(--num-prompts 256 --input-len 100 1024 --output-len 512 512 --device cuda --dtype bfloat16 --no-progress)
+status=0
+for stage in "$@"; do
+  echo "=== $stage ($(date -u +%H:%M:%S))"
+  case "$stage" in
+    tests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_kernels_gpu.py tests/test_model_gpu.py \
+             tests/test_sampling_gpu.py tests/test_sampling_staging.py 2>&1 | tail -n 40 ;;
+    stepprof) minivllm bench profile --model-shape qwen3-0.6b "${WL[@]}" --json "$OUT/profile_qwen3.json" ;;
+    quick) minivllm bench throughput --model-shape qwen3-0.6b "${WL[@]}" --peer none --json "$OUT/tp_qwen3_quick.json"
+           minivllm bench throughput --model-shape smollm2-135m "${WL[@]}" --peer none --json "$OUT/tp_smollm2_quick.json" ;;
+    qwen3) minivllm bench throughput --model-shape qwen3-0.6b "${WL[@]}" --hf-peers cb,static --static-batch 64 \
+             --json "$OUT/tp_qwen3.json" ;;
+    smollm2) minivllm bench throughput --model-shape smollm2-135m "${WL[@]}" --hf-peers cb,static --static-batch 64 \
+               --json "$OUT/tp_smollm2.json" ;;
+    costmodel) minivllm profile --model random:qwen3-0.6b --device cuda --dtype bfloat16 --out "$OUT/profile_h200.jsonl" \
+                 --fit "$OUT/qwen3-0.6b-h200.json" ;;
+    kernel) minivllm bench decode-kernel --json "$OUT/decode_kernel.json" ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac || status=1
+done
+python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, \
+'transformers', transformers.__version__, torch.cuda.get_device_name())"
+exit $status
