@@ -35,6 +35,9 @@ class AttentionMetadata:
     query_lens_cpu: list[int]
     seq_lens_cpu: list[int]
     query_start_loc_cpu: list[int] = field(default_factory=list)  # derived when not given
+    # split-context count of the Triton decode kernel; None = the backend chooses (CUDA graphs
+    # fix it at capture to what an eager step of the same shape would choose)
+    decode_splits: int | None = None
 
     def __post_init__(self) -> None:
         if not self.query_start_loc_cpu:

@@ -1,4 +1,4 @@
-"""CUDA graphs of the decode-only forward: one per (batch bucket, context class).
+"""CUDA graphs of the decode-only forward: one per (batch bucket, decode split count).
 
 A decode step of a small model is a few hundred tiny kernel launches; replaying a captured graph
 turns them into one launch. Graphs work on static buffers, so a step copies its host arrays into
@@ -6,9 +6,10 @@ pinned staging buffers, then (non-blocking) into the static device buffers, and 
 of the smallest bucket that holds the batch; padding rows have slot -1 (no KV written) and
 context 0 (nothing read), and their logits are dropped.
 
-The Triton decode kernel's split count is fixed at capture from the context class (the longest
-context the graph serves), so each bucket is captured once per class; correctness never depends
-on it. Mixed or prefill steps run eagerly. Off CUDA the same buffers and buckets run eagerly
+The Triton decode kernel's split-context count is a launch parameter, fixed in a graph; each bucket
+is captured once per split count a batch of its size can need, and a step replays the graph with
+the count an eager step of the same shape would choose (same kernels, same reduction order).
+Mixed or prefill steps run eagerly. Off CUDA the same buffers and buckets run eagerly
 ("dry run"), which lets the CPU tests (Triton interpreted) check the staging and padding logic.
 """
 
@@ -29,12 +30,14 @@ def batch_buckets(max_batch: int) -> list[int]:
     return small + list(range(16, max_batch, 16)) + [max_batch]
 
 
-def context_classes(max_model_len: int) -> list[int]:
-    classes, c = [], 512
-    while c < max_model_len:
-        classes.append(c)
-        c *= 4
-    return classes + [max_model_len]
+def split_counts(backend: AttentionBackend, lo: int, hi: int, num_kv_heads: int, max_model_len: int) -> list[int]:
+    """Split counts a decode batch of lo..hi sequences can get (powers of two: fewest at hi seqs
+    and short contexts, most at lo seqs and the longest context)."""
+    if not hasattr(backend, "decode_splits"):
+        return [1]
+    most = backend.decode_splits(lo, num_kv_heads, max_model_len)
+    least = backend.decode_splits(hi, num_kv_heads, 1)
+    return [1 << i for i in range(least.bit_length() - 1, most.bit_length())]
 
 
 @dataclass
@@ -50,7 +53,11 @@ class DecodeGraphs:
         self.device = device
         self.dry_run = device.type != "cuda"
         self.buckets = batch_buckets(max_batch)
-        self.classes = context_classes(max_model_len)
+        self.max_model_len = max_model_len
+        self.num_kv_heads = kv_caches[0][0].shape[2]
+        lows = [1] + [b + 1 for b in self.buckets[:-1]]
+        self.keys = [(b, s) for lo, b in zip(lows, self.buckets)
+                     for s in split_counts(backend, lo, b, self.num_kv_heads, max_model_len)]
         self.max_batch = self.buckets[-1]
         self.max_blocks = -(-max_model_len // block_size)
         b, w = self.max_batch, self.max_blocks
@@ -69,51 +76,52 @@ class DecodeGraphs:
         self.graphs: dict[tuple[int, int], _Graph] = {}
         self.replays = 0
 
-    def _meta(self, batch: int, context: int) -> AttentionMetadata:
+    def _meta(self, batch: int, splits: int) -> AttentionMetadata:
+        n = self.max_model_len
         return AttentionMetadata(
             slot_mapping=self.slots[:batch], query_start_loc=self.query_start[: batch + 1],
             seq_lens=self.seq_lens[:batch], block_tables=self.block_table[:batch], num_decodes=batch,
-            max_query_len=1, max_seq_len=context, query_lens_cpu=[1] * batch, seq_lens_cpu=[context] * batch,
-            query_start_loc_cpu=list(range(batch + 1)))
+            max_query_len=1, max_seq_len=n, query_lens_cpu=[1] * batch, seq_lens_cpu=[n] * batch,
+            query_start_loc_cpu=list(range(batch + 1)), decode_splits=splits)
 
-    def _forward(self, batch: int, context: int) -> torch.Tensor:
-        return self.model(self.ids[:batch], self.positions[:batch], self.kv_caches, self._meta(batch, context),
+    def _forward(self, batch: int, splits: int) -> torch.Tensor:
+        return self.model(self.ids[:batch], self.positions[:batch], self.kv_caches, self._meta(batch, splits),
                           self.backend, self.rows[:batch])
 
     @torch.inference_mode()
     def capture(self) -> None:
-        """Capture every (bucket, class), largest first so later graphs fit in the shared pool."""
+        """Capture every (bucket, split count), largest batch first so later graphs fit in the pool."""
         self.slots.fill_(-1)
         self.seq_lens.zero_()
         if self.dry_run:
-            self.graphs = {(b, c): _Graph(None, None) for c in self.classes for b in self.buckets}
+            self.graphs = {key: _Graph(None, None) for key in self.keys}
             return
         pool = None
         side = torch.cuda.Stream(self.device)
-        for context in reversed(self.classes):
-            for batch in reversed(self.buckets):
-                side.wait_stream(torch.cuda.current_stream(self.device))
-                with torch.cuda.stream(side):  # warm-up: Triton compiles, allocator settles
-                    self._forward(batch, context)
-                torch.cuda.current_stream(self.device).wait_stream(side)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
-                    logits = self._forward(batch, context)
-                pool = graph.pool()
-                self.graphs[(batch, context)] = _Graph(graph, logits)
+        for batch, splits in sorted(self.keys, reverse=True):
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):  # warm-up: Triton compiles, allocator settles
+                self._forward(batch, splits)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                logits = self._forward(batch, splits)
+            pool = graph.pool()
+            self.graphs[(batch, splits)] = _Graph(graph, logits)
         torch.cuda.synchronize(self.device)
 
     def supports(self, host: HostInputs) -> bool:
         n = len(host.seq_lens)
         return (host.decode_only and 0 < n <= self.max_batch and host.block_table.shape[1] <= self.max_blocks
-                and int(host.seq_lens.max()) <= self.classes[-1])
+                and int(host.seq_lens.max()) <= self.max_model_len)
 
     @torch.inference_mode()
     def run(self, host: HostInputs) -> torch.Tensor:
         """Logits ``[n, vocab]`` of a decode-only step (a view of static memory: use before the next run)."""
         n = len(host.seq_lens)
         batch = self.buckets[bisect.bisect_left(self.buckets, n)]
-        context = self.classes[bisect.bisect_left(self.classes, int(host.seq_lens.max()))]
+        choose = getattr(self.backend, "decode_splits", None)
+        splits = choose(n, self.num_kv_heads, int(host.seq_lens.max())) if choose else 1
         vec = self.h_vec.numpy()
         vec[0, :n] = host.input_ids
         vec[1, :n] = host.positions
@@ -126,9 +134,9 @@ class DecodeGraphs:
         self.d_vec[:, :batch].copy_(self.h_vec[:, :batch], non_blocking=True)
         self.block_table[:batch].copy_(self.h_table[:batch], non_blocking=True)
         self.seq_lens[:batch].copy_(self.seq_lens64[:batch])
-        g = self.graphs[(batch, context)]
+        g = self.graphs[(batch, splits)]
         self.replays += 1
         if g.graph is None:
-            return self._forward(batch, context)[:n]
+            return self._forward(batch, splits)[:n]
         g.graph.replay()
         return g.logits[:n]

@@ -1,7 +1,7 @@
 """Many small host arrays sent to the device in ONE copy.
 
 Per-step metadata (sampling parameters, uniforms, indices) is a handful of tiny arrays; a copy
-each would cost a launch and a sync point each. ``stage`` packs their bytes at 8-byte aligned
+each would cost a launch and a sync point each. ``stage`` packs their bytes at 64-byte aligned
 offsets into one buffer, copies it once, and returns device views with the original dtypes.
 """
 
@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+
+# Triton specializes a kernel on whether each pointer argument is 16-byte aligned: views at
+# offsets that are only 8-byte aligned would flip that from step to step and recompile kernels
+ALIGN = 64
 
 _TORCH_DTYPE = {np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32,
                 np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
@@ -24,7 +28,7 @@ def stage(arrays: dict[str, np.ndarray], device: torch.device) -> tuple[dict[str
     for name, a in arrays.items():
         raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
         parts.append(raw)
-        pad = -raw.size % 8
+        pad = -raw.size % ALIGN
         if pad:
             parts.append(np.zeros(pad, np.uint8))
         spans[name] = (pos, raw.size, _TORCH_DTYPE[a.dtype])

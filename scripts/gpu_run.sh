@@ -7,6 +7,7 @@
 #   smollm2    the same on SmolLM2-135M shapes
 #   costmodel  minivllm profile: step-shape sweep + fitted H200 cost model
 #   kernel     bench decode-kernel
+#   probe      torch-profiler table of one 2048-token prefill step
 # Wheels for packages the machine lacks (msgspec, simpy) go in .whl/ (see docs/BENCHMARKS.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +37,7 @@ for stage in "$@"; do
     costmodel) minivllm profile --model random:qwen3-0.6b --device cuda --dtype bfloat16 --out "$OUT/profile_h200.jsonl" \
                  --fit "$OUT/qwen3-0.6b-h200.json" ;;
     kernel) minivllm bench decode-kernel --json "$OUT/decode_kernel.json" ;;
+    probe) python3 -m runtime.bench.prefill_probe ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac || status=1
 done

@@ -110,17 +110,33 @@ def test_smollm2_on_gpu(dtype):
             assert all(o[:4] == r[:4] for o, r in zip(run.outputs, refs))
 
 
+def _near_tie_divergence(hf, prompt: list[int], a: list[int], b: list[int], tol: float = 1e-4) -> bool:
+    """True if ``a`` and ``b`` first differ where the fp32 reference's top two logits are within
+    ``tol`` (relative): a rounding-order flip (padded GEMM rows, other kernels), not a bug."""
+    k = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    with torch.no_grad():
+        logits = hf(torch.tensor([prompt + a[:k]], device="cuda")).logits[0, -1].float()
+    top = torch.topk(logits, 2).values
+    return bool((top[0] - top[1]) <= tol * top.abs().max())
+
+
 @pytest.mark.parametrize("scenario", ["mixed_batch", "preemption"])
 def test_cuda_graphs_equal_eager_and_torch(tiny_gpu, scenario):
-    """Greedy tokens: triton with CUDA graphs == triton eager == torch backend (fp32)."""
+    """Greedy tokens: triton with CUDA graphs == triton eager == torch backend (fp32), except for a
+    flip at an exact near-tie of the reference logits (reduction order differs between paths)."""
     sc = SCENARIOS[scenario]
     prompts = _prompts(11, sc["lengths"])
-    graphs = run_engine(tiny_gpu.loaded, prompts, sc["max_tokens"], device="cuda", attention_backend="triton",
-                        **sc["kw"])
-    eager = run_engine(tiny_gpu.loaded, prompts, sc["max_tokens"], device="cuda", attention_backend="triton",
-                       enforce_eager=True, **sc["kw"])
-    torch_run = run_engine(tiny_gpu.loaded, prompts, sc["max_tokens"], device="cuda", attention_backend="torch",
-                           **sc["kw"])
-    assert graphs.runner.graphs is not None and graphs.runner.graphs.replays > 0
-    assert eager.runner.graphs is None
-    assert graphs.outputs == eager.outputs == torch_run.outputs
+    runs = {name: run_engine(tiny_gpu.loaded, prompts, sc["max_tokens"], device="cuda", attention_backend=backend,
+                             enforce_eager=eager, **sc["kw"])
+            for name, backend, eager in (("graphs", "triton", False), ("eager", "triton", True),
+                                         ("torch", "torch", False))}
+    assert runs["graphs"].runner.graphs is not None and runs["graphs"].runner.graphs.replays > 0
+    assert runs["eager"].runner.graphs is None
+    flips = 0
+    for i, p in enumerate(prompts):
+        outs = {name: r.outputs[i] for name, r in runs.items()}
+        for other in ("eager", "torch"):
+            if outs["graphs"] != outs[other]:
+                flips += 1
+                assert _near_tie_divergence(tiny_gpu.hf, p, outs["graphs"], outs[other]), (i, other, outs)
+    assert flips <= 1, f"{flips} prompts diverged"

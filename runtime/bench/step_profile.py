@@ -51,7 +51,7 @@ def run(model: str | None, *, num_prompts: int = 256, input_len=(100, 1024), out
         progress: bool = True, **options) -> StepProfile:
     from tqdm import tqdm
 
-    from runtime.bench.throughput import Workload
+    from runtime.bench.throughput import Workload, warm_up
     from runtime.engine_setup import build_engine
     from runtime.request import SamplingParams
 
@@ -63,10 +63,7 @@ def run(model: str | None, *, num_prompts: int = 256, input_len=(100, 1024), out
                         "dtype": str(loaded.dtype).removeprefix("torch."), "attention_backend": runner.backend.name,
                         "cuda_graphs": runner.graphs is not None, "num_prompts": num_prompts,
                         "input_len": list(input_len), "output_len": list(output_len), "seed": seed})
-    warm = parts.core()
-    warm.add_request(workload.prompts[0][:32], SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True), 0.0)
-    while warm.has_unfinished():
-        warm.step(0.0, runner)
+    warm_up(parts, workload)
     core = parts.core()
     for prompt, n in zip(workload.prompts, workload.outputs):
         core.add_request(prompt, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True), 0.0)

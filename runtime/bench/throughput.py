@@ -57,18 +57,28 @@ class EngineResult:
         return self.output_tokens / self.seconds
 
 
+def warm_up(parts, workload: Workload) -> None:
+    """Untimed: a prefill, decodes, and a mixed step (decode + prefill chunk), so one-time costs
+    (allocator growth, kernel compilation of every path) stay out of the measurement."""
+    from runtime.request import SamplingParams
+
+    core = parts.core()
+    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    core.add_request(workload.prompts[0][:32], params, 0.0)
+    core.step(0.0, parts.runner)
+    core.add_request(workload.prompts[-1][:300], params, 0.0)
+    while core.has_unfinished():
+        core.step(0.0, parts.runner)
+
+
 def run_engine(parts, workload: Workload, progress: bool = True) -> EngineResult:
     """All requests arrive at once; step until done. Timing excludes a short warm-up."""
     from tqdm import tqdm
 
     from runtime.request import SamplingParams
 
-    core = parts.core()
     runner = parts.runner
-    # warm-up: a prefill and some decodes, so one-time costs (allocator, kernels) are not timed
-    core.add_request(workload.prompts[0][:32], SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True), 0.0)
-    while core.has_unfinished():
-        core.step(0.0, runner)
+    warm_up(parts, workload)
     core = parts.core()  # a fresh core: the timed run starts with an empty prefix cache
     runner.stats.__init__()
     runner.record_steps = True

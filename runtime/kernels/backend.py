@@ -24,6 +24,9 @@ class TritonAttentionBackend:
         self.device = torch.device(device) if device is not None else torch.device("cuda")
         self.num_sms = num_sms(self.device)
 
+    def decode_splits(self, num_decodes: int, num_kv_heads: int, max_seq_len: int) -> int:
+        return choose_num_splits(num_decodes, num_kv_heads, max_seq_len, self.num_sms)
+
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  slot_mapping: torch.Tensor) -> None:
         store_kv(k, v, k_cache, v_cache, slot_mapping)
@@ -33,7 +36,7 @@ class TritonAttentionBackend:
         out = torch.empty_like(q)
         nd = meta.num_decodes
         if nd:
-            splits = choose_num_splits(nd, k_cache.shape[2], meta.max_seq_len, self.num_sms)
+            splits = meta.decode_splits or self.decode_splits(nd, k_cache.shape[2], meta.max_seq_len)
             paged_decode(q[:nd], k_cache, v_cache, meta.block_tables[:nd], meta.seq_lens[:nd], scale,
                          out=out[:nd], num_splits=splits)
         num_prefills = meta.num_seqs - nd
