@@ -10,6 +10,7 @@ sampled rows come back in the order the core expects without any remapping.
 
 from __future__ import annotations
 
+import itertools
 from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -70,26 +71,28 @@ def host_inputs(plan: StepPlan, requests: Mapping[int, Request], block_size: int
     order = decode_first + [i for i in range(n) if spans[i].num_tokens != 1] if num_decodes < n else decode_first
     reordered = any(k != i for k, i in enumerate(order))
 
-    ids = array("i")
-    starts = np.empty(n, dtype=np.int64)
-    q_lens = np.empty(n, dtype=np.int64)
-    table_lens = np.empty(n, dtype=np.int64)
     tables = plan.block_tables
-    for k, i in enumerate(order):
-        s = spans[i]
-        tokens = requests[s.request_id].token_ids
-        if s.num_tokens == 1:
-            ids.append(tokens[s.start])
-        else:
-            ids.extend(tokens[s.start : s.start + s.num_tokens])
-        starts[k] = s.start
-        q_lens[k] = s.num_tokens
-        table_lens[k] = len(tables[i])
+    ordered = [spans[i] for i in order]
+    starts = np.fromiter((s.start for s in ordered), np.int64, n)
+    q_lens = np.fromiter((s.num_tokens for s in ordered), np.int64, n)
+    if num_decodes == n:  # all decodes: one token each, no slicing
+        ids = array("i", [requests[s.request_id].token_ids[s.start] for s in ordered])
+    else:
+        ids = array("i")
+        for s in ordered:
+            tokens = requests[s.request_id].token_ids
+            if s.num_tokens == 1:
+                ids.append(tokens[s.start])
+            else:
+                ids.extend(tokens[s.start : s.start + s.num_tokens])
 
+    # block table rows, padded with 0: one flat fill through a mask instead of a loop over rows
+    ordered_tables = [tables[i] for i in order]
+    table_lens = np.fromiter(map(len, ordered_tables), np.int64, n)
     max_blocks = int(table_lens.max())
     block_table = np.zeros((n, max_blocks), dtype=np.int32)
-    for k, i in enumerate(order):
-        block_table[k, : table_lens[k]] = tables[i]
+    block_table[np.arange(max_blocks) < table_lens[:, None]] = np.fromiter(
+        itertools.chain.from_iterable(ordered_tables), np.int32, int(table_lens.sum()))
 
     total = int(q_lens.sum())
     query_start = np.zeros(n + 1, dtype=np.int64)
