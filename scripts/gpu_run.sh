@@ -38,6 +38,7 @@ for stage in "$@"; do
                  --fit "$OUT/qwen3-0.6b-h200.json" ;;
     kernel) minivllm bench decode-kernel --json "$OUT/decode_kernel.json" ;;
     probe) python3 -m runtime.bench.prefill_probe ;;
+    modeltests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_model_gpu.py 2>&1 | tail -n 30 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac || status=1
 done
