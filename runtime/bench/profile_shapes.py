@@ -176,6 +176,10 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
     from runtime.bench.hardware import describe_device
 
     vocab = parts.loaded.spec.vocab_size
+    gate = None
+    if quiet_wait > 0 and parts.runner.device.type == "cpu":
+        gate = lambda: wait_until_quiet(quiet_wait)  # noqa: E731
+        gate()  # the warm-up too: it would slow whatever else is running
     warm = run_sweep(ShapeSweep(parts.core(None), parts.runner, vocab_size=vocab, seed=seed + 1), warmup,
                      progress=progress, desc="warm-up")
     header = parts.header("wall")
@@ -190,9 +194,6 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
         with LogWriter(out) as writer:
             writer(msgspec.structs.replace(header, extra=extra))
             sweep = ShapeSweep(parts.core(writer), parts.runner, vocab_size=vocab, seed=seed)
-            gate = None
-            if quiet_wait > 0 and parts.runner.device.type == "cpu":
-                gate = lambda: wait_until_quiet(quiet_wait)  # noqa: E731
             result = run_sweep(sweep, plan, deadline=deadline, before_case=gate, progress=progress)
     finally:
         gc.unfreeze()  # frozen objects are never freed (extension types then report leaks at exit)
