@@ -8,6 +8,7 @@ the same tokens and most tokens agree (the agreement is printed for the closing 
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import random
 
@@ -67,6 +68,16 @@ def test_fp32_prefix_hits_equal_hf(tiny_gpu, backend):
         assert out == tiny_gpu.reference(p, 12)
 
 
+def _near_tie_divergence(hf, prompt: list[int], a: list[int], b: list[int], tol: float = 1e-4) -> bool:
+    """True if ``a`` and ``b`` first differ where the fp32 reference's top two logits are within
+    ``tol`` (relative): a rounding-order flip (padded GEMM rows, other kernels), not a bug."""
+    k = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    with torch.no_grad():
+        logits = hf(torch.tensor([prompt + a[:k]], device="cuda")).logits[0, -1].float()
+    top = torch.topk(logits, 2).values
+    return bool((top[0] - top[1]) <= tol * top.abs().max())
+
+
 def _agreement(a: list[list[int]], b: list[list[int]]) -> float:
     same = sum(x == y for xs, ys in zip(a, b) for x, y in zip(xs, ys))
     return same / sum(len(x) for x in a)
@@ -74,16 +85,20 @@ def _agreement(a: list[list[int]], b: list[list[int]]) -> float:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_bf16_close_to_hf_bf16(tmp_path, backend):
+    """bf16 rounding differs between any two implementations, so a sequence may flip where the
+    fp32 model's top two logits are close; every divergence from HF bf16 must be such a flip."""
     tiny = make_tiny("qwen3", tmp_path)
+    ref32 = copy.deepcopy(tiny.hf).to("cuda")
     hf = tiny.hf.to("cuda", torch.bfloat16)
     loaded = load_model(str(tmp_path), device="cuda", dtype="bfloat16")
     prompts = _prompts(7, [5, 17, 33, 64, 2])
     run = run_engine(loaded, prompts, 16, device="cuda", attention_backend=backend)
     refs = [hf_greedy(hf, p, 16) for p in prompts]
-    agreement = _agreement(run.outputs, refs)
-    print(f"bf16 {backend}: {agreement:.1%} of tokens equal HF bf16")
+    print(f"bf16 {backend}: {_agreement(run.outputs, refs):.1%} of tokens equal HF bf16")
     assert all(o[:3] == r[:3] for o, r in zip(run.outputs, refs))
-    assert agreement >= 0.7
+    for p, o, r in zip(prompts, run.outputs, refs):
+        if o != r:
+            assert _near_tie_divergence(ref32, p, o, r, tol=0.05), (p, o, r)
 
 
 @pytest.mark.slow
@@ -108,16 +123,6 @@ def test_smollm2_on_gpu(dtype):
             agreement = _agreement(run.outputs, refs)
             print(f"SmolLM2 bf16 {backend}: {agreement:.1%} of tokens equal HF bf16")
             assert all(o[:4] == r[:4] for o, r in zip(run.outputs, refs))
-
-
-def _near_tie_divergence(hf, prompt: list[int], a: list[int], b: list[int], tol: float = 1e-4) -> bool:
-    """True if ``a`` and ``b`` first differ where the fp32 reference's top two logits are within
-    ``tol`` (relative): a rounding-order flip (padded GEMM rows, other kernels), not a bug."""
-    k = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
-    with torch.no_grad():
-        logits = hf(torch.tensor([prompt + a[:k]], device="cuda")).logits[0, -1].float()
-    top = torch.topk(logits, 2).values
-    return bool((top[0] - top[1]) <= tol * top.abs().max())
 
 
 @pytest.mark.parametrize("scenario", ["mixed_batch", "preemption"])

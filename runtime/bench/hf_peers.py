@@ -123,8 +123,8 @@ def continuous_batching_available(model) -> bool:
 
 
 @timed
-@torch.inference_mode()
-def run_continuous(model, prompts: list[list[int]], outputs: list[int], device: torch.device,
+def run_continuous(  # no inference_mode here: HF's generation thread updates tensors made in this one
+model, prompts: list[list[int]], outputs: list[int], device: torch.device,
                    progress: bool = True) -> PeerResult:
     from tqdm import tqdm
     from transformers import GenerationConfig

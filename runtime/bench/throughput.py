@@ -165,6 +165,19 @@ class ThroughputReport:
         }
 
 
+def _run_peer(hf_peers, peer: str, hf, workload: Workload, device, static_batch: int, progress: bool):
+    if peer == "single":
+        return hf_peers.run_single(hf, workload.prompts, workload.outputs, device, progress)
+    if peer == "static":
+        return hf_peers.run_static(hf, workload.prompts, workload.outputs, device, static_batch, progress)
+    if peer == "cb":
+        if not hf_peers.continuous_batching_available(hf):
+            print("note: this transformers has no continuous batching; skipping the cb peer")
+            return None
+        return hf_peers.run_continuous(hf, workload.prompts, workload.outputs, device, progress)
+    raise ValueError(f"unknown peer {peer!r} (single, static, cb)")
+
+
 def run(model: str | None, *, peers: list[str], num_prompts: int = 64, input_len=(32, 256),
         output_len=(16, 256), static_batch: int = 16, progress: bool = True, **options) -> ThroughputReport:
     """``options``: engine options (runtime/engine_setup.py); ``seed`` seeds the workload too."""
@@ -195,6 +208,8 @@ def run(model: str | None, *, peers: list[str], num_prompts: int = 64, input_len
     counter.steps, counter.context_tokens = b["steps"], b["context_tokens"]
     limit = roofline(counter, measure_bandwidth(device), engine.seconds)
     setup["copy_bandwidth_gbs"] = limit.bandwidth_gbs
+    print(f"minivllm: {engine.output_tok_s:,.1f} output tok/s ({engine.seconds:.2f} s); {limit.describe()}",
+          flush=True)
     results: list[PeerResult] = []
     if peers:
         import transformers
@@ -204,16 +219,12 @@ def run(model: str | None, *, peers: list[str], num_prompts: int = 64, input_len
         del loaded
         hf_peers.warmup(hf, device)
         for peer in peers:
-            if peer == "single":
-                results.append(hf_peers.run_single(hf, workload.prompts, workload.outputs, device, progress))
-            elif peer == "static":
-                results.append(hf_peers.run_static(hf, workload.prompts, workload.outputs, device, static_batch,
-                                                   progress))
-            elif peer == "cb":
-                if not hf_peers.continuous_batching_available(hf):
-                    print("note: this transformers has no continuous batching; skipping the cb peer")
-                    continue
-                results.append(hf_peers.run_continuous(hf, workload.prompts, workload.outputs, device, progress))
-            else:
-                raise ValueError(f"unknown peer {peer!r} (single, static, cb)")
+            try:
+                result = _run_peer(hf_peers, peer, hf, workload, device, static_batch, progress)
+            except Exception as e:  # a peer that breaks is reported, not allowed to lose the run
+                print(f"note: HF peer {peer!r} failed: {e!r}")
+                setup.setdefault("peer_errors", {})[peer] = repr(e)
+                continue
+            if result is not None:
+                results.append(result)
     return ThroughputReport(setup, engine, results, limit)

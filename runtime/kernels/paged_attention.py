@@ -35,6 +35,7 @@ def _decode_kernel(
     stride_bt,
     stride_os, stride_oh,
     HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -68,7 +69,7 @@ def _decode_kernel(
         rows = offs_n & ((1 << block_shift) - 1)
         k = tl.load(k_head + (blocks * stride_kb + rows * stride_kt)[:, None] + offs_d[None, :],
                     mask=mask_n[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k)) * scale_log2
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2
         s = tl.where(mask_n[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp2(m_i - m_new)
@@ -76,7 +77,7 @@ def _decode_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_head + (blocks * stride_vb + rows * stride_vt)[:, None] + offs_d[None, :],
                     mask=mask_n[:, None], other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
 
     # an empty range (padding sequence, or a split past the end) leaves l_i == 0: output 0
@@ -121,6 +122,12 @@ def _merge_splits_kernel(
 MAX_SPLITS = 64
 MIN_TOKENS_PER_SPLIT = 256
 _DEFAULT_SMS = 132  # H200; used when the device is not CUDA (interpreter)
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """fp32 models get true fp32 dots (tl.dot would round fp32 operands to TF32, ~1e-3 error);
+    fp16/bf16 operands are exact in any mode."""
+    return "ieee" if dtype == torch.float32 else "tf32"
 
 
 def num_sms(device: torch.device | str) -> int:
@@ -188,7 +195,7 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0),
         out.stride(0), out.stride(1),
-        HEAD_DIM=head_dim, BLOCK_H=block_h, BLOCK_N=cfg["BLOCK_N"],
+        HEAD_DIM=head_dim, BLOCK_H=block_h, BLOCK_N=cfg["BLOCK_N"], PRECISION=dot_precision(q.dtype),
         SPLIT=num_splits > 1, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     if num_splits > 1:

@@ -16,13 +16,13 @@ import torch
 import triton
 import triton.language as tl
 
-from runtime.kernels.paged_attention import LOG2E, gather_positions
+from runtime.kernels.paged_attention import LOG2E, dot_precision, gather_positions
 
 
 @triton.jit
 def _attend_tile(acc, m_i, l_i, q, k_head, v_head, bt_row, start, q_pos, hi, scale_log2, block_shift,
                  stride_kb, stride_kt, stride_vb, stride_vt,
-                 HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr):
+                 HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PRECISION: tl.constexpr):
     offs_n = start + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     if MASK:
@@ -37,7 +37,7 @@ def _attend_tile(acc, m_i, l_i, q, k_head, v_head, bt_row, start, q_pos, hi, sca
         k = tl.load(k_ptrs, mask=mask_n[:, None], other=0.0)
     else:
         k = tl.load(k_ptrs)
-    s = tl.dot(q, tl.trans(k)) * scale_log2
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2
     if MASK:
         s = tl.where((offs_n[None, :] <= q_pos[:, None]) & mask_n[None, :], s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -48,7 +48,7 @@ def _attend_tile(acc, m_i, l_i, q, k_head, v_head, bt_row, start, q_pos, hi, sca
         v = tl.load(v_ptrs, mask=mask_n[:, None], other=0.0)
     else:
         v = tl.load(v_ptrs)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
     return acc, m_new, l_i
 
 
@@ -60,7 +60,7 @@ def _prefill_kernel(
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
     stride_bt,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
 ):
     seq = first_seq + tl.program_id(0)
     m_start = tl.program_id(1) * BLOCK_M
@@ -95,11 +95,11 @@ def _prefill_kernel(
     for start in range(0, full_hi, BLOCK_N):
         acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, k_head, v_head, bt_row, start, q_pos, hi,
                                      scale_log2, block_shift, stride_kb, stride_kt, stride_vb, stride_vt,
-                                     HEAD_DIM, BLOCK_N, False)
+                                     HEAD_DIM, BLOCK_N, False, PRECISION)
     for start in range(full_hi, hi, BLOCK_N):
         acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, k_head, v_head, bt_row, start, q_pos, hi,
                                      scale_log2, block_shift, stride_kb, stride_kt, stride_vb, stride_vt,
-                                     HEAD_DIM, BLOCK_N, True)
+                                     HEAD_DIM, BLOCK_N, True, PRECISION)
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     tl.store(out_ptr + tok[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
@@ -134,7 +134,7 @@ def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0),
-        HEAD_DIM=head_dim, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+        HEAD_DIM=head_dim, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], PRECISION=dot_precision(q.dtype),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return out
