@@ -26,7 +26,7 @@ for stage in "$@"; do
   echo "=== $stage ($(date -u +%H:%M:%S))"
   case "$stage" in
     tests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_kernels_gpu.py tests/test_model_gpu.py \
-             tests/test_sampling_gpu.py tests/test_sampling_staging.py 2>&1 | tail -n 40 ;;
+             tests/test_sampling_gpu.py tests/test_sampling_staging.py tests/test_fused_norm_rope_gpu.py 2>&1 | tail -n 40 ;;
     stepprof) minivllm bench profile --model-shape qwen3-0.6b "${WL[@]}" --json "$OUT/profile_qwen3.json" ;;
     quick) minivllm bench throughput --model-shape qwen3-0.6b "${WL[@]}" --peer none --json "$OUT/tp_qwen3_quick.json"
            minivllm bench throughput --model-shape smollm2-135m "${WL[@]}" --peer none --json "$OUT/tp_smollm2_quick.json" ;;
@@ -38,7 +38,7 @@ for stage in "$@"; do
                  --fit "$OUT/qwen3-0.6b-h200.json" ;;
     kernel) minivllm bench decode-kernel --json "$OUT/decode_kernel.json" ;;
     probe) python3 -m runtime.bench.prefill_probe ;;
-    modeltests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_model_gpu.py 2>&1 | tail -n 30 ;;
+    modeltests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_model_gpu.py tests/test_fused_norm_rope_gpu.py 2>&1 | tail -n 30 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac || status=1
 done

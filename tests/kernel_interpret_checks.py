@@ -116,6 +116,27 @@ def check_backend_matches_torch_backend():
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
+def check_fused_rms_norm_and_rotary_fp16():
+    from runtime.kernels.fused_norm_rope import rms_norm, rms_norm_reference, rotary, rotary_reference
+
+    g = torch.Generator().manual_seed(5)
+    for dtype, tol in ((torch.float32, 1e-5), (torch.float16, 2e-3)):
+        qkv = torch.randn(7, 3 * 4 * 64, generator=g).to(dtype)  # strided [T, heads, D] views, as in the model
+        q = qkv[:, : 4 * 64].view(7, 4, 64)
+        w = (torch.rand(64, generator=g) + 0.5).to(dtype)
+        torch.testing.assert_close(rms_norm(q, w, 1e-6), rms_norm_reference(q, w, 1e-6), atol=tol, rtol=tol)
+        x2 = torch.randn(5, 96, generator=g).to(dtype)
+        w2 = torch.rand(96, generator=g).to(dtype)
+        torch.testing.assert_close(rms_norm(x2, w2, 1e-5), rms_norm_reference(x2, w2, 1e-5), atol=tol, rtol=tol)
+        ang = torch.arange(40)[:, None] * torch.rand(32, generator=g)[None, :]
+        emb = torch.cat((ang, ang), -1)
+        cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+        pos = torch.tensor([0, 3, 39, 7, 7, 1, 20])
+        torch.testing.assert_close(rotary(q, cos, sin, pos), rotary_reference(q, cos, sin, pos), atol=tol, rtol=tol)
+        k = qkv[:, 4 * 64: 5 * 64].view(7, 1, 64)  # one KV head: heads < block
+        torch.testing.assert_close(rotary(k, cos, sin, pos), rotary_reference(k, cos, sin, pos), atol=tol, rtol=tol)
+
+
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
 
 

@@ -27,6 +27,7 @@ NAMES = [
     "prefill_prefix_hits_and_chunks",
     "backend_mixed_batch",
     "backend_matches_torch_backend",
+    "fused_rms_norm_and_rotary_fp16",
 ]
 
 

@@ -9,6 +9,8 @@ Logits are computed only for ``logits_indices`` (the last token of each sampling
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -16,6 +18,20 @@ from torch import nn
 from runtime.attention import AttentionBackend, AttentionMetadata
 from runtime.model.rope import RotaryTable, apply_rotary
 from runtime.model.spec import ModelSpec
+
+Rope = Callable[[torch.Tensor], torch.Tensor]
+
+
+def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    from runtime.kernels.fused_norm_rope import rms_norm as fused
+
+    return fused(x, weight, eps)
+
+
+def fused_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    from runtime.kernels.fused_norm_rope import rotary as fused
+
+    return fused(x, cos, sin, positions)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -41,6 +57,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda and x.dtype != torch.float32:
+            return fused_rms_norm(x, self.weight, self.eps)  # one fused kernel instead of ~8
         dtype = x.dtype
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -58,7 +76,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(spec.head_dim, spec.rms_norm_eps) if spec.qk_norm else None
         self.k_norm = RMSNorm(spec.head_dim, spec.rms_norm_eps) if spec.qk_norm else None
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor],
+    def forward(self, x: torch.Tensor, rope: Rope, kv: tuple[torch.Tensor, torch.Tensor],
                 meta: AttentionMetadata, backend: AttentionBackend) -> torch.Tensor:
         T = x.shape[0]
         q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -67,7 +85,7 @@ class Attention(nn.Module):
         v = v.view(T, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        q, k = rope(q), rope(k)
         k_cache, v_cache = kv
         backend.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         out = backend.forward(q, k_cache, v_cache, meta, self.scale)
@@ -94,8 +112,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
         self.mlp = MLP(spec)
 
-    def forward(self, x, cos, sin, kv, meta, backend):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv, meta, backend)
+    def forward(self, x, rope, kv, meta, backend):
+        x = x + self.self_attn(self.input_layernorm(x), rope, kv, meta, backend)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -120,9 +138,17 @@ class CausalLM(nn.Module):
                 backend: AttentionBackend, logits_indices: torch.Tensor | None) -> torch.Tensor:
         """Logits ``[len(logits_indices), vocab]`` in fp32 (all tokens when indices are None)."""
         x = self.embed_tokens(input_ids)
-        cos, sin = self.rotary.lookup(positions)
+        table = self.rotary
+        if x.is_cuda and x.dtype != torch.float32:  # one fused kernel per tensor
+            def rope(t: torch.Tensor) -> torch.Tensor:
+                return fused_rotary(t, table.cos, table.sin, positions)
+        else:  # HF's exact op order (fp32 token-for-token equality)
+            cos, sin = table.lookup(positions)
+
+            def rope(t: torch.Tensor) -> torch.Tensor:
+                return apply_rotary(t, cos, sin)
         for layer, kv in zip(self.layers, kv_caches):
-            x = layer(x, cos, sin, kv, meta, backend)
+            x = layer(x, rope, kv, meta, backend)
         if logits_indices is not None:
             x = x[logits_indices]
         return linear(self.norm(x), self.lm_head_weight).float()
