@@ -66,11 +66,6 @@ def _throughput(args: argparse.Namespace) -> int:
 
             on_gpu = args.device.startswith("cuda") or (args.device == "auto" and torch.cuda.is_available())
             peers = ["cb", "static"] if on_gpu else ["single", "static"]
-    for flag, (lo, hi) in (("--input-len", args.input_len), ("--output-len", args.output_len)):
-        if not 1 <= lo <= hi:
-            raise CLIError(f"{flag}: need 1 <= LO <= HI, got {lo} {hi}")
-    if args.num_prompts < 1:
-        raise CLIError(f"--num-prompts: must be >= 1, got {args.num_prompts}")
     if args.threads is not None:
         if args.threads < 1:
             raise CLIError(f"--threads: must be >= 1, got {args.threads}")
@@ -89,10 +84,16 @@ def _throughput(args: argparse.Namespace) -> int:
 
 
 def _model_arg(args: argparse.Namespace) -> str | None:
+    """The model to load, after checking the workload flags (--model/--model-shape, lengths, count)."""
     from runtime.cli import CLIError
 
     if args.model and args.model_shape:
         raise CLIError("--model-shape: give either --model or --model-shape, not both")
+    for flag, (lo, hi) in (("--input-len", args.input_len), ("--output-len", args.output_len)):
+        if not 1 <= lo <= hi:
+            raise CLIError(f"{flag}: need 1 <= LO <= HI, got {lo} {hi}")
+    if args.num_prompts < 1:
+        raise CLIError(f"--num-prompts: must be >= 1, got {args.num_prompts}")
     return f"random:{args.model_shape}" if args.model_shape else args.model
 
 
@@ -118,6 +119,19 @@ def _decode_kernel(args: argparse.Namespace) -> int:
     return decode_kernel_bench.main(["--json", args.json] if args.json else [])
 
 
+def _add_workload_args(p: argparse.ArgumentParser, num_prompts: int, input_len: list[int],
+                       output_len: list[int]) -> None:
+    """Engine flags + the random-prompt workload of the throughput-style benchmarks."""
+    from runtime.cli.engine_args import add_engine_args
+
+    add_engine_args(p)
+    p.add_argument("--model-shape", choices=["qwen3-0.6b", "smollm2-135m"],
+                   help="real model shapes with random weights (instead of --model)")
+    p.add_argument("--num-prompts", type=int, default=num_prompts)
+    p.add_argument("--input-len", type=int, nargs=2, default=input_len, metavar=("LO", "HI"))
+    p.add_argument("--output-len", type=int, nargs=2, default=output_len, metavar=("LO", "HI"))
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="benchmarks (side by side with peers where there are any)")
     kinds = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
@@ -135,14 +149,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--json", metavar="PATH", help="also write results as JSON")
     sim.set_defaults(func=_sim)
     tp = kinds.add_parser("throughput", help="offline throughput vs HF transformers on the same prompts")
-    from runtime.cli.engine_args import add_engine_args
-
-    add_engine_args(tp)
-    tp.add_argument("--model-shape", choices=["qwen3-0.6b", "smollm2-135m"],
-                    help="real model shapes with random weights (instead of --model)")
-    tp.add_argument("--num-prompts", type=int, default=64)
-    tp.add_argument("--input-len", type=int, nargs=2, default=[32, 256], metavar=("LO", "HI"))
-    tp.add_argument("--output-len", type=int, nargs=2, default=[16, 256], metavar=("LO", "HI"))
+    _add_workload_args(tp, num_prompts=64, input_len=[32, 256], output_len=[16, 256])
     tp.add_argument("--peer", choices=["hf", "none"], default="hf", help="run HF transformers side by side")
     tp.add_argument("--hf-peers", metavar="LIST",
                     help="comma list of single, static, cb (default: single,static on CPU; cb,static on CUDA)")
@@ -152,12 +159,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     tp.add_argument("--json", metavar="PATH", help="also write results as JSON")
     tp.set_defaults(func=_throughput)
     pr = kinds.add_parser("profile", help="per-step breakdown: schedule, metadata, forward, sampling, commit")
-    add_engine_args(pr)
-    pr.add_argument("--model-shape", choices=["qwen3-0.6b", "smollm2-135m"],
-                    help="real model shapes with random weights (instead of --model)")
-    pr.add_argument("--num-prompts", type=int, default=256)
-    pr.add_argument("--input-len", type=int, nargs=2, default=[100, 1024], metavar=("LO", "HI"))
-    pr.add_argument("--output-len", type=int, nargs=2, default=[512, 512], metavar=("LO", "HI"))
+    _add_workload_args(pr, num_prompts=256, input_len=[100, 1024], output_len=[512, 512])
     pr.add_argument("--no-progress", action="store_true")
     pr.add_argument("--json", metavar="PATH", help="also write per-step phases as JSON")
     pr.set_defaults(func=_profile)

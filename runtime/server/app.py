@@ -8,7 +8,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -265,7 +265,11 @@ async def _collect(server: OpenAIServer, streams: list[RequestStream]):
     return texts, finish, tokens, lps
 
 
-async def _stream_completion(server: OpenAIServer, streams, base: dict, prompt_tokens: int, include_usage: bool):
+async def _stream(server: OpenAIServer, streams, base: dict, prompt_tokens: int, include_usage: bool,
+                  choice: Callable[[int, StreamDelta], dict], first: list[dict] = ()):
+    """SSE payloads: ``first`` chunks, then one chunk per delta that carries something, usage, [DONE]."""
+    for chunk in first:
+        yield json.dumps(chunk)
     completion_tokens = 0
     async for i, d in merge_streams(streams):
         completion_tokens += len(d.token_ids)
@@ -273,30 +277,27 @@ async def _stream_completion(server: OpenAIServer, streams, base: dict, prompt_t
             server.metrics.observe(d.arrival_time, d.first_token_time, server.engine.now(), d.num_output_tokens)
         if not d.text and d.finish_reason is None and d.logprobs is None:
             continue  # text held back (partial character or possible stop string): nothing to send yet
-        choice = {"index": i, "text": d.text, "finish_reason": d.finish_reason,
-                  "logprobs": server.completion_logprobs(d.token_ids, d.logprobs)}
-        yield json.dumps({**base, "choices": [choice]})
+        yield json.dumps({**base, "choices": [choice(i, d)]})
     if include_usage:
         yield json.dumps({**base, "choices": [], "usage": _usage(prompt_tokens, completion_tokens)})
     yield "[DONE]"
 
 
-async def _stream_chat(server: OpenAIServer, streams, base: dict, prompt_tokens: int, include_usage: bool, top: int):
+def _stream_completion(server: OpenAIServer, streams, base: dict, prompt_tokens: int, include_usage: bool):
+    def choice(i: int, d: StreamDelta) -> dict:
+        return {"index": i, "text": d.text, "finish_reason": d.finish_reason,
+                "logprobs": server.completion_logprobs(d.token_ids, d.logprobs)}
+
+    return _stream(server, streams, base, prompt_tokens, include_usage, choice)
+
+
+def _stream_chat(server: OpenAIServer, streams, base: dict, prompt_tokens: int, include_usage: bool, top: int):
     base = {**base, "object": "chat.completion.chunk"}
-    for i in range(len(streams)):
-        yield json.dumps({**base, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
-                                               "finish_reason": None}]})
-    completion_tokens = 0
-    async for i, d in merge_streams(streams):
-        completion_tokens += len(d.token_ids)
-        if d.finish_reason is not None:
-            server.metrics.observe(d.arrival_time, d.first_token_time, server.engine.now(), d.num_output_tokens)
-        if not d.text and d.finish_reason is None and d.logprobs is None:
-            continue
-        delta = {"content": d.text} if d.text else {}
-        choice = {"index": i, "delta": delta, "finish_reason": d.finish_reason,
-                  "logprobs": server.chat_logprobs(d.token_ids, d.logprobs, top)}
-        yield json.dumps({**base, "choices": [choice]})
-    if include_usage:
-        yield json.dumps({**base, "choices": [], "usage": _usage(prompt_tokens, completion_tokens)})
-    yield "[DONE]"
+
+    def choice(i: int, d: StreamDelta) -> dict:
+        return {"index": i, "delta": {"content": d.text} if d.text else {}, "finish_reason": d.finish_reason,
+                "logprobs": server.chat_logprobs(d.token_ids, d.logprobs, top)}
+
+    role = [{**base, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+            for i in range(len(streams))]
+    return _stream(server, streams, base, prompt_tokens, include_usage, choice, role)
