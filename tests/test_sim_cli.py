@@ -106,8 +106,9 @@ def test_cost_model_fit_eval_analytic(tmp_path, capsys):
     a = tmp_path / "a.json"
     assert main(["cost-model", "analytic", "qwen3-0.6b-h200", "--out", str(a)]) == 0
     from simulator.cost_model import load_cost_model
+    from simulator.roofline import H200, QWEN3_0_6B, analytic_cost_model
 
-    assert load_cost_model(str(a)).coefficients == load_cost_model("qwen3-0.6b-h200").coefficients
+    assert load_cost_model(str(a)).coefficients == analytic_cost_model(QWEN3_0_6B, H200).coefficients
 
 
 def test_user_errors_are_one_line_messages(tmp_path, capsys):
