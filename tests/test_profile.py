@@ -23,7 +23,7 @@ from runtime.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.core import EngineCore, StepResult
 from simulator.cost_model import FEATURES, load_cost_model
 from tests.model_helpers import make_tiny, one_thread
-from traces.events import Finished, Header, Step
+from traces.events import Finished, Header, Span, Step
 from traces.log import LogWriter, fold, read_log
 
 pytestmark = pytest.mark.usefixtures(one_thread.__name__)
@@ -137,3 +137,12 @@ def test_resimulating_the_profile_log_reproduces_its_steps(quick_run, tmp_path):
                  "--no-progress"]) == 0
     spans = [[(e.step, e.spans) for e in read_log(p) if isinstance(e, Step)] for p in (log, resim)]
     assert spans[0] == spans[1]
+
+
+def test_shipped_cpu_cost_model_loads_by_name():
+    model = load_cost_model("smollm2-135m-cpu")
+    assert model.meta["provenance"] == "fit" and model.meta["dtype"] == "float32"
+    assert model.meta["command"].startswith("minivllm profile") and model.meta["unfitted_features"] == []
+    assert model.coefficients["const"] > 0 and math.isfinite(model.meta["heldout"]["mape"])
+    lone_decode = model.step_time(0, [Span(0, 100, 1, True)])
+    assert 0.01 < lone_decode < 0.2  # SmolLM2 fp32 on 2 CPU cores: tens of ms per decode step

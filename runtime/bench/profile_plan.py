@@ -133,13 +133,14 @@ def warmup_plan(plan: list[Case], limits: SweepLimits) -> list[Case]:
     longest decode context), run unlogged first: kernel compilation, allocator growth and any
     per-batch-size capture happen here, not in measured steps."""
     top_chunk = min(limits.budget, limits.max_context)
-    out: list[Case] = [PrefillCase(top_chunk), PrefillCase(16)]
+    # sizes both multiples of 16 and not: Triton specializes integer arguments on divisibility by 16
+    out: list[Case] = [PrefillCase(top_chunk), PrefillCase(16), PrefillCase(17)]
     ctx_cases = [c for c in plan if isinstance(c, PrefillCase) and c.context]
     if ctx_cases:
-        out.append(PrefillCase(16, ctx_cases[0].context))
+        out += [PrefillCase(16, ctx_cases[0].context), PrefillCase(17, ctx_cases[0].context)]
     decodes = [c for c in plan if isinstance(c, DecodeCase)]
     for b in sorted({c.batch for c in decodes}):
-        out.append(DecodeCase(b, 16, 2, (16,)))
+        out.append(DecodeCase(b, 16, 2, (16, 17)))
     if decodes:
         out.append(DecodeCase(1, max(c.context for c in decodes), 2))
     return out

@@ -159,6 +159,18 @@ def run_sweep(sweep: ShapeSweep, plan: list[Case], *, deadline: float | None = N
     return result
 
 
+def git_commit() -> str | None:
+    """The checkout's commit (step times are a property of the runtime's code), if it is one."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
 @dataclass
 class ProfileResult(SweepResult):
     warmup_steps: int = 0
@@ -189,7 +201,7 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
     gc.freeze()
     extra = {**header.extra, "hardware": describe_device(parts.runner.device),
              "profile": {"quick": quick, **asdict(limits), "cases": plan_summary(plan),
-                         "warmup_steps": warm.steps}}
+                         "warmup_steps": warm.steps, "git_commit": git_commit()}}
     try:
         with LogWriter(out) as writer:
             writer(msgspec.structs.replace(header, extra=extra))

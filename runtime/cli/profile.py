@@ -102,10 +102,12 @@ def _engine(args: argparse.Namespace):
 def _fit(args: argparse.Namespace, result, plan) -> None:
     from runtime.bench.profile_plan import plan_summary
     from runtime.cli.cost_model import fit_logs, print_fit
+    from traces.log import read_header
 
     model = fit_logs([args.out], holdout_every=args.holdout_every, command=command_line(args.profile_parser, args))
     model.meta["profile"] = {"steps": result.steps, "cases": plan_summary(plan),
-                             "skipped_cases": len(result.skipped), "seconds": round(result.seconds, 1)}
+                             "skipped_cases": len(result.skipped), "seconds": round(result.seconds, 1),
+                             "git_commit": read_header(args.out).extra["profile"]["git_commit"]}
     model.save(args.fit)
     print_fit(model, args.fit)
 
