@@ -24,3 +24,11 @@ def describe_device(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"{cpu_name()} ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
+
+
+def cuda_alloc_retries(device: torch.device) -> int | None:
+    """Times the CUDA caching allocator had to free its cache and retry (each one synchronizes and
+    slows that step); None off CUDA."""
+    if device.type != "cuda":
+        return None
+    return int(torch.cuda.memory_stats(device).get("num_alloc_retries", 0))

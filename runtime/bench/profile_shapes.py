@@ -175,6 +175,7 @@ def git_commit() -> str | None:
 class ProfileResult(SweepResult):
     warmup_steps: int = 0
     warmup_seconds: float = 0.0
+    alloc_retries: int | None = None  # CUDA caching-allocator retries during the measured sweep
 
 
 def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str | Path, *,
@@ -185,7 +186,7 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
     ``quiet_wait`` (CPU devices): before each case wait up to that long for other processes to
     leave the CPU."""
     from runtime.bench.cpu_quiet import wait_until_quiet
-    from runtime.bench.hardware import describe_device
+    from runtime.bench.hardware import cuda_alloc_retries, describe_device
 
     vocab = parts.loaded.spec.vocab_size
     gate = None
@@ -202,6 +203,7 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
     extra = {**header.extra, "hardware": describe_device(parts.runner.device),
              "profile": {"quick": quick, **asdict(limits), "cases": plan_summary(plan),
                          "warmup_steps": warm.steps, "git_commit": git_commit()}}
+    retries_before = cuda_alloc_retries(parts.runner.device)
     try:
         with LogWriter(out) as writer:
             writer(msgspec.structs.replace(header, extra=extra))
@@ -209,5 +211,6 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
             result = run_sweep(sweep, plan, deadline=deadline, before_case=gate, progress=progress)
     finally:
         gc.unfreeze()  # frozen objects are never freed (extension types then report leaks at exit)
+    retries = cuda_alloc_retries(parts.runner.device)
     return ProfileResult(result.steps, result.cases_run, result.skipped, result.seconds, result.waited,
-                         warm.steps, warm.seconds)
+                         warm.steps, warm.seconds, None if retries is None else retries - retries_before)

@@ -107,7 +107,8 @@ def _fit(args: argparse.Namespace, result, plan) -> None:
     model = fit_logs([args.out], holdout_every=args.holdout_every, command=command_line(args.profile_parser, args))
     model.meta["profile"] = {"steps": result.steps, "cases": plan_summary(plan),
                              "skipped_cases": len(result.skipped), "seconds": round(result.seconds, 1),
-                             "git_commit": read_header(args.out).extra["profile"]["git_commit"]}
+                             "git_commit": read_header(args.out).extra["profile"]["git_commit"],
+                             "cuda_alloc_retries": result.alloc_retries}
     model.save(args.fit)
     print_fit(model, args.fit)
 
@@ -136,6 +137,10 @@ def run(args: argparse.Namespace) -> int:
     waited = f", {result.waited:.0f} s of it waiting for a quiet CPU" if result.waited >= 1 else ""
     print(f"{result.steps:,} steps in {result.seconds:.1f} s{waited} (+ {result.warmup_steps} warm-up steps, "
           f"{result.warmup_seconds:.1f} s, not logged); event log: {args.out}")
+    if result.alloc_retries:
+        print(f"warning: the CUDA caching allocator retried {result.alloc_retries} allocations during the sweep "
+              "(each frees its cache and synchronizes): those steps are slow; lower --gpu-memory-utilization",
+              file=sys.stderr)
     if result.skipped:
         print(f"warning: time limit reached: {len(result.skipped)} of {len(plan)} cases skipped "
               f"{plan_summary(result.skipped)}", file=sys.stderr)
