@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.core import EngineCore, Executor, RequestDelta
+from runtime.detokenizer import apply_delta
 from runtime.request import SamplingParams
 
 
@@ -234,16 +235,9 @@ class AsyncLLMEngine:
             handle.first_token_time = now
         handle.num_output_tokens += len(delta.new_token_ids)
         self.stats.generation_tokens += len(delta.new_token_ids)
-        detok = handle.detokenizer
-        text_delta = detok.add(delta.new_token_ids)
-        text = text_delta.text
-        finish = delta.finish_reason
-        if text_delta.stopped:  # a stop string: the text decides, whatever the token-level reason
-            if finish is None:
-                self.core.finish(delta.request_id, now, "stop")
-            finish = "stop"
-        elif finish is not None:
-            text += detok.finish().text  # release text held back (partial character, stop prefix)
+        text, finish, stop_hit = apply_delta(handle.detokenizer, delta.new_token_ids, delta.finish_reason)
+        if stop_hit:
+            self.core.finish(delta.request_id, now, "stop")
         item = StreamDelta(text, delta.new_token_ids, finish, len(handle.prompt_token_ids),
                            handle.num_output_tokens, delta.logprobs, handle.arrival_time, handle.first_token_time)
         if finish is not None:

@@ -186,3 +186,19 @@ class IncrementalDetokenizer:
             if buf[i:] in self._stop_prefixes:
                 return len(buf) - i
         return 0
+
+
+def apply_delta(detok: IncrementalDetokenizer, new_token_ids: Sequence[int],
+                finish_reason: str | None) -> tuple[str, str | None, bool]:
+    """One step of a request's text: ``(new text, finish reason, stop_string_hit)``.
+
+    A stop string decides the reason ("stop") whatever the token-level reason was; when it ends a
+    request the core did not finish, ``stop_string_hit`` tells the caller to ``core.finish`` it.
+    A request that ends for another reason releases the text the detokenizer held back.
+    """
+    delta = detok.add(new_token_ids)
+    if delta.stopped:
+        return delta.text, "stop", finish_reason is None
+    if finish_reason is not None:
+        return delta.text + detok.finish().text, finish_reason, False
+    return delta.text, None, False

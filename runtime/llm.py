@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from runtime.detokenizer import DetokenizerDelta, IncrementalDetokenizer
+from runtime.detokenizer import DetokenizerDelta, IncrementalDetokenizer, apply_delta
 from runtime.engine_setup import build_engine
 from runtime.request import InvalidRequest, Request, SamplingParams
 from traces.log import LogWriter
@@ -183,14 +183,10 @@ class LLM:
                     o.token_ids.extend(delta.new_token_ids)
                     if delta.logprobs is not None:
                         o.logprobs = (o.logprobs or []) + list(delta.logprobs)
-                    text = detoks[rid].add(delta.new_token_ids)
-                    o.text += text.text
-                    finish = delta.finish_reason
-                    if finish is None and text.stopped:
+                    text, finish, stop_hit = apply_delta(detoks[rid], delta.new_token_ids, delta.finish_reason)
+                    o.text += text
+                    if stop_hit:
                         core.finish(rid, now, "stop")
-                        finish = "stop"
-                    elif finish is not None:
-                        o.text += detoks[rid].finish().text
                     if finish is not None:
                         o.finish_reason = finish
                         o.metrics.finish_time = now
