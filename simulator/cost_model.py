@@ -9,6 +9,11 @@ chunk computed now), so any log's ``Step`` events are training data. Features:
   decode_seqs        spans with chunk == 1
   decode_context     Σ (start + 1) over those: KV read by decode attention
   seqs               all spans (per-sequence overhead, sampling)
+  prefill_step       1 when any span has chunk > 1: a step that carries prefill runs eagerly (no CUDA
+                     graph) and pays a fixed extra cost, however few tokens it has
+
+A model file written before a feature existed has no coefficient for it: that coefficient is 0
+(``MISSING_COEFFICIENT``), so such a file loads and predicts exactly what it did before.
 
 ``LinearCostModel`` is a non-negative least-squares fit over them (relative error weighting by
 default, so short and long steps count alike); ``RecordedCostModel`` returns a log's own step
@@ -29,7 +34,8 @@ from simulator.nnls import nnls
 from traces.events import Span, Step
 from traces.log import read_log
 
-FEATURES = ("const", "prefill_tokens", "prefill_attention", "decode_seqs", "decode_context", "seqs")
+FEATURES = ("const", "prefill_tokens", "prefill_attention", "decode_seqs", "decode_context", "seqs",
+            "prefill_step")
 FEATURE_DOC = {
     "const": "seconds per step",
     "prefill_tokens": "seconds per prefill token (chunk > 1)",
@@ -37,7 +43,10 @@ FEATURE_DOC = {
     "decode_seqs": "seconds per decode span (chunk == 1)",
     "decode_context": "seconds per context token read by a decode span",
     "seqs": "seconds per span",
+    "prefill_step": "seconds per step that carries prefill (any chunk > 1: eager, no CUDA graph)",
 }
+# The coefficient of a feature a cost-model file doesn't list (written before the feature existed).
+MISSING_COEFFICIENT = 0.0
 FORMAT = "minivllm-cost-model"
 
 
@@ -65,7 +74,7 @@ def step_features(spans: Iterable[Span]) -> list[float]:
         else:
             pt += n
             pa += n * s.start + n * (n + 1) // 2
-    return [1.0, pt, pa, ds, dc, ns]
+    return [1.0, pt, pa, ds, dc, ns, 1.0 if pt else 0.0]
 
 
 @dataclass
@@ -109,18 +118,23 @@ def mape(predicted: np.ndarray, actual: np.ndarray) -> float:
 
 
 class LinearCostModel:
-    """``step_time = Σ coefficient · feature``; coefficients in seconds per unit, all >= 0."""
+    """``step_time = Σ coefficient · feature``; coefficients in seconds per unit, all >= 0.
+
+    A feature missing from ``coefficients`` gets ``MISSING_COEFFICIENT`` (0): that is how a file
+    written before the feature existed loads. Such features are listed in ``defaulted_features``.
+    """
 
     def __init__(self, coefficients: dict[str, float], meta: dict[str, Any] | None = None) -> None:
         unknown = set(coefficients) - set(FEATURES)
         if unknown:
             raise CostModelError(f"unknown cost-model features {sorted(unknown)}; known: {list(FEATURES)}")
-        self.coefficients = {f: float(coefficients.get(f, 0.0)) for f in FEATURES}
+        self.defaulted_features = [f for f in FEATURES if f not in coefficients]
+        self.coefficients = {f: float(coefficients.get(f, MISSING_COEFFICIENT)) for f in FEATURES}
         bad = [f for f, c in self.coefficients.items() if not c >= 0]
         if bad:
             raise CostModelError(f"cost-model coefficients must be >= 0: {bad}")
         self.meta = dict(meta or {})
-        (self._c, self._pt, self._pa, self._ds, self._dc, self._ns) = (
+        (self._c, self._pt, self._pa, self._ds, self._dc, self._ns, self._ps) = (
             self.coefficients[f] for f in FEATURES)
 
     def step_time(self, step: int, spans: Sequence[Span]) -> float:
@@ -134,8 +148,9 @@ class LinearCostModel:
             else:
                 pt += n
                 pa += n * s.start + n * (n + 1) // 2
-        return (self._c + self._pt * pt + self._pa * pa + self._ds * ds
-                + self._dc * (dc + ds) + self._ns * len(spans))
+        t = (self._c + self._pt * pt + self._pa * pa + self._ds * ds
+             + self._dc * (dc + ds) + self._ns * len(spans))
+        return t + self._ps if pt else t
 
     def predict(self, features: np.ndarray) -> np.ndarray:
         return features @ np.array([self.coefficients[f] for f in FEATURES])
@@ -190,6 +205,7 @@ class LinearCostModel:
 
     @classmethod
     def load(cls, path: str | Path) -> LinearCostModel:
+        """A model from JSON; a feature the file has no coefficient for costs ``MISSING_COEFFICIENT``."""
         try:
             doc = json.loads(Path(path).read_text())
         except json.JSONDecodeError as e:

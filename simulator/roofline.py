@@ -78,6 +78,9 @@ def analytic_cost_model(model: ModelShape, hw: Hardware, step_overhead: float = 
         "decode_seqs": token_flops_time + kv_write_time,
         "decode_context": model.kv_bytes_per_token / hw.bandwidth + model.attention_flops_per_pair / f,
         "seqs": 2 * model.head_params / f,  # LM head for the sampled token
+        # eager (no CUDA graph) prefill steps cost launches and Python, not bytes or flops: a
+        # roofline sees nothing of it; only a fit from a log measures it
+        "prefill_step": 0.0,
     }
     meta = {
         "provenance": "analytic",

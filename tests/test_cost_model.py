@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from simulator.cost_model import (
     FEATURES,
+    MISSING_COEFFICIENT,
     CostModelError,
     LinearCostModel,
     RecordedCostModel,
@@ -25,16 +27,29 @@ from traces.events import Span
 from traces.log import LogWriter
 
 TRUE = {"const": 0.004, "prefill_tokens": 3e-5, "prefill_attention": 2e-9, "decode_seqs": 2e-4,
-        "decode_context": 4e-7, "seqs": 1e-4}
+        "decode_context": 4e-7, "seqs": 1e-4, "prefill_step": 0.012}
+SIX = ("const", "prefill_tokens", "prefill_attention", "decode_seqs", "decode_context", "seqs")  # before prefill_step
 
 
 def test_features_of_a_step():
     spans = [Span(0, 100, 1, True), Span(1, 7, 1, True), Span(2, 16, 32, False), Span(3, 0, 5, True)]
     f = dict(zip(FEATURES, step_features(spans)))
     assert f == {"const": 1.0, "prefill_tokens": 37, "prefill_attention": 32 * 16 + 32 * 33 // 2 + 5 * 6 // 2,
-                 "decode_seqs": 2, "decode_context": 101 + 8, "seqs": 4}
+                 "decode_seqs": 2, "decode_context": 101 + 8, "seqs": 4, "prefill_step": 1.0}
     model = LinearCostModel(TRUE)
     assert model.step_time(0, spans) == pytest.approx(float(np.dot([TRUE[k] for k in FEATURES], list(f.values()))))
+
+
+def test_prefill_step_is_one_when_any_span_prefills():
+    decode = [Span(0, 100, 1, True), Span(1, 7, 1, True)]
+    assert dict(zip(FEATURES, step_features(decode)))["prefill_step"] == 0.0
+    for prefill in ([Span(2, 0, 2, False)], [*decode, Span(2, 16, 512, True)]):
+        assert dict(zip(FEATURES, step_features(prefill)))["prefill_step"] == 1.0
+    model = LinearCostModel(TRUE)
+    without = LinearCostModel({k: v for k, v in TRUE.items() if k != "prefill_step"})
+    assert model.step_time(0, decode) == without.step_time(0, decode)
+    mixed = [*decode, Span(2, 0, 2, False)]
+    assert model.step_time(0, mixed) == pytest.approx(without.step_time(0, mixed) + TRUE["prefill_step"])
 
 
 def test_nnls_matches_brute_force_over_active_sets():
@@ -98,8 +113,8 @@ def test_unexercised_features_are_reported_not_invented(tmp_path):
             spans = [Span(j, 50 + i, 1, True) for j in range(1 + i % 4)]
             w(Step(step=i, start=float(i), end=i + 0.001 * len(spans), spans=spans, tokens=[[1]] * len(spans)))
     fit = LinearCostModel.fit(StepData.from_logs([path]))
-    assert set(fit.meta["unfitted_features"]) == {"prefill_tokens", "prefill_attention"}
-    assert fit.coefficients["prefill_tokens"] == 0.0
+    assert set(fit.meta["unfitted_features"]) == {"prefill_tokens", "prefill_attention", "prefill_step"}
+    assert fit.coefficients["prefill_tokens"] == 0.0 and fit.coefficients["prefill_step"] == 0.0
 
 
 def test_json_roundtrip_and_errors(tmp_path):
@@ -122,6 +137,24 @@ def test_json_roundtrip_and_errors(tmp_path):
         load_cost_model(tmp_path / "nope.json")
 
 
+def test_a_file_without_a_newer_feature_loads_with_it_at_zero(tmp_path):
+    """Files written before prefill_step existed (six coefficients) load; the missing one is 0."""
+    assert MISSING_COEFFICIENT == 0.0
+    six = {k: TRUE[k] for k in SIX}
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"format": "minivllm-cost-model", "version": 1, "kind": "linear",
+                               "hardware": "h", "features": {k: "" for k in SIX}, "coefficients": six}))
+    m = LinearCostModel.load(old)
+    assert m.coefficients == {**six, "prefill_step": 0.0} and m.defaulted_features == ["prefill_step"]
+    spans = [Span(0, 100, 1, True), Span(1, 0, 64, True)]
+    f = dict(zip(FEATURES, step_features(spans)))
+    assert f["prefill_step"] == 1.0
+    assert m.step_time(0, spans) == pytest.approx(sum(six[k] * f[k] for k in SIX))  # as before the feature
+    m.save(tmp_path / "resaved.json")  # written back, the coefficient is explicit
+    assert json.loads((tmp_path / "resaved.json").read_text())["coefficients"]["prefill_step"] == 0.0
+    assert LinearCostModel.load(tmp_path / "resaved.json").defaulted_features == []
+
+
 def test_recorded_model_returns_logged_durations(tmp_path):
     path = _log_with(tmp_path, LinearCostModel(TRUE), "r.jsonl", 4)
     rec = RecordedCostModel.from_log(path)
@@ -135,15 +168,36 @@ def test_recorded_model_returns_logged_durations(tmp_path):
 def test_shipped_h200_model_is_a_fit_with_its_held_out_error():
     assert "qwen3-0.6b-h200" in shipped_cost_models()
     m = load_cost_model("qwen3-0.6b-h200")
-    doc = json.loads((__import__("pathlib").Path(__import__("simulator").__file__).parent
-                      / "cost_models" / "qwen3-0.6b-h200.json").read_text())
+    doc = json.loads((Path(__import__("simulator").__file__).parent / "cost_models" / "qwen3-0.6b-h200.json"
+                      ).read_text())
     assert doc["provenance"] == "fit" and doc["hardware"] == "NVIDIA H200" and doc["dtype"] == "bfloat16"
-    assert doc["heldout"]["steps"] > 100 and 0 < doc["heldout"]["mape"] < 50
+    assert doc["heldout"]["steps"] > 100 and 0 < doc["heldout"]["mape"] < 20  # 16.4% (six features: 21.4%)
     assert all(v >= 0 for v in m.coefficients.values()) and m.coefficients["const"] > 0
+    assert set(doc["coefficients"]) == set(FEATURES) and m.defaulted_features == []
+    assert doc["software"]["torch"] and doc["command"].startswith("scripts/gpu_run.sh costmodel")
+    assert "refit offline" in doc["note"].lower() and doc["training"]["logs"] == ["docs/gpu_runs/profile_h200.jsonl.gz"]
+    # an eager prefill step costs >= 15 ms on the H200 however few tokens it has; decode steps a few ms
+    assert 0.010 < m.coefficients["prefill_step"] < 0.025
+    small_mixed = m.step_time(0, [Span(0, 500, 1, True), Span(1, 0, 16, True)])
+    assert small_mixed > 0.012 > m.step_time(0, [Span(i, 500, 1, True) for i in range(64)])
+
+
+def test_shipped_h200_fit_reproduces_from_its_log():
+    """The shipped coefficients and MAPEs are what a fit of the committed profile log gives."""
+    from runtime.cli.cost_model import fit_logs
+
+    shipped = load_cost_model("qwen3-0.6b-h200")
+    log = Path(__file__).resolve().parents[1] / shipped.meta["training"]["logs"][0]  # repo-relative
+    refit = fit_logs([str(log)], holdout_every=5)
+    for k in FEATURES:
+        assert refit.coefficients[k] == pytest.approx(shipped.coefficients[k], rel=1e-6, abs=1e-15)
+    assert refit.meta["heldout"]["mape"] == pytest.approx(shipped.meta["heldout"]["mape"], rel=1e-6)
+    assert refit.meta["training"]["mape"] == pytest.approx(shipped.meta["training"]["mape"], rel=1e-6)
 
 
 def test_analytic_h200_roofline():
     m = analytic_cost_model(QWEN3_0_6B, H200)
+    assert m.coefficients["prefill_step"] == 0.0 and m.defaulted_features == []  # a roofline sees no eager cost
     # weights 1.19 GB at 4.3 TB/s + 1 ms assumed overhead
     assert m.coefficients["const"] == pytest.approx(1.19e9 / 4.3e12 + 1e-3, rel=0.01)
     decode_256 = m.step_time(0, [Span(i, 1000, 1, True) for i in range(256)])

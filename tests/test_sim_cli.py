@@ -109,6 +109,7 @@ def test_cost_model_fit_eval_analytic(tmp_path, capsys):
     from simulator.roofline import H200, QWEN3_0_6B, analytic_cost_model
 
     assert load_cost_model(str(a)).coefficients == analytic_cost_model(QWEN3_0_6B, H200).coefficients
+    assert json.loads(a.read_text())["coefficients"]["prefill_step"] == 0.0  # written out, not left missing
 
 
 def test_user_errors_are_one_line_messages(tmp_path, capsys):
