@@ -3,8 +3,9 @@
 store_kv → kv_store kernel; forward → decode kernel for the first ``num_decodes`` sequences and
 the paged prefill kernel for the rest. A decode-only forward is CUDA-graph safe: no host syncs,
 launch shapes and buffer sizes come from host ints of the metadata (``num_decodes``,
-``max_seq_len``), never from tensor contents. When capturing, give ``max_seq_len`` the bucket's
-longest context (or the model's limit): it only sets the split count, never correctness.
+``max_seq_len``), never from tensor contents. The split count can be fixed through
+``meta.decode_splits``: runtime/cuda_graphs.py captures one graph per count and replays the one an
+eager step of the same shape would choose.
 """
 
 from __future__ import annotations
