@@ -188,6 +188,12 @@ class IncrementalDetokenizer:
         return 0
 
 
+def make_detokenizer(tokenizer: Any, prompt_token_ids: Sequence[int], params: Any) -> IncrementalDetokenizer:
+    """The detokenizer of one request, with its ``SamplingParams``' stop strings."""
+    return IncrementalDetokenizer(tokenizer, prompt_token_ids, stop=params.stop,
+                                  include_stop_str_in_output=params.include_stop_str_in_output)
+
+
 def apply_delta(detok: IncrementalDetokenizer, new_token_ids: Sequence[int],
                 finish_reason: str | None) -> tuple[str, str | None, bool]:
     """One step of a request's text: ``(new text, finish reason, stop_string_hit)``.

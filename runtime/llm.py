@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from runtime.detokenizer import DetokenizerDelta, IncrementalDetokenizer, apply_delta
+from runtime.detokenizer import DetokenizerDelta, apply_delta, make_detokenizer
 from runtime.engine_setup import build_engine
 from runtime.request import InvalidRequest, Request, SamplingParams
 from traces.log import LogWriter
@@ -42,8 +42,7 @@ class _NoText:
 def _detokenizer(tokenizer: Any | None, prompt: list[int], params: SamplingParams):
     if tokenizer is None:
         return _NoText()
-    return IncrementalDetokenizer(tokenizer, prompt, stop=params.stop,
-                                  include_stop_str_in_output=params.include_stop_str_in_output)
+    return make_detokenizer(tokenizer, prompt, params)
 
 
 @dataclass

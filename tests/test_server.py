@@ -7,6 +7,7 @@ streamed and non-streamed answers to the same prompt must be identical.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import threading
 import time
@@ -18,7 +19,7 @@ import pytest
 from runtime.async_engine import AsyncLLMEngine, EngineOverloaded, SlowClient
 from runtime.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.core import EngineCore, StepResult
-from runtime.detokenizer import IncrementalDetokenizer
+from runtime.detokenizer import make_detokenizer
 from runtime.request import SamplingParams
 from runtime.server.app import create_app
 from runtime.server.launch import ServerThread
@@ -51,10 +52,8 @@ def make_engine(tokenizer, gate=None, max_pending=64, output_queue_size=4096, nu
                        scheduler=SchedulerConfig(max_num_batched_tokens=256, max_model_len=1024))
     core = EngineCore(cfg, eos_token_id=EOS)
 
-    def detok(prompt, params):
-        return IncrementalDetokenizer(tokenizer, prompt, params.stop, params.include_stop_str_in_output)
-
-    return AsyncLLMEngine(core, PromptSeededExecutor(len(tokenizer), gate, delay), detok, max_pending=max_pending,
+    return AsyncLLMEngine(core, PromptSeededExecutor(len(tokenizer), gate, delay),
+                          functools.partial(make_detokenizer, tokenizer), max_pending=max_pending,
                           output_queue_size=output_queue_size)
 
 

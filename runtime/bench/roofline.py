@@ -23,13 +23,14 @@ def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype:
     return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
 
 
+@dataclass
 class ByteCounter:
     """Accumulates the bytes each step must read; feed it every step's spans."""
 
-    def __init__(self, weights: int, kv_per_token: int) -> None:
-        self.weights, self.kv_per_token = weights, kv_per_token
-        self.steps = 0
-        self.context_tokens = 0
+    weights: int  # bytes of weights, read once per step
+    kv_per_token: int
+    steps: int = 0
+    context_tokens: int = 0  # Σ over steps and scheduled sequences of the context read
 
     def add_step(self, spans: Iterable[Span]) -> None:
         self.steps += 1

@@ -50,7 +50,7 @@ class EngineResult:
     breakdown_ms: dict[str, float] = field(default_factory=dict)  # mean per step
     cpu_seconds: float = 0.0  # process CPU time (all threads): a check on a shared machine
     load_avg: float = 0.0  # 1-minute load average at the end
-    bytes_read: dict[str, int] = field(default_factory=dict)  # what the steps had to read (roofline)
+    bytes_read: ByteCounter | None = None  # what the steps had to read (roofline)
 
     @property
     def output_tok_s(self) -> float:
@@ -114,8 +114,7 @@ def run_engine(parts, workload: Workload, progress: bool = True) -> EngineResult
         float(1 - fwd.sum() / wall.sum()),
         float(1 - fwd[at32].sum() / wall[at32].sum()) if at32.any() else None,
         int(at32.sum()), float(wall[at32].mean() * 1e3) if at32.any() else None, breakdown, cpu_seconds,
-        os.getloadavg()[0], {"weights_per_step": counter.weights, "kv_per_token": counter.kv_per_token,
-                             "steps": counter.steps, "context_tokens": counter.context_tokens})
+        os.getloadavg()[0], counter)
 
 
 @dataclass
@@ -208,10 +207,7 @@ def run(model: str | None, *, peers: list[str], num_prompts: int = 64, input_len
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    b = engine.bytes_read
-    counter = ByteCounter(b["weights_per_step"], b["kv_per_token"])
-    counter.steps, counter.context_tokens = b["steps"], b["context_tokens"]
-    limit = roofline(counter, measure_bandwidth(device), engine.seconds)
+    limit = roofline(engine.bytes_read, measure_bandwidth(device), engine.seconds)
     setup["copy_bandwidth_gbs"] = limit.bandwidth_gbs
     print(f"minivllm: {engine.output_tok_s:,.1f} output tok/s ({engine.seconds:.2f} s); {limit.describe()}",
           flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
 from runtime.cli.engine_args import add_engine_args, engine_options, flag_error
@@ -23,7 +24,7 @@ def build_app(args: argparse.Namespace):
     """Load the engine and build the app; returns (app, engine, close) — close() stops and flushes."""
     from runtime.async_engine import AsyncLLMEngine
     from runtime.config import ConfigError
-    from runtime.detokenizer import IncrementalDetokenizer
+    from runtime.detokenizer import make_detokenizer
     from runtime.engine_setup import build_engine
     from runtime.server.app import create_app
     from traces.log import LogWriter
@@ -42,10 +43,8 @@ def build_app(args: argparse.Namespace):
         writer(parts.header("wall"))
     core = parts.core(writer)
 
-    def detokenizer(prompt, params):
-        return IncrementalDetokenizer(tokenizer, prompt, params.stop, params.include_stop_str_in_output)
-
-    engine = AsyncLLMEngine(core, parts.runner, detokenizer, max_pending=args.max_pending,
+    engine = AsyncLLMEngine(core, parts.runner, functools.partial(make_detokenizer, tokenizer),
+                            max_pending=args.max_pending,
                             on_step=(lambda _: writer.flush()) if writer is not None else None)
     name = args.served_model_name or parts.loaded.identity.split("@")[0].removesuffix(".gguf")
     app = create_app(engine, tokenizer, name, stop_token_ids=parts.loaded.spec.eos_token_ids[1:])
