@@ -8,7 +8,7 @@ as a typed event to ``sink`` (a log writer, a list, or None).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import msgspec
@@ -35,6 +35,17 @@ class Executor(Protocol):
     def execute(self, plan: StepPlan, requests: Mapping[int, Request]) -> StepResult: ...
 
 
+class OverlappingExecutor(Executor, Protocol):
+    """An executor that can start a step and hand back its tokens later (runtime/step_loop.py).
+
+    ``launch`` may be called again before the previous step is collected; a decode span whose
+    input token is still a PLACEHOLDER then reads it from the previous launch's sampled ids."""
+
+    def launch(self, plan: StepPlan, requests: Mapping[int, Request]) -> object: ...
+
+    def collect(self, handle: object) -> StepResult: ...
+
+
 class RequestDelta(msgspec.Struct, frozen=True, gc=False):
     """New output of one request in one step (a msgspec Struct: cheap to build 256 times a step)."""
 
@@ -57,6 +68,18 @@ class StepOutput:
 
 EventSink = Callable[[Event], None]
 
+# stands for a sampled token between ``advance`` and ``complete`` (never a real token id)
+PLACEHOLDER = -1
+
+
+@dataclass(slots=True)
+class _PendingStep:
+    """A planned step not yet completed: when it was planned, what ``advance`` did."""
+
+    time: float
+    block_events: list = field(default_factory=list)
+    finished: list[Request] = field(default_factory=list)
+
 
 class EngineCore:
     def __init__(
@@ -76,6 +99,7 @@ class EngineCore:
         self.requests: dict[int, Request] = {}  # unfinished requests
         self._next_request_id = 0
         self._next_step = 0
+        self._pending: dict[int, _PendingStep] = {}  # planned steps not yet completed
 
     # --- requests ------------------------------------------------------------------------------
 
@@ -156,43 +180,74 @@ class EngineCore:
     # --- the step ----------------------------------------------------------------------------------
 
     def schedule(self, now: float) -> StepPlan:
+        """Plan the next step. Its Admitted / Preempted events are written by ``complete``, just
+        before its Step event, so a log reads the same whether or not steps overlap."""
         plan = self.scheduler.schedule(self._next_step)
         if plan.empty:
             return plan
         self._next_step += 1
-        if self.sink is not None:
-            for rid in plan.preempted:
-                self.sink(Preempted(time=now, step=plan.step, request_id=rid))
-            for a in plan.admitted:
-                self.sink(Admitted(time=now, step=plan.step, request_id=a.request_id,
-                                   num_cached_tokens=a.num_cached_tokens,
-                                   num_reserved_blocks=a.num_reserved_blocks))
+        self._pending[plan.step] = _PendingStep(now)
         return plan
 
-    def commit(self, plan: StepPlan, result: StepResult, start: float) -> list[RequestDelta]:
-        """Apply the executor's result: advance spans, append tokens, stop, free finished."""
-        end = start + result.duration
+    def overlappable(self, plan: StepPlan) -> bool:
+        """True when no token this step samples can change the next schedule or the executor's
+        next inputs (see ``Request.next_token_matters``): then the next step may be planned and
+        launched before these tokens reach the host, and the log stays what a sequential run writes."""
         requests = self.requests
+        return not any(requests[s.request_id].next_token_matters() for s in plan.spans if s.sample)
+
+    def commit(self, plan: StepPlan, result: StepResult, start: float) -> list[RequestDelta]:
+        """Apply the executor's result: ``advance`` then ``complete``."""
+        self.advance(plan)
+        return self.complete(plan, result, start)
+
+    def advance(self, plan: StepPlan) -> None:
+        """Everything a step's commit does that doesn't need its token values: advance the spans,
+        cache blocks that became full, reserve a placeholder for each sampled token and end the
+        requests that reach their length limit (their KV is freed; ``complete`` reports them)."""
         bm = self.block_manager
         bs = bm.block_size
-        deltas: list[RequestDelta] = []
-        finished: list[Request] = []
-        committed: list[list[int]] = []
-        tokens_iter = iter(result.token_ids)
-        logprobs_iter = iter(result.logprobs) if result.logprobs is not None else None
+        requests = self.requests
+        pending = self._pending[plan.step]
         for span in plan.spans:
             req = requests[span.request_id]
-            pos, n = span.start, span.num_tokens  # not `start`: that is the step's start time
+            pos, n = span.start, span.num_tokens
             req.num_computed_tokens = pos + n
             if (pos + n) // bs != pos // bs:  # a block became full: cache it
                 bm.register_computed(req)
+            if span.sample:
+                req.token_ids.append(PLACEHOLDER)
+                if len(req.token_ids) >= req.max_total_tokens:
+                    self.scheduler.remove(req)
+                    req.status = RequestStatus.FINISHED
+                    pending.finished.append(req)
+        pending.block_events = bm.drain_events()
+
+    def complete(self, plan: StepPlan, result: StepResult, start: float) -> list[RequestDelta]:
+        """Write the sampled tokens over their placeholders, apply token stops, emit the step's events."""
+        end = start + result.duration
+        requests = self.requests
+        pending = self._pending.pop(plan.step)
+        finished = pending.finished
+        deltas: list[RequestDelta] = []
+        committed: list[list[int]] = []
+        tokens_iter = iter(result.token_ids)
+        logprobs_iter = iter(result.logprobs) if result.logprobs is not None else None
+        stopped_by_value = False
+        for span in plan.spans:
             if not span.sample:
                 continue
+            req = requests[span.request_id]
             new = next(tokens_iter)
             lps = next(logprobs_iter) if logprobs_iter is not None else None
+            token_ids = req.token_ids
+            slot = len(token_ids) - 1  # the placeholder advance() reserved
             reason = None
             for i, token in enumerate(new):
-                req.token_ids.append(token)
+                if i == 0:
+                    token_ids[slot] = token
+                else:
+                    token_ids.append(token)
                 reason = req.check_stop(token)
                 if reason is not None:
                     new = new[: i + 1]
@@ -203,13 +258,26 @@ class EngineCore:
             deltas.append(RequestDelta(span.request_id, new, reason, lps))
             if reason is not None:
                 req.finish_reason = reason
-                finished.append(req)
+                if req.status is not RequestStatus.FINISHED:  # not ended by advance(): a token stop
+                    stopped_by_value = True
+                    self.scheduler.remove(req)
+                    req.status = RequestStatus.FINISHED
+                    finished.append(req)
         for req in finished:
             del requests[req.request_id]
-            self.scheduler.remove(req)
-            req.status = RequestStatus.FINISHED
-        block_events = bm.drain_events()
+        block_events = pending.block_events
+        if stopped_by_value:
+            if plan.step != self._next_step - 1:
+                raise RuntimeError(f"step {plan.step} stopped a request on a token value, but a later step "
+                                   "was already planned: it should not have been overlapped")
+            block_events = block_events + self.block_manager.drain_events()
         if self.sink is not None:
+            for rid in plan.preempted:
+                self.sink(Preempted(time=pending.time, step=plan.step, request_id=rid))
+            for a in plan.admitted:
+                self.sink(Admitted(time=pending.time, step=plan.step, request_id=a.request_id,
+                                   num_cached_tokens=a.num_cached_tokens,
+                                   num_reserved_blocks=a.num_reserved_blocks))
             self.sink(Step(step=plan.step, start=start, end=end, spans=plan.spans,
                            tokens=committed, block_events=block_events))
             for req in finished:

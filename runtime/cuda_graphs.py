@@ -22,7 +22,7 @@ import torch
 
 from runtime.attention import AttentionBackend, AttentionMetadata
 from runtime.model.llama import CausalLM
-from runtime.model_inputs import HostInputs
+from runtime.model_inputs import HostInputs, fill_placeholders
 
 
 def batch_buckets(max_batch: int) -> list[int]:
@@ -62,17 +62,19 @@ class DecodeGraphs:
         self.max_blocks = -(-max_model_len // block_size)
         b, w = self.max_batch, self.max_blocks
         dev = dict(device=device)
-        # ids, positions, slots, context lengths: one [4, b] buffer, one H2D copy per step
-        self.d_vec = torch.zeros((4, b), dtype=torch.int64, **dev)
-        self.ids, self.positions, self.slots, self.seq_lens64 = self.d_vec.unbind(0)
+        # ids, positions, slots, context lengths, placeholder rows and their sources: one [6, b]
+        # buffer, one H2D copy per step
+        self.d_vec = torch.zeros((6, b), dtype=torch.int64, **dev)
+        self.ids, self.positions, self.slots, self.seq_lens64, self.fill_rows, self.fill_from = self.d_vec.unbind(0)
         self.seq_lens = torch.zeros(b, dtype=torch.int32, **dev)  # the kernels read int32
         self.block_table = torch.zeros((b, w), dtype=torch.int32, **dev)
         self.query_start = torch.arange(b + 1, dtype=torch.int32, **dev)
         self.rows = torch.arange(b, dtype=torch.int64, **dev)  # every decode token samples
-        self.h_vec = torch.zeros((4, b), dtype=torch.int64)  # staging (pinned on CUDA)
-        self.h_table = torch.zeros((b, w), dtype=torch.int32)
-        if not self.dry_run:
-            self.h_vec, self.h_table = self.h_vec.pin_memory(), self.h_table.pin_memory()
+        # host staging (pinned on CUDA), two sets used in turn: with overlapped steps the host fills
+        # step n+1's set while step n's copy may still be queued behind step n-1 on the GPU
+        pin = not self.dry_run
+        self.staging = [(torch.zeros((6, b), dtype=torch.int64, pin_memory=pin),
+                         torch.zeros((b, w), dtype=torch.int32, pin_memory=pin)) for _ in range(2)]
         self.graphs: dict[tuple[int, int], _Graph] = {}
         self.replays = 0
 
@@ -116,24 +118,30 @@ class DecodeGraphs:
                 and int(host.seq_lens.max()) <= self.max_model_len)
 
     @torch.inference_mode()
-    def run(self, host: HostInputs) -> torch.Tensor:
-        """Logits ``[n, vocab]`` of a decode-only step (a view of static memory: use before the next run)."""
+    def run(self, host: HostInputs, previous_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits ``[n, vocab]`` of a decode-only step (a view of static memory: use before the next run).
+        ``previous_ids``: the previous launch's sampled ids, when ``host`` has placeholders."""
         n = len(host.seq_lens)
         batch = self.buckets[bisect.bisect_left(self.buckets, n)]
         choose = getattr(self.backend, "decode_splits", None)
         splits = choose(n, self.num_kv_heads, int(host.seq_lens.max())) if choose else 1
-        vec = self.h_vec.numpy()
+        h_vec, h_table = self.staging[self.replays % 2]
+        vec = h_vec.numpy()
         vec[0, :n] = host.input_ids
         vec[1, :n] = host.positions
         vec[2, :n] = host.slot_mapping
         vec[3, :n] = host.seq_lens
         vec[:, n:batch] = 0
         vec[2, n:batch] = -1  # padding rows write no KV
+        p = len(host.fill_rows)
+        vec[4, :p] = host.fill_rows
+        vec[5, :p] = host.fill_from
         w = host.block_table.shape[1]
-        self.h_table.numpy()[:n, :w] = host.block_table
-        self.d_vec[:, :batch].copy_(self.h_vec[:, :batch], non_blocking=True)
-        self.block_table[:batch].copy_(self.h_table[:batch], non_blocking=True)
+        h_table.numpy()[:n, :w] = host.block_table
+        self.d_vec[:, :batch].copy_(h_vec[:, :batch], non_blocking=True)
+        self.block_table[:batch].copy_(h_table[:batch], non_blocking=True)
         self.seq_lens[:batch].copy_(self.seq_lens64[:batch])
+        fill_placeholders(self.ids, self.fill_rows[:p], self.fill_from[:p], previous_ids)
         g = self.graphs[(batch, splits)]
         self.replays += 1
         if g.graph is None:

@@ -3,7 +3,8 @@ ModelRunner with its KV pool, the EngineConfig (``cache.num_blocks`` = what the 
 the log Header. ``LLM``, ``minivllm generate`` and the server all build engines through here.
 
 Options are flat keyword names: runner fields (device, dtype, attention_backend, kv_cache_gb,
-gpu_memory_utilization, num_blocks), cache fields (block_size, enable_prefix_caching, hash_salt),
+gpu_memory_utilization, num_blocks, enforce_eager, async_scheduling), cache fields (block_size,
+enable_prefix_caching, hash_salt),
 scheduler fields (max_num_batched_tokens, max_num_seqs, enable_chunked_prefill,
 reserve_full_prompt, policy, max_model_len) and ``seed``. Dotted names (``scheduler.max_num_seqs``)
 work too. An unknown name raises ConfigError naming it.
@@ -12,6 +13,7 @@ work too. An unknown name raises ConfigError naming it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +21,7 @@ from runtime.config import CacheConfig, ConfigError, EngineConfig, SchedulerConf
 from runtime.core import EngineCore, EventSink
 from runtime.model.loader import LoadedModel, load_model
 from runtime.model_runner import ModelRunner, RunnerConfig
+from runtime.step_loop import StepLoop
 from traces.events import Header, make_header
 
 _RUNNER = {f.name for f in dataclasses.fields(RunnerConfig)}
@@ -47,6 +50,12 @@ class EngineParts:
 
     def core(self, sink: EventSink | None = None) -> EngineCore:
         return EngineCore(self.config, eos_token_id=self.loaded.eos_token_id, sink=sink)
+
+    def loop(self, core: EngineCore, clock: Callable[[], float]) -> StepLoop:
+        """The step driver for ``core`` on this runner: overlapped on CUDA unless async_scheduling is
+        off (on the CPU the forward runs inside ``launch``, so there is nothing to overlap)."""
+        runner = self.runner
+        return StepLoop(core, runner, clock, overlap=runner.async_scheduling and runner.device.type == "cuda")
 
 
 def split_options(options: dict[str, Any]) -> tuple[dict, dict, dict, dict]:

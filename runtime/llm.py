@@ -91,6 +91,7 @@ class LLM:
             self.writer(self.parts.header("wall"))
         self.core = self.parts.core(self.writer)
         self.runner = self.parts.runner
+        self.loop = self.parts.loop(self.core, self.now)
         self._extra_eos = self.parts.loaded.spec.eos_token_ids[1:]
         self._t0 = time.monotonic()
 
@@ -170,30 +171,12 @@ class LLM:
         bar = tqdm(total=len(order), desc="generate", unit="req", disable=not use_tqdm or len(order) < 2)
         try:
             while pending:
-                out = core.step(self.now(), self.runner)
-                if out.plan.empty:
-                    raise RuntimeError(f"engine stalled with {len(pending)} unfinished requests")
-                now = self.now()
-                for delta in out.deltas:
-                    rid = delta.request_id
-                    o = outputs[rid]
-                    if o.metrics.first_token_time is None:
-                        o.metrics.first_token_time = now
-                    o.token_ids.extend(delta.new_token_ids)
-                    if delta.logprobs is not None:
-                        o.logprobs = (o.logprobs or []) + list(delta.logprobs)
-                    text, finish, stop_hit = apply_delta(detoks[rid], delta.new_token_ids, delta.finish_reason)
-                    o.text += text
-                    if stop_hit:
-                        core.finish(rid, now, "stop")
-                    if finish is not None:
-                        o.finish_reason = finish
-                        o.metrics.finish_time = now
-                        o.metrics.num_cached_tokens = reqs[rid].num_cached_tokens
-                        o.metrics.num_preemptions = reqs[rid].num_preemptions
-                        pending.discard(rid)
-                        bar.update(1)
+                for out in self.loop.step():
+                    if out.plan.empty:
+                        raise RuntimeError(f"engine stalled with {len(pending)} unfinished requests")
+                    self._deliver(out, outputs, detoks, reqs, pending, bar)
         except BaseException:
+            self.loop.drain()
             for rid in pending:
                 core.abort(rid, self.now(), "abort")
             raise
@@ -202,6 +185,30 @@ class LLM:
             if self.writer is not None:
                 self.writer.flush()
         return [outputs[rid] for rid in order]
+
+    def _deliver(self, out, outputs: dict[int, RequestOutput], detoks: dict, reqs: dict[int, Request],
+                 pending: set[int], bar) -> None:
+        """Hand one completed step's new tokens to the outputs; stop strings finish requests."""
+        now = self.now()
+        for delta in out.deltas:
+            rid = delta.request_id
+            o = outputs[rid]
+            if o.metrics.first_token_time is None:
+                o.metrics.first_token_time = now
+            o.token_ids.extend(delta.new_token_ids)
+            if delta.logprobs is not None:
+                o.logprobs = (o.logprobs or []) + list(delta.logprobs)
+            text, finish, stop_hit = apply_delta(detoks[rid], delta.new_token_ids, delta.finish_reason)
+            o.text += text
+            if stop_hit:
+                self.core.finish(rid, now, "stop")
+            if finish is not None:
+                o.finish_reason = finish
+                o.metrics.finish_time = now
+                o.metrics.num_cached_tokens = reqs[rid].num_cached_tokens
+                o.metrics.num_preemptions = reqs[rid].num_preemptions
+                pending.discard(rid)
+                bar.update(1)
 
     def close(self) -> None:
         if self.writer is not None:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from runtime.attention import AttentionMetadata
+from runtime.block_table_rows import BlockTableRows
 from runtime.request import Request
 from runtime.scheduler import StepPlan
 from runtime.staging import stage
@@ -37,6 +38,10 @@ class HostInputs:
     logits_indices: np.ndarray  # [num sampling spans] int64, plan order
     num_decodes: int
     sampled_requests: list[Request]  # plan order, one per row of the logits
+    # decode rows whose input token is a placeholder, and the rows of the previous launch's sampled
+    # ids that hold those tokens on the device (runtime/step_loop.py); empty when none
+    fill_rows: np.ndarray  # [P] int64
+    fill_from: np.ndarray  # [P] int64
 
     @property
     def num_tokens(self) -> int:
@@ -63,18 +68,28 @@ def prepare_inputs(plan: StepPlan, requests: Mapping[int, Request], block_size: 
     return to_device(host_inputs(plan, requests, block_size), device)
 
 
-def host_inputs(plan: StepPlan, requests: Mapping[int, Request], block_size: int) -> HostInputs:
+_NONE = np.zeros(0, np.int64)
+
+
+def host_inputs(plan: StepPlan, requests: Mapping[int, Request], block_size: int,
+                previous_rows: Mapping[int, int] | None = None,
+                table_rows: BlockTableRows | None = None) -> HostInputs:
+    """``previous_rows``: request id -> row of the previous launch's sampled ids, for the decode
+    rows whose input token is still a placeholder (a negative id). ``table_rows``: the runner's
+    persistent block-table rows (faster than flattening every table each step)."""
     spans = plan.spans
     n = len(spans)
-    decode_first = [i for i in range(n) if spans[i].num_tokens == 1]
-    num_decodes = len(decode_first)
-    order = decode_first + [i for i in range(n) if spans[i].num_tokens != 1] if num_decodes < n else decode_first
-    reordered = any(k != i for k, i in enumerate(order))
-
     tables = plan.block_tables
-    ordered = [spans[i] for i in order]
+    q_list = [s.num_tokens for s in spans]
+    num_decodes = q_list.count(1)
+    if num_decodes == n:  # all decodes (the common step): plan order is batch order
+        order, reordered, ordered = range(n), False, spans
+    else:
+        order = [i for i in range(n) if q_list[i] == 1] + [i for i in range(n) if q_list[i] != 1]
+        reordered = any(k != i for k, i in enumerate(order))
+        ordered = [spans[i] for i in order]
     starts = np.fromiter((s.start for s in ordered), np.int64, n)
-    q_lens = np.fromiter((s.num_tokens for s in ordered), np.int64, n)
+    q_lens = np.ones(n, np.int64) if num_decodes == n else np.array(q_list, np.int64)[order]
     if num_decodes == n:  # all decodes: one token each, no slicing
         ids = array("i", [requests[s.request_id].token_ids[s.start] for s in ordered])
     else:
@@ -86,13 +101,15 @@ def host_inputs(plan: StepPlan, requests: Mapping[int, Request], block_size: int
             else:
                 ids.extend(tokens[s.start : s.start + s.num_tokens])
 
-    # block table rows, padded with 0: one flat fill through a mask instead of a loop over rows
-    ordered_tables = [tables[i] for i in order]
-    table_lens = np.fromiter(map(len, ordered_tables), np.int64, n)
-    max_blocks = int(table_lens.max())
-    block_table = np.zeros((n, max_blocks), dtype=np.int32)
-    block_table[np.arange(max_blocks) < table_lens[:, None]] = np.fromiter(
-        itertools.chain.from_iterable(ordered_tables), np.int32, int(table_lens.sum()))
+    ordered_tables = tables if not reordered else [tables[i] for i in order]
+    if table_rows is not None:
+        block_table = table_rows.gather([s.request_id for s in ordered], ordered_tables, requests)
+    else:  # rows padded with 0: one flat fill through a mask instead of a loop over rows
+        table_lens = np.fromiter(map(len, ordered_tables), np.int64, n)
+        max_blocks = int(table_lens.max())
+        block_table = np.zeros((n, max_blocks), dtype=np.int32)
+        block_table[np.arange(max_blocks) < table_lens[:, None]] = np.fromiter(
+            itertools.chain.from_iterable(ordered_tables), np.int32, int(table_lens.sum()))
 
     total = int(q_lens.sum())
     query_start = np.zeros(n + 1, dtype=np.int64)
@@ -102,7 +119,7 @@ def host_inputs(plan: StepPlan, requests: Mapping[int, Request], block_size: int
     slots = block_table[seq_of_token, positions // block_size].astype(np.int64) * block_size + positions % block_size
     seq_lens = (starts + q_lens).astype(np.int32)
 
-    sample_plan_idx = [i for i in range(n) if spans[i].sample]
+    sample_plan_idx = [i for i, s in enumerate(spans) if s.sample]
     if reordered:
         where = {i: k for k, i in enumerate(order)}
         sample_rows = np.array([where[i] for i in sample_plan_idx], dtype=np.int64)
@@ -110,8 +127,18 @@ def host_inputs(plan: StepPlan, requests: Mapping[int, Request], block_size: int
         sample_rows = np.array(sample_plan_idx, dtype=np.int64)
     logits_indices = query_start[1:][sample_rows] - 1 if len(sample_rows) else np.zeros(0, np.int64)
 
+    input_ids = np.frombuffer(ids, dtype=np.int32).astype(np.int64)
+    fill_rows = fill_from = _NONE
+    if input_ids.min(initial=0) < 0:
+        fill_rows = np.flatnonzero(input_ids < 0)
+        if fill_rows[-1] >= num_decodes:
+            raise RuntimeError("a prefill input is a placeholder (it is only ever a decode's input)")
+        try:
+            fill_from = np.array([previous_rows[ordered[i].request_id] for i in fill_rows.tolist()], np.int64)
+        except (KeyError, TypeError):
+            raise RuntimeError("a decode input is a placeholder the previous launch did not sample") from None
     return HostInputs(
-        input_ids=np.frombuffer(ids, dtype=np.int32).astype(np.int64),
+        input_ids=input_ids,
         positions=positions,
         slot_mapping=slots,
         query_start=query_start,
@@ -120,19 +147,31 @@ def host_inputs(plan: StepPlan, requests: Mapping[int, Request], block_size: int
         logits_indices=logits_indices.astype(np.int64, copy=False),
         num_decodes=num_decodes,
         sampled_requests=[requests[spans[i].request_id] for i in sample_plan_idx],
+        fill_rows=fill_rows,
+        fill_from=fill_from,
     )
 
 
-def to_device(host: HostInputs, device: torch.device) -> StepInputs:
-    """Device tensors of ``host``: on CUDA one packed non-blocking copy (runtime/staging.py)."""
+def fill_placeholders(input_ids: torch.Tensor, rows: torch.Tensor, source_rows: torch.Tensor,
+                      previous_ids: torch.Tensor | None) -> None:
+    """Write the previous launch's sampled ids into the placeholder rows, on the device."""
+    if rows.numel():
+        input_ids.index_copy_(0, rows, previous_ids.index_select(0, source_rows))
+
+
+def to_device(host: HostInputs, device: torch.device, previous_ids: torch.Tensor | None = None) -> StepInputs:
+    """Device tensors of ``host``: on CUDA one packed non-blocking copy (runtime/staging.py).
+    ``previous_ids``: the previous launch's sampled ids (device), when ``host`` has placeholders."""
     arrays = {"input_ids": host.input_ids, "positions": host.positions, "slot_mapping": host.slot_mapping,
               "query_start": host.query_start.astype(np.int32), "seq_lens": host.seq_lens,
-              "block_table": host.block_table, "logits_indices": host.logits_indices}
+              "block_table": host.block_table, "logits_indices": host.logits_indices,
+              "fill_rows": host.fill_rows, "fill_from": host.fill_from}
     if device.type == "cpu":
         t = {k: torch.from_numpy(v) for k, v in arrays.items()}
     else:
         t, _ = stage(arrays, device)
         t["block_table"] = t["block_table"].view(host.block_table.shape)
+    fill_placeholders(t["input_ids"], t["fill_rows"], t["fill_from"], previous_ids)
     seq_lens_list = host.seq_lens.tolist()
     q_lens_list = np.diff(host.query_start).tolist()
     meta = AttentionMetadata(

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 import torch
 
 from runtime.attention import AttentionBackend, get_backend
+from runtime.block_table_rows import BlockTableRows
 from runtime.core import StepResult
 from runtime.cuda_graphs import DecodeGraphs
 from runtime.kv_cache import allocate_kv, plan_num_blocks
 from runtime.model.loader import LoadedModel
 from runtime.model_inputs import host_inputs, to_device
 from runtime.request import Request
-from runtime.sampling import GREEDY_EPS, Sampler, SamplingBatch, request_rng
+from runtime.sampling import GREEDY_EPS, PendingSample, Sampler, SamplingBatch, request_rng
 from runtime.scheduler import StepPlan
 
 
@@ -38,6 +39,9 @@ class RunnerConfig:
     gpu_memory_utilization: float = 0.9
     num_blocks: int | None = None  # a fixed pool size instead of a budget (tests)
     enforce_eager: bool = False  # no CUDA graphs for decode steps
+    # plan and launch step n+1 while step n runs on the device (runtime/step_loop.py); the log
+    # is the same either way
+    async_scheduling: bool = True
 
 
 @dataclass
@@ -86,7 +90,13 @@ class ModelRunner:
             self.graphs = DecodeGraphs(self.model, self.kv_caches, self.backend, max_batch=max_num_seqs,
                                        max_model_len=max_model_len, block_size=block_size, device=self.device)
             self.graphs.capture()
+        self.async_scheduling = config.async_scheduling
         self.stats = RunnerStats()
+        # the last launch's sampled ids (device) and their rows by request: the source of the next
+        # launch's placeholder inputs
+        self._previous_ids: torch.Tensor | None = None
+        self._previous_rows: dict[int, int] = {}
+        self.table_rows = BlockTableRows(-(-max_model_len // block_size), max_num_seqs)
 
     # --- randomness ---------------------------------------------------------------------------
 
@@ -106,15 +116,19 @@ class ModelRunner:
 
     # --- the step -------------------------------------------------------------------------------
 
-    @torch.inference_mode()
     def execute(self, plan: StepPlan, requests: Mapping[int, Request]) -> StepResult:
+        return self.collect(self.launch(plan, requests))
+
+    @torch.inference_mode()
+    def launch(self, plan: StepPlan, requests: Mapping[int, Request]) -> _Launched:
+        """Build the inputs, queue the forward and the sampling; return without waiting for the device."""
         t0 = time.perf_counter()
-        host = host_inputs(plan, requests, self.block_size)
+        host = host_inputs(plan, requests, self.block_size, self._previous_rows, self.table_rows)
         if self.graphs is not None and self.graphs.supports(host):
             t1 = time.perf_counter()
-            logits = self.graphs.run(host)
+            logits = self.graphs.run(host, self._previous_ids)
         else:
-            inputs = to_device(host, self.device)
+            inputs = to_device(host, self.device, self._previous_ids)
             t1 = time.perf_counter()
             logits = self.model(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta, self.backend,
                                 inputs.logits_indices)
@@ -125,17 +139,40 @@ class ModelRunner:
         batch = SamplingBatch.build([r.params for r in reqs], [self.rng(r) for r in reqs],
                                     [(r.token_ids, r.num_prompt_tokens) for r in reqs], self.device,
                                     self.spec.vocab_size)
-        out = self.sampler.sample(logits, batch)
-        t3 = time.perf_counter()
+        pending = self.sampler.sample_async(logits, batch)
+        self._previous_ids = pending.device_ids
+        self._previous_rows = {r.request_id: i for i, r in enumerate(reqs)}
         self._forget_finished(requests)
+        return _Launched(pending, len(plan.spans), host.num_tokens, t0, t1 - t0, t2 - t1, time.perf_counter() - t2)
+
+    def collect(self, launched: _Launched) -> StepResult:
+        """Wait for a launched step's tokens."""
+        t = time.perf_counter()
+        out = launched.pending.result()
+        t_end = time.perf_counter()
         st = self.stats
+        sample = launched.sample + (t_end - t)
+        total = launched.prepare + launched.forward + sample
         st.steps += 1
-        st.prepare += t1 - t0
-        st.forward += t2 - t1
-        st.sample += t3 - t2
-        st.total += t3 - t0
-        st.tokens += host.num_tokens
+        st.prepare += launched.prepare
+        st.forward += launched.forward
+        st.sample += sample
+        st.total += total
+        st.tokens += launched.num_tokens
         if self.record_steps:
-            st.per_step.append((len(plan.spans), host.num_tokens, t3 - t0, t2 - t1))
+            st.per_step.append((launched.num_spans, launched.num_tokens, total, launched.forward))
         logprobs = None if out.logprobs is None else [None if lp is None else [lp] for lp in out.logprobs]
-        return StepResult([[t] for t in out.token_ids], t3 - t0, logprobs)
+        return StepResult([[t] for t in out.token_ids], t_end - launched.start, logprobs)
+
+
+@dataclass(slots=True)
+class _Launched:
+    """A step queued on the device; ``prepare``/``forward``/``sample``: host seconds of each phase."""
+
+    pending: PendingSample
+    num_spans: int
+    num_tokens: int
+    start: float
+    prepare: float
+    forward: float
+    sample: float

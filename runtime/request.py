@@ -138,6 +138,17 @@ class Request:
         """Tokens still to compute before the next sample (1 for a decoding request)."""
         return len(self.token_ids) - self.num_computed_tokens
 
+    def next_token_matters(self) -> bool:
+        """Whether the value of this request's next sampled token can change what the host does
+        next: end it (eos, stop token ids, stop strings; not before min_tokens) or feed the sampler
+        (penalties read the history). Length limits don't count: they are known in advance."""
+        p = self.params
+        if p.stop or p.repetition_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0:
+            return True
+        if len(self.token_ids) + 1 - self.num_prompt_tokens < p.min_tokens:
+            return False
+        return bool(p.stop_token_ids) or (not p.ignore_eos and self.eos_token_id is not None)
+
     def check_stop(self, token: int) -> str | None:
         """Token-level stop after appending ``token``; stop strings live in the detokenizer."""
         p = self.params

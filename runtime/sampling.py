@@ -228,19 +228,24 @@ class Sampler:
             raise ValueError(f"logprobs_mode must be 'raw' or 'processed', got {logprobs_mode!r}")
         self.logprobs_mode = logprobs_mode
 
-    @torch.inference_mode()
     def sample(self, logits: torch.Tensor, batch: SamplingBatch) -> SampleOutput:
         """``logits`` [B, V] (any float dtype) on ``batch.device``; never modified."""
+        return self.sample_async(logits, batch).result()
+
+    @torch.inference_mode()
+    def sample_async(self, logits: torch.Tensor, batch: SamplingBatch) -> PendingSample:
+        """Queue the sampling on the device and the copy of its results to the host; the ids are
+        usable on the device at once (``device_ids``), on the host after ``result()``."""
         if logits.dim() != 2 or logits.shape[0] != batch.num_rows:
             raise ValueError(f"logits {tuple(logits.shape)} do not match a batch of {batch.num_rows} rows")
         if batch.num_rows == 0:
-            return SampleOutput([], None)
+            return PendingSample(torch.zeros(0, dtype=torch.int64, device=logits.device))
         processed = logits if batch.penalties is None else ops.apply_penalties(logits, batch.penalties)
         ids = self._draw(processed, batch)
         if batch.logprobs is None:
-            return SampleOutput(ids.tolist(), None)
+            return PendingSample(ids)
         source = logits if self.logprobs_mode == "raw" else processed
-        return self._with_logprobs(source, ids, batch.logprobs)
+        return PendingSample(ids, *self._logprob_tensors(source, ids, batch.logprobs))
 
     def _draw(self, logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
         if batch.all_greedy:
@@ -264,7 +269,9 @@ class Sampler:
             return drawn
         return ops.row_argmax(logits).index_copy_(0, rows, drawn)
 
-    def _with_logprobs(self, source: torch.Tensor, ids: torch.Tensor, lp: LogprobRows) -> SampleOutput:
+    def _logprob_tensors(self, source: torch.Tensor, ids: torch.Tensor,
+                         lp: LogprobRows) -> tuple[torch.Tensor, LogprobRows, int]:
+        """One float64 tensor: ids, chosen logprobs, top-N values, top-N ids (for one D2H copy)."""
         x = source.index_select(0, lp.rows).float()
         if self.logprobs_mode == "processed":
             x = x / lp.temperature[:, None]
@@ -274,8 +281,35 @@ class Sampler:
         if n:
             top = torch.topk(logp, n, dim=-1)
             parts += [top.values.double().reshape(-1), top.indices.double().reshape(-1)]
-        host = torch.cat(parts).cpu().numpy()  # the one D2H of the step
-        b, nrows = ids.shape[0], len(lp.host_rows)
+        return torch.cat(parts), lp, n
+
+
+class PendingSample:
+    """A step's sampled ids (and logprobs) on their way to the host: one non-blocking D2H into
+    pinned memory, waited for by ``result()``, so the host can plan the next step meanwhile."""
+
+    def __init__(self, device_ids: torch.Tensor, payload: torch.Tensor | None = None,
+                 logprobs: LogprobRows | None = None, num_top: int = 0) -> None:
+        self.device_ids = device_ids
+        self._logprobs, self._num_top = logprobs, num_top
+        payload = device_ids if payload is None else payload
+        self._event = None
+        if payload.is_cuda:
+            self._host = torch.empty(payload.shape, dtype=payload.dtype, pin_memory=True)
+            self._host.copy_(payload, non_blocking=True)
+            self._event = torch.cuda.Event()
+            self._event.record()
+        else:
+            self._host = payload
+
+    def result(self) -> SampleOutput:
+        if self._event is not None:
+            self._event.synchronize()
+        host = self._host.numpy()
+        lp = self._logprobs
+        if lp is None:
+            return SampleOutput(host.tolist(), None)
+        b, nrows, n = self.device_ids.shape[0], len(lp.host_rows), self._num_top
         token_ids = host[:b].astype(np.int64).tolist()
         chosen = host[b:b + nrows].tolist()
         top_vals = host[b + nrows:b + nrows + nrows * n].reshape(nrows, n).tolist()

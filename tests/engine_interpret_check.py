@@ -54,8 +54,10 @@ def main() -> None:
 
                 mr.ModelRunner.__init__ = with_graphs
                 run = run_engine(tiny.loaded, prompts, 5, **kw)
-                mr.ModelRunner.__init__ = with_triton
                 assert run.runner.graphs.replays > 0
+                overlapped = run_engine(tiny.loaded, prompts, 5, overlap=True, **kw)  # placeholders filled
+                mr.ModelRunner.__init__ = with_triton
+                assert overlapped.outputs == run.outputs
             if name == "prefix_hits":
                 assert run.cached_tokens >= 12
             for p, out in zip(prompts, run.outputs):

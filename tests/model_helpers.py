@@ -4,6 +4,7 @@ and a driver that runs prompts through EngineCore + ModelRunner and reports what
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from runtime.core import EngineCore
 from runtime.model.loader import LoadedModel, load_model
 from runtime.model_runner import ModelRunner, RunnerConfig
 from runtime.request import SamplingParams
+from runtime.step_loop import StepLoop
 
 # hidden 64, 2 layers, 4 heads over 2 KV heads (GQA); a larger init spreads the logits so greedy
 # choices are not decided by rounding
@@ -123,9 +125,10 @@ class EngineRun:
 def run_engine(loaded: LoadedModel, prompts: list[list[int]], max_tokens: int | list[int], *,
                block_size: int = 4, num_blocks: int = 256, staggered: bool = False,
                device: str = "cpu", attention_backend: str = "torch", enforce_eager: bool = False,
-               **sched) -> EngineRun:
+               overlap: bool = False, **sched) -> EngineRun:
     """Greedy outputs of ``prompts`` through the real engine. ``staggered``: each prompt is added
-    only after the previous one finished (so later prompts hit the prefix cache)."""
+    only after the previous one finished (so later prompts hit the prefix cache); ``overlap``:
+    steps run through the overlapping StepLoop (placeholder inputs filled on the device)."""
     sched.setdefault("max_model_len", 512)
     runner = ModelRunner(loaded, RunnerConfig(num_blocks=num_blocks, attention_backend=attention_backend,
                                               device=device, enforce_eager=enforce_eager), block_size=block_size,
@@ -145,17 +148,19 @@ def run_engine(loaded: LoadedModel, prompts: list[list[int]], max_tokens: int | 
         reqs.append(core.requests[rid])
         outputs[rid] = []
 
+    loop = StepLoop(core, runner, lambda: 0.0, overlap=overlap)
+
     def drain() -> None:
-        while core.has_unfinished():
-            out = core.step(0.0, runner)
-            assert not out.plan.empty
-            core.block_manager.check_invariants()
-            for span in out.plan.spans:
-                req = core.requests.get(span.request_id)
-                if req is not None and not span.sample and span.num_tokens > 1:
-                    run.chunked_spans += 1
-            for d in out.deltas:
-                outputs[d.request_id].extend(d.new_token_ids)
+        while core.has_unfinished() or loop.busy:
+            for out in loop.step():
+                assert not out.plan.empty
+                core.block_manager.check_invariants()
+                for span in out.plan.spans:
+                    req = core.requests.get(span.request_id)
+                    if req is not None and not span.sample and span.num_tokens > 1:
+                        run.chunked_spans += 1
+                for d in out.deltas:
+                    outputs[d.request_id].extend(d.new_token_ids)
 
     if staggered:
         for i in range(len(prompts)):
@@ -179,3 +184,41 @@ def smollm2_folder() -> Path:
 
     path = default_model_path()
     return converted_folder(path, file_identity(path))
+
+
+# (sequence id, cached tokens, new tokens) per sequence, decodes first: prompts, a decode-only step
+# (the CUDA-graph shape), then a mixed step with a prefix-cached chunk
+FORWARD_STEPS = [[(0, 0, 5), (1, 0, 7)], [(0, 5, 1), (1, 7, 1)], [(1, 8, 1), (0, 6, 4), (2, 0, 3)]]
+
+
+@torch.inference_mode()
+def forward_steps(model, backend, steps=FORWARD_STEPS, block_size: int = 4, seed: int = 0) -> list[torch.Tensor]:
+    """Logits of every token of each step of ``model.forward`` on fresh paged caches (sequence i owns
+    blocks 8i..8i+7), random token ids: drives the model without the engine."""
+    from runtime.attention import AttentionMetadata
+
+    spec, device = model.spec, model.embed_tokens.weight.device
+    dtype, per_seq = model.embed_tokens.weight.dtype, 8
+    num_seqs = 1 + max(s for step in steps for s, _, _ in step)
+    shape = (num_seqs * per_seq, block_size, spec.num_kv_heads, spec.head_dim)
+    kv_caches = [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+                 for _ in range(spec.num_layers)]
+    gen = torch.Generator().manual_seed(seed)
+    logits = []
+    for step in steps:
+        tables = [list(range(s * per_seq, (s + 1) * per_seq)) for s, _, _ in step]
+        slots = [t[p // block_size] * block_size + p % block_size for t, (_, c, n) in zip(tables, step)
+                 for p in range(c, c + n)]
+        positions = [p for _, c, n in step for p in range(c, c + n)]
+        lens = [n for _, _, n in step]
+        meta = AttentionMetadata(
+            slot_mapping=torch.tensor(slots, device=device),
+            query_start_loc=torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device=device),
+            seq_lens=torch.tensor([c + n for _, c, n in step], dtype=torch.int32, device=device),
+            block_tables=torch.tensor(tables, dtype=torch.int32, device=device),
+            num_decodes=sum(1 for _, c, n in step if n == 1 and c > 0), max_query_len=max(lens),
+            max_seq_len=max(c + n for _, c, n in step), query_lens_cpu=lens,
+            seq_lens_cpu=[c + n for _, c, n in step])
+        ids = torch.randint(0, spec.vocab_size, (len(positions),), generator=gen).to(device)
+        logits.append(model(ids, torch.tensor(positions, device=device), kv_caches, meta, backend, None))
+    return logits

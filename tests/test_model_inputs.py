@@ -1,12 +1,16 @@
-"""prepare_inputs: q_len-1 spans move first (attention's batched decode path), positions and
+"""prepare_inputs and the block-table rows: q_len-1 spans move first (attention's batched decode path), positions and
 slots follow the block tables, and the logits rows come back in plan order."""
 
 from __future__ import annotations
 
 from array import array
 
+import numpy as np
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from runtime.block_table_rows import BlockTableRows
 from runtime.model_inputs import prepare_inputs
 from runtime.request import Request, SamplingParams
 from runtime.scheduler import StepPlan
@@ -44,3 +48,27 @@ def test_reorder_positions_slots_and_logit_rows():
     # sampling spans in plan order: 0 (last token of its chunk = row 9), 1 (row 0), 3 (row 1)
     assert inp.logits_indices.tolist() == [9, 0, 1]
     assert [r.request_id for r in inp.sampled_requests] == [0, 1, 3]
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 3), st.booleans()), min_size=1, max_size=60))
+def test_block_table_rows_equal_a_fresh_flatten(ops):
+    """Tables grow, get replaced (preemption), requests end; every gather equals the naive table."""
+    rows = BlockTableRows(width=2, capacity=2)
+    tables: dict[int, list[int]] = {}
+    next_block = 0
+    for rid, grow, replace in ops:
+        if replace or rid not in tables:
+            tables[rid] = []
+        for _ in range(grow):
+            tables[rid].append(next_block)
+            next_block += 1
+        if len(tables) > 5:  # a request ends
+            tables.pop(min(tables))
+        ids = sorted(tables)
+        got = rows.gather(ids, [tables[i] for i in ids], tables)
+        width = max(1, max(len(t) for t in tables.values()))
+        want = np.zeros((len(ids), width), np.int32)
+        for k, i in enumerate(ids):
+            want[k, :len(tables[i])] = tables[i]
+        assert got.shape == want.shape and (got == want).all()

@@ -63,12 +63,14 @@ def warm_up(parts, workload: Workload) -> None:
     from runtime.request import SamplingParams
 
     core = parts.core()
+    loop = parts.loop(core, lambda: 0.0)
     params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
     core.add_request(workload.prompts[0][:32], params, 0.0)
-    core.step(0.0, parts.runner)
+    loop.step()
+    loop.step()
     core.add_request(workload.prompts[-1][:300], params, 0.0)
-    while core.has_unfinished():
-        core.step(0.0, parts.runner)
+    while core.has_unfinished() or loop.busy:
+        loop.step()
 
 
 def run_engine(parts, workload: Workload, progress: bool = True) -> EngineResult:
@@ -92,12 +94,12 @@ def run_engine(parts, workload: Workload, progress: bool = True) -> EngineResult
     gc.collect()
     c0 = time.process_time()
     t0 = time.perf_counter()
-    while core.has_unfinished():
-        s = time.perf_counter()
-        out = core.step(s - t0, runner)
-        walls.append(time.perf_counter() - s)
-        counter.add_step(out.plan.spans)
-        bar.update(sum(1 for d in out.deltas if d.finished))
+    loop = parts.loop(core, lambda: time.perf_counter() - t0)
+    while core.has_unfinished() or loop.busy:
+        for out in loop.step():
+            walls.append(out.result.duration)
+            counter.add_step(out.plan.spans)
+            bar.update(sum(1 for d in out.deltas if d.finished))
     seconds = time.perf_counter() - t0
     cpu_seconds = time.process_time() - c0
     bar.close()

@@ -15,7 +15,8 @@ FLAGS = {
     "num_blocks": "--num-blocks", "block_size": "--block-size", "enable_prefix_caching": "--no-prefix-caching",
     "max_num_batched_tokens": "--max-num-batched-tokens", "max_num_seqs": "--max-num-seqs",
     "enable_chunked_prefill": "--no-chunked-prefill",
-    "enforce_eager": "--enforce-eager", "max_model_len": "--max-model-len", "seed": "--seed",
+    "enforce_eager": "--enforce-eager", "async_scheduling": "--no-async-scheduling",
+    "max_model_len": "--max-model-len", "seed": "--seed",
 }
 
 
@@ -36,6 +37,8 @@ def add_engine_args(p: argparse.ArgumentParser, *, seed_flag: bool = True) -> No
     g.add_argument("--no-chunked-prefill", action="store_true")
     g.add_argument("--no-prefix-caching", action="store_true")
     g.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs for decode steps (CUDA)")
+    g.add_argument("--no-async-scheduling", action="store_true",
+                   help="complete each step before planning the next (no overlap of host and device work)")
     if seed_flag:
         g.add_argument("--seed", type=int, default=0, help="engine seed (per-request streams derive from it)")
 
@@ -47,6 +50,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
         "max_num_batched_tokens": args.max_num_batched_tokens, "max_num_seqs": args.max_num_seqs,
         "enable_chunked_prefill": not args.no_chunked_prefill, "enable_prefix_caching": not args.no_prefix_caching,
         "seed": getattr(args, "seed", 0), "enforce_eager": args.enforce_eager,
+        "async_scheduling": not args.no_async_scheduling,
     }
     for name in ("kv_cache_gb", "num_blocks", "max_model_len"):
         if getattr(args, name) is not None:
