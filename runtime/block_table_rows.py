@@ -23,24 +23,23 @@ class BlockTableRows:
     def gather(self, request_ids: Sequence[int], tables: Sequence[list[int]], live: Container[int]) -> np.ndarray:
         """``[len(tables), max table length]`` int32, zero padded. ``live``: ids of unfinished
         requests (rows of the others are recycled when rows run out)."""
-        arr = self.array
+        width = max(1, max(map(len, tables), default=1))
+        arr = self.array if width <= self.array.shape[1] else self._widen(width)
         rows = self._rows
+        get = rows.get
         index = []
-        width = 1
         for rid, table in zip(request_ids, tables):
-            n = len(table)
-            width = max(width, n)
-            if n > arr.shape[1]:
-                arr = self._widen(n)
-            entry = rows.get(rid)
+            entry = get(rid)
             if entry is not None and entry[0] is table:
-                row = entry[2]
-                if entry[1] != n:
-                    arr[row, entry[1]:n] = table[entry[1]:]
+                row, done = entry[2], entry[1]
+                if done != len(table):
+                    n = len(table)
+                    arr[row, done:n] = table[done:]
                     rows[rid] = (table, n, row)
             else:
                 row = entry[2] if entry is not None else self._new_row(live)
                 arr = self.array  # _new_row may have grown it
+                n = len(table)
                 arr[row, :n] = table
                 arr[row, n:] = 0
                 rows[rid] = (table, n, row)

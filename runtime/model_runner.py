@@ -26,7 +26,7 @@ from runtime.kv_cache import allocate_kv, plan_num_blocks
 from runtime.model.loader import LoadedModel
 from runtime.model_inputs import host_inputs, to_device
 from runtime.request import Request
-from runtime.sampling import GREEDY_EPS, PendingSample, Sampler, SamplingBatch, request_rng
+from runtime.sampling import GREEDY_EPS, PendingSample, Sampler, SamplingBatch, plain_greedy, request_rng
 from runtime.scheduler import StepPlan
 
 
@@ -136,9 +136,13 @@ class ModelRunner:
             torch.cuda.synchronize(self.device)
         t2 = time.perf_counter()
         reqs = host.sampled_requests
-        batch = SamplingBatch.build([r.params for r in reqs], [self.rng(r) for r in reqs],
-                                    [(r.token_ids, r.num_prompt_tokens) for r in reqs], self.device,
-                                    self.spec.vocab_size)
+        params = [r.params for r in reqs]
+        if plain_greedy(params):
+            batch = SamplingBatch.greedy(len(reqs), self.device)
+        else:
+            batch = SamplingBatch.build(params, [self.rng(r) for r in reqs],
+                                        [(r.token_ids, r.num_prompt_tokens) for r in reqs], self.device,
+                                        self.spec.vocab_size)
         pending = self.sampler.sample_async(logits, batch)
         self._previous_ids = pending.device_ids
         self._previous_rows = {r.request_id: i for i, r in enumerate(reqs)}

@@ -172,9 +172,21 @@ class SamplingBatch:
         return cls(b, device, dev.get("sample_rows"), s, dev["temperature"], dev["uniforms"],
                    dev.get("min_p"), top_kp, penalties, logprobs, h2d_bytes)
 
+    @classmethod
+    def greedy(cls, num_rows: int, device: torch.device | str) -> SamplingBatch:
+        """The batch of ``num_rows`` plain greedy rows (see ``plain_greedy``): nothing to send."""
+        empty = torch.zeros(0, device=device)
+        return cls(num_rows, torch.device(device), None, 0, empty, empty, None, None, None, None, 0)
+
     @property
     def all_greedy(self) -> bool:
         return self.num_sampled == 0
+
+
+def plain_greedy(params: Sequence[SamplingParams]) -> bool:
+    """Every row is greedy without penalties or logprobs: its batch is ``SamplingBatch.greedy``."""
+    return all(p.temperature < GREEDY_EPS and p.logprobs is None and p.repetition_penalty == 1.0
+               and p.frequency_penalty == 0.0 and p.presence_penalty == 0.0 for p in params)
 
 
 def _param_table(params: Sequence[SamplingParams]) -> np.ndarray:

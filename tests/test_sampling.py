@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from runtime.request import SamplingParams as SP
-from runtime.sampling import Sampler, SamplingBatch, request_rng
+from runtime.sampling import Sampler, SamplingBatch, plain_greedy, request_rng
 from tests.sampling_reference import draws, penalised, reference_draw, reference_probs, sample
 
 V = 64
@@ -40,6 +40,12 @@ def test_greedy_is_argmax_and_draws_nothing(logits):
     assert [r.getstate() for r in rngs] == states
     assert sample(logits.bfloat16(), [SP(temperature=0)] * 8, [None] * 8).token_ids == \
         logits.bfloat16().argmax(-1).tolist()
+    greedy = [SP(temperature=0, max_tokens=i + 1) for i in range(8)]
+    assert plain_greedy(greedy)
+    assert Sampler().sample(logits, SamplingBatch.greedy(8, "cpu")).token_ids == out.token_ids
+    assert not plain_greedy(greedy + [SP(temperature=0, logprobs=1)])
+    assert not plain_greedy(greedy + [SP(temperature=0, presence_penalty=0.5)])
+    assert not plain_greedy(greedy + [SP(temperature=0.5)])
 
 
 def test_draws_match_float64_reference(logits):
