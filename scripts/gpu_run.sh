@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU stages, run on a CUDA machine from the repo root: scripts/gpu_run.sh STAGE...
 #   tests      pytest -m gpu (kernel matrix, model equality fp32/bf16, CUDA graphs, GPU sampling)
-#   stepprof   bench profile on Qwen3-0.6B shapes (bf16)
-#   quick      bench throughput (no peers) on both shapes: a fast end-to-end check
+#   stepprof   bench profile (per-phase step breakdown) on both shapes (bf16)
+#   quick      bench throughput (no peers) on both shapes, and SmolLM2 again without async scheduling
 #   qwen3      bench throughput vs HF (continuous batching + static batches of 64), Qwen3-0.6B shapes
 #   smollm2    the same on SmolLM2-135M shapes
 #   costmodel  minivllm profile: step-shape sweep + fitted H200 cost model
@@ -27,9 +27,12 @@ for stage in "$@"; do
   case "$stage" in
     tests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_kernels_gpu.py tests/test_model_gpu.py \
              tests/test_sampling_gpu.py tests/test_sampling_staging.py tests/test_fused_norm_rope_gpu.py 2>&1 | tail -n 40 ;;
-    stepprof) minivllm bench profile --model-shape qwen3-0.6b "${WL[@]}" --json "$OUT/profile_qwen3.json" ;;
+    stepprof) minivllm bench profile --model-shape qwen3-0.6b "${WL[@]}" --json "$OUT/profile_qwen3.json"
+              minivllm bench profile --model-shape smollm2-135m "${WL[@]}" --json "$OUT/profile_smollm2.json" ;;
     quick) minivllm bench throughput --model-shape qwen3-0.6b "${WL[@]}" --peer none --json "$OUT/tp_qwen3_quick.json"
-           minivllm bench throughput --model-shape smollm2-135m "${WL[@]}" --peer none --json "$OUT/tp_smollm2_quick.json" ;;
+           minivllm bench throughput --model-shape smollm2-135m "${WL[@]}" --peer none --json "$OUT/tp_smollm2_quick.json"
+           minivllm bench throughput --model-shape smollm2-135m "${WL[@]}" --peer none --no-async-scheduling \
+             --json "$OUT/tp_smollm2_sync.json" ;;
     qwen3) minivllm bench throughput --model-shape qwen3-0.6b "${WL[@]}" --hf-peers cb,static --static-batch 64 \
              --json "$OUT/tp_qwen3.json" ;;
     smollm2) minivllm bench throughput --model-shape smollm2-135m "${WL[@]}" --hf-peers cb,static --static-batch 64 \
