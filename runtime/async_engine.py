@@ -6,7 +6,10 @@
 - Slow clients: each request's output queue is bounded; a consumer that falls that far behind is
   aborted (its KV freed) rather than stalling the engine thread or buffering without limit.
 - Cancellation: a consumer that stops iterating (client disconnect, timeout) aborts its request;
-  aborts are applied by the engine thread between steps and are idempotent.
+  aborts are applied by the engine thread between steps (after completing a step in flight, when
+  steps overlap) and are idempotent.
+- Steps run through a StepLoop (runtime/step_loop.py): with ``overlap`` the next step is planned
+  and launched before the previous one's tokens are back.
 - Stop strings: the engine thread detokenizes, and finishes a request whose text hit a stop.
 """
 
@@ -21,9 +24,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.core import EngineCore, Executor, RequestDelta
+from runtime.core import EngineCore, Executor, RequestDelta, StepOutput
 from runtime.detokenizer import apply_delta
 from runtime.request import SamplingParams
+from runtime.step_loop import StepLoop
 
 
 class EngineOverloaded(RuntimeError):
@@ -93,9 +97,11 @@ class AsyncLLMEngine:
         output_queue_size: int = 4096,
         clock: Callable[[], float] = time.monotonic,
         on_step: Callable[[Any], None] | None = None,
+        overlap: bool = False,
     ) -> None:
         self.core = core
         self.executor = executor
+        self.loop = StepLoop(core, executor, self.now, overlap=overlap)
         self.detokenizer_factory = detokenizer_factory
         self.output_queue_size = output_queue_size
         self.commands: queue.Queue = queue.Queue(maxsize=max_pending)
@@ -169,24 +175,14 @@ class AsyncLLMEngine:
     # --- engine thread -----------------------------------------------------------------------------
 
     def _run(self) -> None:
-        core = self.core
+        core, loop = self.core, self.loop
         try:
             while not self._stopping.is_set():
-                self._drain_commands(block=not core.has_unfinished())
-                if not core.has_unfinished():
+                idle = not core.has_unfinished() and not loop.busy
+                self._drain_commands(block=idle)
+                if not core.has_unfinished() and not loop.busy:
                     continue
-                now = self.now()
-                out = core.step(now, self.executor)
-                if out.result is None:
-                    continue
-                self.stats.steps += 1
-                self.stats.preemptions += len(out.plan.preempted)
-                self.stats.prefix_hit_tokens += sum(a.num_cached_tokens for a in out.plan.admitted)
-                end = now + out.result.duration
-                for delta in out.deltas:
-                    self._deliver(delta, end)
-                if self.on_step is not None:
-                    self.on_step(out)
+                self._handle_outputs(loop.step())
         except BaseException as e:  # surface to every waiting client, then stop
             self.error = e
             for handle in list(self._handles.values()):
@@ -194,6 +190,19 @@ class AsyncLLMEngine:
             raise
         finally:
             self._abort_all("shutdown")
+
+    def _handle_outputs(self, outputs: list[StepOutput]) -> None:
+        for out in outputs:
+            if out.result is None:
+                continue
+            self.stats.steps += 1
+            self.stats.preemptions += len(out.plan.preempted)
+            self.stats.prefix_hit_tokens += sum(a.num_cached_tokens for a in out.plan.admitted)
+            now = self.now()
+            for delta in out.deltas:
+                self._deliver(delta, now)
+            if self.on_step is not None:
+                self.on_step(out)
 
     def _drain_commands(self, block: bool) -> None:
         try:
@@ -204,9 +213,11 @@ class AsyncLLMEngine:
             if cmd == "add":
                 self._add(handle)
             elif cmd == "abort" and handle.request_id is not None and not handle.done:
-                handle.done = True
-                self._handles.pop(handle.request_id, None)
-                self.core.abort(handle.request_id, self.now(), "client disconnected")
+                self._handle_outputs(self.loop.drain())  # never abort a request inside a step in flight
+                if not handle.done:  # (it may have finished in that step)
+                    handle.done = True
+                    self._handles.pop(handle.request_id, None)
+                    self.core.abort(handle.request_id, self.now(), "client disconnected")
             try:
                 cmd, handle = self.commands.get_nowait()
             except queue.Empty:
@@ -266,6 +277,8 @@ class AsyncLLMEngine:
             handle.loop.call_soon_threadsafe(put)
 
     def _abort_all(self, reason: str) -> None:
+        with contextlib.suppress(Exception):  # after an engine error the step may not complete
+            self.loop.drain()
         for rid, handle in list(self._handles.items()):
             handle.done = True
             self.core.abort(rid, self.now(), reason)

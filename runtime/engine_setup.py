@@ -51,11 +51,15 @@ class EngineParts:
     def core(self, sink: EventSink | None = None) -> EngineCore:
         return EngineCore(self.config, eos_token_id=self.loaded.eos_token_id, sink=sink)
 
+    @property
+    def overlap(self) -> bool:
+        """Whether steps overlap: on CUDA unless async_scheduling is off (on the CPU the forward
+        runs inside ``launch``, so there is nothing to overlap)."""
+        return self.runner.async_scheduling and self.runner.device.type == "cuda"
+
     def loop(self, core: EngineCore, clock: Callable[[], float]) -> StepLoop:
-        """The step driver for ``core`` on this runner: overlapped on CUDA unless async_scheduling is
-        off (on the CPU the forward runs inside ``launch``, so there is nothing to overlap)."""
-        runner = self.runner
-        return StepLoop(core, runner, clock, overlap=runner.async_scheduling and runner.device.type == "cuda")
+        """The step driver for ``core`` on this runner."""
+        return StepLoop(core, self.runner, clock, overlap=self.overlap)
 
 
 def split_options(options: dict[str, Any]) -> tuple[dict, dict, dict, dict]:

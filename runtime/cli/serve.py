@@ -44,7 +44,7 @@ def build_app(args: argparse.Namespace):
     core = parts.core(writer)
 
     engine = AsyncLLMEngine(core, parts.runner, functools.partial(make_detokenizer, tokenizer),
-                            max_pending=args.max_pending,
+                            max_pending=args.max_pending, overlap=parts.overlap,
                             on_step=(lambda _: writer.flush()) if writer is not None else None)
     name = args.served_model_name or parts.loaded.identity.split("@")[0].removesuffix(".gguf")
     app = create_app(engine, tokenizer, name, stop_token_ids=parts.loaded.spec.eos_token_ids[1:])
