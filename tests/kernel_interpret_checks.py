@@ -137,6 +137,92 @@ def check_fused_rms_norm_and_rotary_fp16():
         torch.testing.assert_close(rotary(k, cos, sin, pos), rotary_reference(k, cos, sin, pos), atol=tol, rtol=tol)
 
 
+# The interpreter rounds fp32 -> bf16 by truncation (the GPU: to nearest even), so bf16 results can
+# be a unit in the last place off torch's; fp16 it rounds as the GPU does: bitwise checks use fp16.
+BF16 = {"atol": 1e-2, "rtol": 1.6e-2}
+
+
+def check_add_rms_norm():
+    from runtime.kernels.fused_norm_rope import add_rms_norm, add_rms_norm_reference, rms_norm
+
+    g = torch.Generator().manual_seed(6)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        wide = torch.randn(9, 200, generator=g).to(dtype)
+        x, res = wide[:, :96], wide[:, 100:196]  # strided rows
+        w = (torch.rand(96, generator=g) + 0.5).to(dtype)
+        normed, new_res = add_rms_norm(x, res, w, 1e-6)
+        assert torch.equal(normed, rms_norm(new_res, w, 1e-6)), dtype  # the norm reads the rounded sum
+        want_normed, want_res = add_rms_norm_reference(x, res, w, 1e-6)
+        if dtype == torch.bfloat16:
+            torch.testing.assert_close(new_res, want_res, **BF16)
+            torch.testing.assert_close(normed, want_normed, **BF16)
+        else:
+            assert torch.equal(new_res, want_res), dtype
+            tol = 1e-5 if dtype == torch.float32 else 2e-3
+            torch.testing.assert_close(normed, want_normed, atol=tol, rtol=tol)
+
+
+def check_silu_and_mul():
+    from runtime.kernels.silu_and_mul import silu_and_mul, silu_and_mul_reference
+
+    g = torch.Generator().manual_seed(7)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        gate_up = (4 * torch.randn(5, 2 * 1300, generator=g)).to(dtype)  # 1300: two column blocks, masked tail
+        got, want = silu_and_mul(gate_up), silu_and_mul_reference(gate_up)
+        if dtype == torch.bfloat16:
+            torch.testing.assert_close(got, want, **BF16)
+        else:  # numpy's expf is not torch's: within an ulp (fp32), fp16 rounds that away almost always
+            torch.testing.assert_close(got, want)
+            assert dtype == torch.float32 or (got != want).float().mean() < 1e-3
+
+
+def check_rotary_q_and_k_in_one_launch():
+    from runtime.kernels.fused_norm_rope import rotary, rotary_reference
+
+    g = torch.Generator().manual_seed(8)
+    heads, kv_heads, d, t = 5, 2, 32, 6
+    ang = torch.arange(40)[:, None] * torch.rand(d // 2, generator=g)[None, :]
+    pos = torch.tensor([0, 3, 39, 7, 7, 1])
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        cos, sin = torch.cat((ang, ang), -1).cos().to(dtype), torch.cat((ang, ang), -1).sin().to(dtype)
+        qkv = torch.randn(t, (heads + 2 * kv_heads) * d, generator=g).to(dtype)
+        qkv_in = qkv.view(t, -1, d).clone()
+        q, k, v = qkv.view(t, -1, d).split([heads, kv_heads, kv_heads], dim=1)
+        want_q, want_k, want_v = rotary(q, cos, sin, pos), rotary(k, cos, sin, pos), v.clone()
+        qk = qkv.view(t, -1, d)[:, : heads + kv_heads]
+        assert rotary(qk, cos, sin, pos, out=qk) is qk
+        assert torch.equal(q, want_q) and torch.equal(k, want_k) and torch.equal(v, want_v), dtype
+        if dtype != torch.bfloat16:  # the same rounding points as torch's
+            assert torch.equal(qk, rotary_reference(qkv_in[:, : heads + kv_heads], cos, sin, pos)), dtype
+
+
+def check_fused_model_equals_unfused():
+    """The fused forward (residual adds in the norms, q|k rotary in place, SiLU-and-mul) against the
+    unfused one, which on the CPU is torch's HF-order path (the norm's reduction order differs from
+    the kernel's: close, not bitwise; the GPU test checks bitwise against the CUDA unfused path)."""
+    import tempfile
+
+    from runtime.attention import TorchAttentionBackend
+    from runtime.model.loader import load_model
+    from tests.model_helpers import forward_steps, tiny_hf_model
+
+    tol = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 8e-2}  # relative to the largest logit
+    for arch in ("llama", "qwen3"):
+        folder = tempfile.mkdtemp()
+        tiny_hf_model(arch).save_pretrained(folder)
+        for dtype in ("float32", "float16", "bfloat16"):
+            model = load_model(folder, device="cpu", dtype=dtype).model
+            assert not model.use_fused_kernels
+            want = forward_steps(model, TorchAttentionBackend())
+            model.use_fused_kernels = True
+            # the Triton attention kernels do not run bf16 in the interpreter
+            backends = [TorchAttentionBackend()] + ([TritonAttentionBackend("cpu")] if dtype != "bfloat16" else [])
+            for backend in backends:
+                for step, (a, b) in enumerate(zip(forward_steps(model, backend), want)):
+                    err = ((a - b).abs().max() / b.abs().max()).item()
+                    assert err < tol[dtype], (arch, dtype, backend.name, step, err)
+
+
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
 
 

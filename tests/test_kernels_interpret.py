@@ -28,6 +28,10 @@ NAMES = [
     "backend_mixed_batch",
     "backend_matches_torch_backend",
     "fused_rms_norm_and_rotary_fp16",
+    "add_rms_norm",
+    "silu_and_mul",
+    "rotary_q_and_k_in_one_launch",
+    "fused_model_equals_unfused",
 ]
 
 

@@ -4,6 +4,9 @@
 - ``prefill``: causal attention of prefill chunks over cached blocks + their own span.
 - ``kv_store``: write new K/V into the cache by slot mapping.
 - ``backend``: ``TritonAttentionBackend`` (the ``triton`` attention backend).
+- ``fused_norm_rope``: RMSNorm (optionally fused with the residual add before it) and rotary (q and
+  k in one launch) for the model's fp16/bf16 CUDA forward.
+- ``silu_and_mul``: the MLP's SiLU-and-mul in one kernel.
 
 Nothing is imported here, so ``import runtime.kernels`` costs nothing on machines without Triton.
 """

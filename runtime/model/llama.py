@@ -5,6 +5,13 @@ token belongs to which sequence, and where its KV lives, is in the attention met
 gate/up are fused into one matmul each (fewer, larger GEMMs); everything else follows HF's
 arithmetic order (fp32 RMSNorm, HF rotary) so greedy tokens match HF token for token.
 Logits are computed only for ``logits_indices`` (the last token of each sampling span).
+
+``use_fused_kernels`` (chosen by the loader: CUDA and fp16/bf16) switches to the fused forward
+(vLLM's layout): the residual stream travels beside the hidden state and each residual add runs
+inside the next RMSNorm's kernel (the last one inside the final norm's), q and k are normed
+(Qwen3) and rotated in place in the qkv output (one rotary launch for both), and SiLU-and-mul is
+one kernel. Same rounding points as the unfused path, so the same bits, in ~4 fewer kernels per
+layer (runtime/kernels/fused_norm_rope.py, silu_and_mul.py).
 """
 
 from __future__ import annotations
@@ -22,16 +29,31 @@ from runtime.model.spec import ModelSpec
 Rope = Callable[[torch.Tensor], torch.Tensor]
 
 
-def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    from runtime.kernels.fused_norm_rope import rms_norm as fused
+# Triton kernels, imported on first use (CPU-only installs have no Triton)
+def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    from runtime.kernels.fused_norm_rope import rms_norm
 
-    return fused(x, weight, eps)
+    return rms_norm(x, weight, eps, out)
 
 
-def fused_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    from runtime.kernels.fused_norm_rope import rotary as fused
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                       eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    from runtime.kernels.fused_norm_rope import add_rms_norm
 
-    return fused(x, cos, sin, positions)
+    return add_rms_norm(x, residual, weight, eps)
+
+
+def fused_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+    from runtime.kernels.fused_norm_rope import rotary
+
+    return rotary(x, cos, sin, positions, out)
+
+
+def fused_silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    from runtime.kernels.silu_and_mul import silu_and_mul
+
+    return silu_and_mul(gate_up)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -64,6 +86,13 @@ class RMSNorm(nn.Module):
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(dtype)
 
+    def add_forward(self, x: torch.Tensor, residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fused path: ``(norm(x + residual), x + residual)`` in one kernel; residual None (the
+        first layer): x is the residual stream, ``(norm(x), x)``."""
+        if residual is None:
+            return fused_rms_norm(x, self.weight, self.eps), x
+        return fused_add_rms_norm(x, residual, self.weight, self.eps)
+
 
 class Attention(nn.Module):
     def __init__(self, spec: ModelSpec) -> None:
@@ -77,19 +106,36 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(spec.head_dim, spec.rms_norm_eps) if spec.qk_norm else None
 
     def forward(self, x: torch.Tensor, rope: Rope, kv: tuple[torch.Tensor, torch.Tensor],
-                meta: AttentionMetadata, backend: AttentionBackend) -> torch.Tensor:
+                meta: AttentionMetadata, backend: AttentionBackend, fused: bool = False) -> torch.Tensor:
         T = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(T, self.num_heads, self.head_dim)
-        k = k.view(T, self.num_kv_heads, self.head_dim)
-        v = v.view(T, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rope(q), rope(k)
+        qkv = self.qkv_proj(x)
+        if fused:
+            q, k, v = self._qkv_fused(qkv, rope)
+        else:
+            q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+            q = q.view(T, self.num_heads, self.head_dim)
+            k = k.view(T, self.num_kv_heads, self.head_dim)
+            v = v.view(T, self.num_kv_heads, self.head_dim)
+            if self.q_norm is not None:
+                q, k = self.q_norm(q), self.k_norm(k)
+            q, k = rope(q), rope(k)
         k_cache, v_cache = kv
         backend.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         out = backend.forward(q, k_cache, v_cache, meta, self.scale)
         return self.o_proj(out.reshape(T, self.q_size))
+
+    def _qkv_fused(self, qkv: torch.Tensor, rope: Rope) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v as ``[T, heads, head_dim]`` views of the qkv output (row stride q+2kv heads; the
+        attention and KV-store kernels take strided views), q and k normed (Qwen3) and rotated in
+        place: q and k are adjacent heads, so ``rope`` rotates both in one launch."""
+        h, kvh = self.num_heads, self.num_kv_heads
+        heads = qkv.view(qkv.shape[0], h + 2 * kvh, self.head_dim)
+        q, k, v = heads.split([h, kvh, kvh], dim=1)
+        if self.q_norm is not None:
+            fused_rms_norm(q, self.q_norm.weight, self.q_norm.eps, out=q)
+            fused_rms_norm(k, self.k_norm.weight, self.k_norm.eps, out=k)
+        rope(heads[:, : h + kvh])
+        return q, k, v
 
 
 class MLP(nn.Module):
@@ -99,7 +145,9 @@ class MLP(nn.Module):
         self.gate_up_proj = Linear(spec.hidden_size, 2 * spec.intermediate_size, bias=spec.mlp_bias)
         self.down_proj = Linear(spec.intermediate_size, spec.hidden_size, bias=spec.mlp_bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, fused: bool = False) -> torch.Tensor:
+        if fused:
+            return self.down_proj(fused_silu_and_mul(self.gate_up_proj(x)))
         gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
@@ -116,13 +164,23 @@ class DecoderLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), rope, kv, meta, backend)
         return x + self.mlp(self.post_attention_layernorm(x))
 
+    def forward_fused(self, x, residual, rope, kv, meta, backend):
+        """The same layer with the residual adds moved into the norms: takes the previous layer's
+        MLP output and the residual stream before it (None for layer 0: x is the embedding), returns
+        this layer's pair; the caller adds the last pair inside the final norm."""
+        x, residual = self.input_layernorm.add_forward(x, residual)
+        x = self.self_attn(x, rope, kv, meta, backend, fused=True)
+        x, residual = self.post_attention_layernorm.add_forward(x, residual)
+        return self.mlp(x, fused=True), residual
+
 
 class CausalLM(nn.Module):
     """The whole model. ``kv_caches[i]`` is layer i's ``(k_cache, v_cache)`` pair."""
 
-    def __init__(self, spec: ModelSpec, rotary: RotaryTable) -> None:
+    def __init__(self, spec: ModelSpec, rotary: RotaryTable, use_fused_kernels: bool = False) -> None:
         super().__init__()
         self.spec = spec
+        self.use_fused_kernels = use_fused_kernels  # Triton fused forward (CUDA, fp16/bf16: see the docstring)
         self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(spec) for _ in range(spec.num_layers))
         self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
@@ -138,6 +196,11 @@ class CausalLM(nn.Module):
                 backend: AttentionBackend, logits_indices: torch.Tensor | None) -> torch.Tensor:
         """Logits ``[len(logits_indices), vocab]`` in fp32 (all tokens when indices are None)."""
         x = self.embed_tokens(input_ids)
+        if self.use_fused_kernels:
+            x = self._fused_layers_and_norm(x, positions, kv_caches, meta, backend)
+            if logits_indices is not None:  # rows are independent: normed all, now pick
+                x = x[logits_indices]
+            return linear(x, self.lm_head_weight).float()
         table = self.rotary
         if x.is_cuda and x.dtype != torch.float32:  # one fused kernel per tensor
             def rope(t: torch.Tensor) -> torch.Tensor:
@@ -152,3 +215,17 @@ class CausalLM(nn.Module):
         if logits_indices is not None:
             x = x[logits_indices]
         return linear(self.norm(x), self.lm_head_weight).float()
+
+    def _fused_layers_and_norm(self, x: torch.Tensor, positions: torch.Tensor,
+                               kv_caches: list[tuple[torch.Tensor, torch.Tensor]], meta: AttentionMetadata,
+                               backend: AttentionBackend) -> torch.Tensor:
+        """The layers and the final norm on the fused path: the last residual add runs in that norm."""
+        table = self.rotary
+
+        def rope(t: torch.Tensor) -> torch.Tensor:  # in place: t is a view of the qkv output
+            return fused_rotary(t, table.cos, table.sin, positions, out=t)
+
+        residual = None
+        for layer, kv in zip(self.layers, kv_caches):
+            x, residual = layer.forward_fused(x, residual, rope, kv, meta, backend)
+        return self.norm.add_forward(x, residual)[0]

@@ -126,7 +126,7 @@ def build_model(spec: ModelSpec, max_positions: int, dtype: torch.dtype, device:
     """An uninitialised model on ``device`` (built on the meta device: no wasted random init)."""
     rotary = RotaryTable(spec.rope, spec.head_dim, spec.max_position_embeddings, max_positions, dtype, device)
     with torch.device("meta"):
-        model = CausalLM(spec, rotary).to(dtype)
+        model = CausalLM(spec, rotary, use_fused_kernels=device.type == "cuda" and dtype != torch.float32).to(dtype)
     return model.to_empty(device=device).eval()
 
 
