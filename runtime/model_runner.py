@@ -25,6 +25,7 @@ from runtime.cuda_graphs import DecodeGraphs
 from runtime.kv_cache import allocate_kv, plan_num_blocks
 from runtime.model.loader import LoadedModel
 from runtime.model_inputs import host_inputs, to_device
+from runtime.piecewise_graphs import PiecewiseGraphs
 from runtime.request import Request
 from runtime.sampling import GREEDY_EPS, PendingSample, Sampler, SamplingBatch, plain_greedy, request_rng
 from runtime.scheduler import StepPlan
@@ -38,7 +39,7 @@ class RunnerConfig:
     kv_cache_gb: float | None = None  # KV budget; CPU default 2 GiB, CUDA default: the fraction below
     gpu_memory_utilization: float = 0.9
     num_blocks: int | None = None  # a fixed pool size instead of a budget (tests)
-    enforce_eager: bool = False  # no CUDA graphs for decode steps
+    enforce_eager: bool = False  # no CUDA graphs (decode graphs, piecewise graphs of prefill/mixed steps)
     # plan and launch step n+1 while step n runs on the device (runtime/step_loop.py); the log
     # is the same either way
     async_scheduling: bool = True
@@ -86,10 +87,15 @@ class ModelRunner:
         self.sync_timing = sync_timing and self.device.type == "cuda"
         self.record_steps = record_steps
         self.graphs: DecodeGraphs | None = None
+        self.piecewise: PiecewiseGraphs | None = None  # prefill / mixed steps
         if self.device.type == "cuda" and self.backend.name == "triton" and not config.enforce_eager:
             self.graphs = DecodeGraphs(self.model, self.kv_caches, self.backend, max_batch=max_num_seqs,
                                        max_model_len=max_model_len, block_size=block_size, device=self.device)
             self.graphs.capture()
+            self.piecewise = PiecewiseGraphs(self.model, self.kv_caches, self.backend,
+                                             max_tokens=max_num_batched_tokens, max_seqs=max_num_seqs,
+                                             device=self.device)
+            self.piecewise.capture()
         self.async_scheduling = config.async_scheduling
         self.stats = RunnerStats()
         # the last launch's sampled ids (device) and their rows by request: the source of the next
@@ -130,8 +136,11 @@ class ModelRunner:
         else:
             inputs = to_device(host, self.device, self._previous_ids)
             t1 = time.perf_counter()
-            logits = self.model(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta, self.backend,
-                                inputs.logits_indices)
+            if self.piecewise is not None and self.piecewise.supports(host):
+                logits = self.piecewise.run(host, inputs.meta, self._previous_ids)
+            else:
+                logits = self.model(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta, self.backend,
+                                    inputs.logits_indices)
         if self.sync_timing:
             torch.cuda.synchronize(self.device)
         t2 = time.perf_counter()

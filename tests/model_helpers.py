@@ -15,6 +15,7 @@ from runtime.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.core import EngineCore
 from runtime.model.loader import LoadedModel, load_model
 from runtime.model_runner import ModelRunner, RunnerConfig
+from runtime.piecewise_graphs import PiecewiseGraphs
 from runtime.request import SamplingParams
 from runtime.step_loop import StepLoop
 
@@ -125,16 +126,22 @@ class EngineRun:
 def run_engine(loaded: LoadedModel, prompts: list[list[int]], max_tokens: int | list[int], *,
                block_size: int = 4, num_blocks: int = 256, staggered: bool = False,
                device: str = "cpu", attention_backend: str = "torch", enforce_eager: bool = False,
-               overlap: bool = False, **sched) -> EngineRun:
+               overlap: bool = False, piecewise: bool = False, **sched) -> EngineRun:
     """Greedy outputs of ``prompts`` through the real engine. ``staggered``: each prompt is added
     only after the previous one finished (so later prompts hit the prefix cache); ``overlap``:
-    steps run through the overlapping StepLoop (placeholder inputs filled on the device)."""
+    steps run through the overlapping StepLoop (placeholder inputs filled on the device);
+    ``piecewise``: prefill and mixed steps go through PiecewiseGraphs (a dry run off CUDA)."""
     sched.setdefault("max_model_len", 512)
     runner = ModelRunner(loaded, RunnerConfig(num_blocks=num_blocks, attention_backend=attention_backend,
                                               device=device, enforce_eager=enforce_eager), block_size=block_size,
                          max_num_seqs=sched.get("max_num_seqs", 256), max_model_len=sched["max_model_len"])
     config = EngineConfig(cache=CacheConfig(block_size=block_size, num_blocks=num_blocks),
                           scheduler=SchedulerConfig(**sched))
+    if piecewise and runner.piecewise is None:
+        runner.piecewise = PiecewiseGraphs(runner.model, runner.kv_caches, runner.backend,
+                                           max_tokens=config.scheduler.max_num_batched_tokens,
+                                           max_seqs=config.scheduler.max_num_seqs, device=runner.device)
+        runner.piecewise.capture()
     core = EngineCore(config, eos_token_id=None)
     if isinstance(max_tokens, int):
         max_tokens = [max_tokens] * len(prompts)

@@ -36,7 +36,7 @@ def add_engine_args(p: argparse.ArgumentParser, *, seed_flag: bool = True) -> No
     g.add_argument("--max-model-len", type=int)
     g.add_argument("--no-chunked-prefill", action="store_true")
     g.add_argument("--no-prefix-caching", action="store_true")
-    g.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs for decode steps (CUDA)")
+    g.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs (CUDA): every step runs eagerly")
     g.add_argument("--no-async-scheduling", action="store_true",
                    help="complete each step before planning the next (no overlap of host and device work)")
     if seed_flag:
