@@ -33,15 +33,15 @@ def token_buckets(max_tokens: int) -> list[int]:
 
 class _Splitter:
     """The attention backend the model sees while pieces are captured: KV stores are captured,
-    each attention core closes the current piece and opens the next. ``run_attention`` (dry run,
-    warm-up) runs the core in line instead."""
+    each attention core copies its queries to the static ``q`` buffer, closes the current piece and
+    opens the next. ``run_attention`` (dry run) runs the core in line instead."""
 
-    def __init__(self, backend: AttentionBackend, out: torch.Tensor, pool, run_attention: bool) -> None:
+    def __init__(self, backend: AttentionBackend, q: torch.Tensor, out: torch.Tensor, pool,
+                 run_attention: bool = False) -> None:
         self.backend, self.name = backend, backend.name
-        self.out, self.pool, self.run_attention = out, pool, run_attention
+        self.q, self.out, self.pool, self.run_attention = q, out, pool, run_attention
         self.meta: AttentionMetadata | None = None
         self.pieces: list[torch.cuda.CUDAGraph] = []
-        self.queries: list[torch.Tensor] = []
         self.graph: torch.cuda.CUDAGraph | None = None
 
     def begin(self) -> None:
@@ -56,20 +56,20 @@ class _Splitter:
         self.backend.store_kv(k, v, k_cache, v_cache, slot_mapping)
 
     def forward(self, q, k_cache, v_cache, meta, scale) -> torch.Tensor:
-        self.queries.append(q)
         out = self.out[: q.shape[0]]
         if self.run_attention:
             n = self.meta.query_start_loc_cpu[-1]
             out[:n].copy_(self.backend.forward(q[:n], k_cache, v_cache, self.meta, scale))
-        else:
+        else:  # one static query buffer for every layer and bucket: the qkv outputs stay transient
+            self.q[: q.shape[0]].copy_(q)
             self.end()
             self.begin()
         return out
 
 
 class _Bucket:
-    def __init__(self, pieces: list, queries: list[torch.Tensor], logits: torch.Tensor) -> None:
-        self.pieces, self.queries, self.logits = pieces, queries, logits
+    def __init__(self, pieces: list, logits: torch.Tensor) -> None:
+        self.pieces, self.logits = pieces, logits
 
 
 class PiecewiseGraphs:
@@ -90,7 +90,10 @@ class PiecewiseGraphs:
         self.ids, self.positions, self.slots, self.logits_rows, self.fill_rows, self.fill_from = self.d_vec.unbind(0)
         pin = not self.dry_run
         self.staging = [torch.zeros((6, w), dtype=torch.int64, pin_memory=pin) for _ in range(2)]
-        self.out = torch.zeros((t, spec.num_heads, spec.head_dim), dtype=model.embed_tokens.weight.dtype, **dev)
+        # the attention cores' queries (written by the pieces) and outputs (read by them)
+        dtype = model.embed_tokens.weight.dtype
+        self.q = torch.zeros((t, spec.num_heads, spec.head_dim), dtype=dtype, **dev)
+        self.out = torch.zeros_like(self.q)
         self.scales = [layer.self_attn.scale for layer in model.layers]
         self.graphs: dict[int, _Bucket] = {}
         self.replays = 0
@@ -119,14 +122,14 @@ class PiecewiseGraphs:
         with torch.cuda.stream(side):
             for tokens in sorted(self.buckets, reverse=True):
                 meta = self._capture_meta(tokens)
-                warm = _Splitter(self.backend, self.out, pool, run_attention=False)
+                warm = _Splitter(self.backend, self.q, self.out, pool)
                 warm.end = warm.begin = lambda: None  # an uncaptured run: compiles the pieces' kernels
                 self._forward(warm, tokens, meta)
-                splitter = _Splitter(self.backend, self.out, pool, run_attention=False)
+                splitter = _Splitter(self.backend, self.q, self.out, pool)
                 splitter.begin()
                 logits = self._forward(splitter, tokens, meta)
                 splitter.end()
-                self.graphs[tokens] = _Bucket(splitter.pieces, splitter.queries, logits)
+                self.graphs[tokens] = _Bucket(splitter.pieces, logits)
         torch.cuda.current_stream(self.device).wait_stream(side)
         torch.cuda.synchronize(self.device)
 
@@ -155,14 +158,13 @@ class PiecewiseGraphs:
         fill_placeholders(self.ids, self.fill_rows[:p], self.fill_from[:p], previous_ids)
         self.replays += 1
         if self.dry_run:
-            splitter = _Splitter(self.backend, self.out, None, run_attention=True)
+            splitter = _Splitter(self.backend, self.q, self.out, None, run_attention=True)
             splitter.meta = meta
             return self._forward(splitter, tokens, self._capture_meta(tokens))[:rows]
         bucket = self.graphs[tokens]
         for layer, piece in enumerate(bucket.pieces[:-1]):
             piece.replay()
             k_cache, v_cache = self.kv_caches[layer]
-            self.out[:n].copy_(self.backend.forward(bucket.queries[layer][:n], k_cache, v_cache, meta,
-                                                    self.scales[layer]))
+            self.out[:n].copy_(self.backend.forward(self.q[:n], k_cache, v_cache, meta, self.scales[layer]))
         bucket.pieces[-1].replay()
         return bucket.logits[:rows]

@@ -3,6 +3,8 @@
 #   tests      pytest -m gpu (kernel matrix, model equality fp32/bf16, CUDA graphs, GPU sampling)
 #   stepprof   bench profile (per-phase step breakdown) on both shapes (bf16)
 #   quick      bench throughput (no peers) on both shapes, and SmolLM2 again without async scheduling
+#   budget     bench throughput (no peers) on both shapes with a 16,384-token step budget (nano-vllm's and
+#              vLLM's offline default; ours is 2,048)
 #   qwen3      bench throughput vs HF (continuous batching + static batches of 64), Qwen3-0.6B shapes
 #   smollm2    the same on SmolLM2-135M shapes
 #   costmodel  minivllm profile: step-shape sweep + fitted H200 cost model
@@ -33,6 +35,9 @@ for stage in "$@"; do
            minivllm bench throughput --model-shape smollm2-135m "${WL[@]}" --peer none --json "$OUT/tp_smollm2_quick.json"
            minivllm bench throughput --model-shape smollm2-135m "${WL[@]}" --peer none --no-async-scheduling \
              --json "$OUT/tp_smollm2_sync.json" ;;
+    budget) for shape in qwen3-0.6b smollm2-135m; do
+              minivllm bench throughput --model-shape $shape "${WL[@]}" --peer none --max-num-batched-tokens 16384 \
+                --json "$OUT/tp_${shape%%-*}_16k.json"; done ;;
     qwen3) minivllm bench throughput --model-shape qwen3-0.6b "${WL[@]}" --hf-peers cb,static --static-batch 64 \
              --json "$OUT/tp_qwen3.json" ;;
     smollm2) minivllm bench throughput --model-shape smollm2-135m "${WL[@]}" --hf-peers cb,static --static-batch 64 \
