@@ -5,7 +5,8 @@
 #   quick      bench throughput (no peers) on both shapes, and SmolLM2 again without async scheduling
 #   budget     bench throughput (no peers) on both shapes with a 16,384-token step budget (nano-vllm's and
 #              vLLM's offline default; ours is 2,048)
-#   qwen3      bench throughput vs HF (continuous batching + static batches of 64), Qwen3-0.6B shapes
+#   qwen3      bench throughput vs HF (continuous batching + static batches of 64), Qwen3-0.6B shapes,
+#              16,384-token step budget
 #   smollm2    the same on SmolLM2-135M shapes
 #   costmodel  minivllm profile: step-shape sweep + fitted H200 cost model
 #   kernel     bench decode-kernel
@@ -39,9 +40,9 @@ for stage in "$@"; do
               minivllm bench throughput --model-shape $shape "${WL[@]}" --peer none --max-num-batched-tokens 16384 \
                 --json "$OUT/tp_${shape%%-*}_16k.json"; done ;;
     qwen3) minivllm bench throughput --model-shape qwen3-0.6b "${WL[@]}" --hf-peers cb,static --static-batch 64 \
-             --json "$OUT/tp_qwen3.json" ;;
+             --max-num-batched-tokens 16384 --json "$OUT/tp_qwen3.json" ;;
     smollm2) minivllm bench throughput --model-shape smollm2-135m "${WL[@]}" --hf-peers cb,static --static-batch 64 \
-               --json "$OUT/tp_smollm2.json" ;;
+               --max-num-batched-tokens 16384 --json "$OUT/tp_smollm2.json" ;;
     costmodel) minivllm profile --model random:qwen3-0.6b --device cuda --dtype bfloat16 --out "$OUT/profile_h200.jsonl" \
                  --fit "$OUT/qwen3-0.6b-h200.json" ;;
     kernel) minivllm bench decode-kernel --json "$OUT/decode_kernel.json" ;;
