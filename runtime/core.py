@@ -1,5 +1,8 @@
 """EngineCore: add_request / abort / step(now, executor) = schedule → execute → commit.
 
+``commit`` = ``advance`` (what needs no token values) + ``complete`` (the values): StepLoop
+(runtime/step_loop.py) plans the next step between the two when the values can't change it.
+
 No torch, no clock, no global state: ``now`` is passed in by the driver (wall clock when live,
 ``env.now`` in the simulator), ids come from a per-engine counter, and every decision is emitted
 as a typed event to ``sink`` (a log writer, a list, or None).
@@ -239,6 +242,8 @@ class EngineCore:
                 continue
             req = requests[span.request_id]
             new = next(tokens_iter)
+            if not new:
+                raise ValueError(f"the executor returned no token for request {span.request_id}'s sampling span")
             lps = next(logprobs_iter) if logprobs_iter is not None else None
             token_ids = req.token_ids
             slot = len(token_ids) - 1  # the placeholder advance() reserved

@@ -27,7 +27,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runtime.core import EngineCore, Executor, StepOutput
+from runtime.core import EngineCore, Executor, OverlappingExecutor, StepOutput
 from runtime.scheduler import StepPlan
 
 
@@ -40,8 +40,9 @@ class _InFlight:
 
 
 class StepLoop:
-    def __init__(self, core: EngineCore, executor: Executor, clock: Callable[[], float],
+    def __init__(self, core: EngineCore, executor: Executor | OverlappingExecutor, clock: Callable[[], float],
                  overlap: bool = True) -> None:
+        """``overlap`` takes effect only with an OverlappingExecutor (one with launch / collect)."""
         self.core, self.executor, self.clock = core, executor, clock
         self.overlap = overlap and hasattr(executor, "launch")
         self._in_flight: _InFlight | None = None
