@@ -5,8 +5,9 @@ log's block events), so the executor sees exactly the batches of the recording. 
 are fed back after every step (teacher forcing): a mismatch is reported at the step where it
 happens and does not cascade.
 
-The real-runtime executor is ``runtime.model_runner.ModelRunner`` (imported lazily: the
-simulator never needs torch); any object with ``execute(plan, requests) -> StepResult`` works.
+Any object with ``execute(plan, requests) -> StepResult`` works; the real runtime's is built by
+``runtime.executor.setup.replay_executor_factory`` and wired in by ``minivllm replay --execute``
+(the simulator itself never imports the executor, or torch).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.core import Executor
+from runtime.engine.types import Executor
 from simulator.policy import LoggedPolicy
 from traces.events import Event, Header
 from traces.log import read_log
@@ -121,31 +122,3 @@ def render_execute_report(report: ExecuteReport) -> str:
         lines.append(f"FIRST DIVERGENCE at step {d.step}, request {d.request_id}, position {d.position}:")
         lines.append(d.context)
     return "\n".join(lines)
-
-
-def runtime_executor_factory(model: str | None = None, device: str = "auto", dtype: str = "auto",
-                             attention_backend: str = "auto") -> Callable[[Header], Executor]:
-    """A factory building the real ModelRunner as the recording did: the log's model (unless
-    ``model`` says otherwise), dtype, KV geometry, budget and seed, through ``engine_setup``.
-
-    Imported lazily: torch and the model runtime are needed only here.
-    """
-
-    def make(header: Header) -> Executor:
-        try:
-            from runtime.engine_setup import build_engine
-        except ImportError as e:  # the model runtime (or torch) isn't installed
-            raise RuntimeError(f"execute-replay needs the model runtime (runtime/model_runner.py, torch): {e}") \
-                from None
-        sched, extra = header.config.get("scheduler", {}), header.extra
-        options = {k: sched[k] for k in ("max_num_batched_tokens", "max_num_seqs", "max_model_len") if k in sched}
-        parts = build_engine(
-            model or extra.get("model_path"), device=device,
-            dtype=extra.get("dtype", "auto") if dtype == "auto" else dtype, attention_backend=attention_backend,
-            num_blocks=header.num_blocks, block_size=header.block_size, seed=header.seed, **options)
-        identity = parts.loaded.identity
-        if header.model_identity and identity != header.model_identity:
-            print(f"warning: the log was recorded with model {header.model_identity!r}; replaying on {identity!r}")
-        return parts.runner
-
-    return make

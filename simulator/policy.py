@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from runtime.request import Request, RequestStatus
-from runtime.scheduler import Admission, StepPlan
+from runtime.engine.request import Request, RequestStatus
+from runtime.engine.types import Admission, StepPlan
 from traces.events import Aborted, Admitted, Arrived, BlockFreed, Event, Finished, Header, Preempted, Step
 from traces.log import FoldedState, LogError
 from traces.prompt import materialize

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from runtime.config import EngineConfig
+from runtime.engine.config import EngineConfig
 from simulator.cost_model import CostModel, mape
 from simulator.sim import SimResult, simulate
 from traces.events import Arrived, Event, Finished, Header, Step
-from traces.importers import read_log_workload
+from traces.importers.log import read_log_workload
 from traces.log import LogError, read_log
 
 

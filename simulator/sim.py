@@ -25,11 +25,12 @@ from typing import Any
 import simpy
 from simpy.events import NORMAL, URGENT, Event
 
-from runtime.config import EngineConfig
-from runtime.core import EngineCore, EventSink, StepResult
-from runtime.request import InvalidRequest
+from runtime.engine.config import EngineConfig
+from runtime.engine.core import EngineCore
+from runtime.engine.types import EventSink, StepResult
 from simulator.cost_model import CostModel
 from traces.events import make_header
+from traces.params import InvalidRequest
 from traces.workload import Workload
 
 SYNTHETIC_TOKEN = 0  # the token every simulated step samples (no eos in simulation)

@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def main() -> None:
     import torch
 
-    import runtime.model_runner as mr
-    from runtime.kernels.backend import TritonAttentionBackend
+    import runtime.executor.model_runner as mr
+    from runtime.executor.attention.triton_backend import TritonAttentionBackend
     from tests.model_helpers import make_tiny, run_engine
 
     torch.set_num_threads(1)
@@ -44,7 +44,7 @@ def main() -> None:
             kw = {"chunked_prefill": {"max_num_batched_tokens": 12}, "prefix_hits": {"staggered": True}}.get(name, {})
             run = run_engine(tiny.loaded, prompts, 5, **kw)
             if name == "decode_graph_buffers":  # the CUDA-graph staging/padding path, run eagerly
-                from runtime.cuda_graphs import DecodeGraphs
+                from runtime.executor.cuda_graphs import DecodeGraphs
 
                 def with_graphs(self, *a, **kw):
                     with_triton(self, *a, **kw)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 
-from runtime.core import EngineCore, StepResult
-from runtime.request import Request
-from runtime.scheduler import StepPlan
+from runtime.engine.core import EngineCore
+from runtime.engine.request import Request
+from runtime.engine.types import StepPlan, StepResult
 from traces.log import FoldedState
 
 

@@ -17,11 +17,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from runtime.kernels.backend import TritonAttentionBackend  # noqa: E402
-from runtime.kernels.kv_store import store_kv, store_kv_reference  # noqa: E402
-from runtime.kernels.paged_attention import paged_decode, paged_decode_reference  # noqa: E402
-from runtime.kernels.paged_batch import make_paged_batch  # noqa: E402
-from runtime.kernels.prefill import (  # noqa: E402
+from runtime.executor.attention.triton_backend import TritonAttentionBackend  # noqa: E402
+from runtime.executor.kernels.kv_store import store_kv, store_kv_reference  # noqa: E402
+from runtime.executor.kernels.paged_attention import paged_decode, paged_decode_reference  # noqa: E402
+from runtime.executor.kernels.paged_batch import make_paged_batch  # noqa: E402
+from runtime.executor.kernels.prefill import (  # noqa: E402
     paged_prefill,
     paged_prefill_reference,
     paged_prefill_sdpa,
@@ -105,7 +105,7 @@ def check_backend_mixed_batch():
 
 
 def check_backend_matches_torch_backend():
-    from runtime.attention import TorchAttentionBackend
+    from runtime.executor.attention.torch_backend import TorchAttentionBackend
 
     seqs = [(9, 1), (31, 1), (0, 6), (16, 3), (5, 12)]
     lens = [c + n for c, n in seqs]
@@ -117,7 +117,7 @@ def check_backend_matches_torch_backend():
 
 
 def check_fused_rms_norm_and_rotary_fp16():
-    from runtime.kernels.fused_norm_rope import rms_norm, rms_norm_reference, rotary, rotary_reference
+    from runtime.executor.kernels.fused_norm_rope import rms_norm, rms_norm_reference, rotary, rotary_reference
 
     g = torch.Generator().manual_seed(5)
     for dtype, tol in ((torch.float32, 1e-5), (torch.float16, 2e-3)):
@@ -143,7 +143,7 @@ BF16 = {"atol": 1e-2, "rtol": 1.6e-2}
 
 
 def check_add_rms_norm():
-    from runtime.kernels.fused_norm_rope import add_rms_norm, add_rms_norm_reference, rms_norm
+    from runtime.executor.kernels.fused_norm_rope import add_rms_norm, add_rms_norm_reference, rms_norm
 
     g = torch.Generator().manual_seed(6)
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
@@ -163,7 +163,7 @@ def check_add_rms_norm():
 
 
 def check_silu_and_mul():
-    from runtime.kernels.silu_and_mul import silu_and_mul, silu_and_mul_reference
+    from runtime.executor.kernels.silu_and_mul import silu_and_mul, silu_and_mul_reference
 
     g = torch.Generator().manual_seed(7)
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
@@ -177,7 +177,7 @@ def check_silu_and_mul():
 
 
 def check_rotary_q_and_k_in_one_launch():
-    from runtime.kernels.fused_norm_rope import rotary, rotary_reference
+    from runtime.executor.kernels.fused_norm_rope import rotary, rotary_reference
 
     g = torch.Generator().manual_seed(8)
     heads, kv_heads, d, t = 5, 2, 32, 6
@@ -202,8 +202,8 @@ def check_fused_model_equals_unfused():
     the kernel's: close, not bitwise; the GPU test checks bitwise against the CUDA unfused path)."""
     import tempfile
 
-    from runtime.attention import TorchAttentionBackend
-    from runtime.model.loader import load_model
+    from runtime.executor.attention.torch_backend import TorchAttentionBackend
+    from runtime.executor.model.loader import load_model
     from tests.model_helpers import forward_steps, tiny_hf_model
 
     tol = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 8e-2}  # relative to the largest logit

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from runtime.config import CacheConfig, EngineConfig, SchedulerConfig
-from runtime.core import EngineCore
-from runtime.model.loader import LoadedModel, load_model
-from runtime.model_runner import ModelRunner, RunnerConfig
-from runtime.piecewise_graphs import PiecewiseGraphs
-from runtime.request import SamplingParams
-from runtime.step_loop import StepLoop
+from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from runtime.engine.core import EngineCore
+from runtime.engine.step_loop import StepLoop
+from runtime.executor.model.loader import LoadedModel, load_model
+from runtime.executor.model_runner import ModelRunner, RunnerConfig
+from runtime.executor.piecewise_graphs import PiecewiseGraphs
+from traces.params import SamplingParams
 
 # hidden 64, 2 layers, 4 heads over 2 KV heads (GQA); a larger init spreads the logits so greedy
 # choices are not decided by rounding
@@ -186,8 +186,8 @@ def run_engine(loaded: LoadedModel, prompts: list[list[int]], max_tokens: int | 
 @functools.lru_cache(maxsize=1)
 def smollm2_folder() -> Path:
     """The default model's converted HF folder (the GGUF is converted once and cached)."""
-    from runtime.model.gguf import converted_folder
-    from runtime.model.loader import default_model_path, file_identity
+    from runtime.executor.model.gguf import converted_folder
+    from runtime.executor.model.loader import default_model_path, file_identity
 
     path = default_model_path()
     return converted_folder(path, file_identity(path))
@@ -202,7 +202,7 @@ FORWARD_STEPS = [[(0, 0, 5), (1, 0, 7)], [(0, 5, 1), (1, 7, 1)], [(1, 8, 1), (0,
 def forward_steps(model, backend, steps=FORWARD_STEPS, block_size: int = 4, seed: int = 0) -> list[torch.Tensor]:
     """Logits of every token of each step of ``model.forward`` on fresh paged caches (sequence i owns
     blocks 8i..8i+7), random token ids: drives the model without the engine."""
-    from runtime.attention import AttentionMetadata
+    from runtime.executor.attention import AttentionMetadata
 
     spec, device = model.spec, model.embed_tokens.weight.device
     dtype, per_seq = model.embed_tokens.weight.dtype, 8

@@ -1,4 +1,4 @@
-"""A slow, obviously-correct float64 sampler to check runtime/sampling.py against (test helper)."""
+"""A slow, obviously-correct float64 sampler to check runtime/executor/sampling.py against (test helper)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import random
 import numpy as np
 import torch
 
-from runtime.request import SamplingParams
-from runtime.sampling import GREEDY_EPS, SampleOutput, Sampler, SamplingBatch, request_rng
+from runtime.executor.sampling import GREEDY_EPS, SampleOutput, Sampler, SamplingBatch, request_rng
+from traces.params import SamplingParams
 
 
 def penalised(logits: np.ndarray, p: SamplingParams, history: tuple[list[int], int] | None) -> np.ndarray:

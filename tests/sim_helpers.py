@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runtime.config import CacheConfig, EngineConfig, SchedulerConfig
-from runtime.core import EngineCore, StepResult
-from runtime.request import SamplingParams
+from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from runtime.engine.core import EngineCore
+from runtime.engine.types import StepResult
 from tests.helpers import SeededTokenExecutor
 from traces.events import make_header
 from traces.generators import generate
+from traces.params import SamplingParams
 from traces.prompt import PromptIds, PromptSynthetic
 from traces.workload import RequestSpec, Workload
 

@@ -9,8 +9,9 @@ import random
 import pytest
 import torch
 
-from runtime.attention import AttentionMetadata, TorchAttentionBackend, get_backend
-from runtime.cpu_kernels import available
+from runtime.executor.attention import AttentionMetadata, get_backend
+from runtime.executor.attention.torch_backend import TorchAttentionBackend
+from runtime.executor.cpu_kernels import available
 
 
 def _reference(q, k, v, scale):
@@ -81,5 +82,5 @@ def test_get_backend():
     assert get_backend("torch", "cpu").name == "torch"
     with pytest.raises(ValueError, match="CUDA"):
         get_backend("triton", "cpu")
-    with pytest.raises(ValueError, match="auto, torch or triton"):
+    with pytest.raises(ValueError, match="auto or one of torch, triton"):
         get_backend("flash", "cpu")

@@ -1,8 +1,9 @@
 from array import array
 
-from runtime.block_manager import BlockManager
-from runtime.request import Request, SamplingParams
+from runtime.engine.block_manager import BlockManager
+from runtime.engine.request import Request
 from traces.events import BlockAllocated, BlockCached, BlockEvicted, BlockFreed, PrefixHit, Reserved
+from traces.params import SamplingParams
 
 BS = 4
 

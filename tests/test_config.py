@@ -1,6 +1,6 @@
 import pytest
 
-from runtime.config import CacheConfig, ConfigError, EngineConfig, SchedulerConfig
+from runtime.engine.config import CacheConfig, ConfigError, EngineConfig, SchedulerConfig
 
 
 @pytest.mark.parametrize(

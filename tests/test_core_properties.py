@@ -3,12 +3,12 @@
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.config import CacheConfig, EngineConfig, SchedulerConfig
-from runtime.core import EngineCore
-from runtime.request import InvalidRequest, SamplingParams
+from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from runtime.engine.core import EngineCore
 from tests.helpers import SeededTokenExecutor, run_checked
 from traces.events import Aborted, Finished
 from traces.log import encode
+from traces.params import InvalidRequest, SamplingParams
 
 configs = st.builds(
     lambda bs, nb, budget, seqs, chunked, reserve, policy, prefix: EngineConfig(

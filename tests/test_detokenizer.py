@@ -1,10 +1,10 @@
-"""runtime/detokenizer.py with SmolLM2's real byte-level BPE tokenizer."""
+"""runtime/serving/detokenizer.py with SmolLM2's real byte-level BPE tokenizer."""
 
 from __future__ import annotations
 
 import pytest
 
-from runtime.detokenizer import IncrementalDetokenizer, is_concatenative
+from runtime.serving.detokenizer import IncrementalDetokenizer, is_concatenative
 from tests import smollm2_tokenizer
 
 MIXED = "Hello 你好世界! Emoji: 😀🎉 family 👨‍👩‍👧 and café 日本語のテキスト."

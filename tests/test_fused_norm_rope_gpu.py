@@ -4,7 +4,7 @@ torch references, and the fused model forward against the unfused one (bitwise).
 import pytest
 import torch
 
-from runtime.kernels.fused_norm_rope import (
+from runtime.executor.kernels.fused_norm_rope import (
     add_rms_norm,
     add_rms_norm_reference,
     rms_norm,
@@ -12,7 +12,7 @@ from runtime.kernels.fused_norm_rope import (
     rotary,
     rotary_reference,
 )
-from runtime.kernels.silu_and_mul import silu_and_mul, silu_and_mul_reference
+from runtime.executor.kernels.silu_and_mul import silu_and_mul, silu_and_mul_reference
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -94,8 +94,8 @@ def test_rotary_q_and_k_in_one_launch(dtype, tokens, heads, kv_heads, head_dim):
 def test_fused_model_bitwise_equals_unfused(tmp_path, model, dtype):
     """The loader picks the fused forward on CUDA in half precision; its logits (prefill, decode and
     mixed steps, Triton attention) are the unfused forward's, bit for bit."""
-    from runtime.kernels.backend import TritonAttentionBackend
-    from runtime.model.loader import load_model
+    from runtime.executor.attention.triton_backend import TritonAttentionBackend
+    from runtime.executor.model.loader import load_model
     from tests.model_helpers import forward_steps, tiny_hf_model
 
     if not model.startswith("random:"):

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.config import ConfigError
-from runtime.llm import LLM
-from runtime.request import InvalidRequest, SamplingParams
+from runtime.engine.config import ConfigError
+from runtime.serving.llm import LLM
 from tests.model_helpers import make_tiny, one_thread
 from traces.events import Arrived, Finished, Header, Step
 from traces.log import fold, read_log
+from traces.params import InvalidRequest, SamplingParams
 
 pytestmark = pytest.mark.usefixtures(one_thread.__name__)
 

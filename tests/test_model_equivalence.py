@@ -77,7 +77,7 @@ def test_half_precision_on_cpu_runs_close_to_hf(tmp_path, dtype):
     """fp16/bf16 run on the CPU too; rounding differs from HF's, so only the first tokens must agree."""
     import torch
 
-    from runtime.model.loader import load_model
+    from runtime.executor.model.loader import load_model
 
     tiny = make_tiny("qwen3", tmp_path)
     hf = tiny.hf.to(getattr(torch, dtype))

@@ -15,7 +15,7 @@ import random
 import pytest
 import torch
 
-from runtime.model.loader import load_model
+from runtime.executor.model.loader import load_model
 from tests.model_helpers import hf_greedy, make_tiny, run_engine
 
 pytestmark = [pytest.mark.gpu,

@@ -10,11 +10,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.block_table_rows import BlockTableRows
-from runtime.model_inputs import prepare_inputs
-from runtime.request import Request, SamplingParams
-from runtime.scheduler import StepPlan
+from runtime.engine.request import Request
+from runtime.engine.types import StepPlan
+from runtime.executor.block_table_rows import BlockTableRows
+from runtime.executor.model_inputs import prepare_inputs
 from traces.events import Span
+from traces.params import SamplingParams
 
 
 def _req(rid: int, n: int) -> Request:

@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from runtime.model.loader import file_identity, load_model
-from runtime.model.rope import inv_freq_and_scale
-from runtime.model.spec import MODEL_SHAPES, ModelLoadError, spec_from_hf_config
+from runtime.executor.model.loader import file_identity, load_model
+from runtime.executor.model.rope import inv_freq_and_scale
+from runtime.executor.model.spec import MODEL_SHAPES, ModelLoadError, spec_from_hf_config
 from tests.model_helpers import TINY, make_tiny, one_thread
 
 pytestmark = pytest.mark.usefixtures(one_thread.__name__)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runtime.model.loader import load_model
+from runtime.executor.model.loader import load_model
 from tests.model_helpers import hf_greedy, one_thread, run_engine, smollm2_folder
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures(one_thread.__name__)]

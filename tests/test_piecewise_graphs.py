@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from runtime.piecewise_graphs import token_buckets
+from runtime.executor.piecewise_graphs import token_buckets
 from tests.model_helpers import make_tiny, one_thread, run_engine
 
 pytestmark = pytest.mark.usefixtures(one_thread.__name__)

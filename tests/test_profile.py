@@ -19,8 +19,9 @@ from runtime.bench.profile_plan import (
 from runtime.bench.profile_shapes import FINISH_REASON, ShapeSweep, run_sweep
 from runtime.cli import main
 from runtime.cli.profile import DEFAULT_LIMITS
-from runtime.config import CacheConfig, EngineConfig, SchedulerConfig
-from runtime.core import EngineCore, StepResult
+from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from runtime.engine.core import EngineCore
+from runtime.engine.types import StepResult
 from simulator.cost_model import FEATURES, load_cost_model
 from tests.model_helpers import make_tiny, one_thread
 from traces.events import Finished, Header, Span, Step

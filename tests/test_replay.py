@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from runtime.core import StepResult
+from runtime.engine.types import StepResult
 from simulator.cost_model import LinearCostModel, RecordedCostModel
 from simulator.execute import execute_replay, render_execute_report
 from simulator.policy import LoggedPolicy

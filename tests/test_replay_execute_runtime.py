@@ -10,12 +10,13 @@ pytest.importorskip("transformers")
 
 
 def test_llm_log_replays_token_for_token_on_the_model_runner(tmp_path):
-    from runtime.llm import LLM
-    from runtime.request import SamplingParams
-    from simulator.execute import execute_replay, runtime_executor_factory
+    from runtime.executor.setup import replay_executor_factory
+    from runtime.serving.llm import LLM
+    from simulator.execute import execute_replay
     from tests.model_helpers import tiny_hf_model
     from traces.events import Preempted, Step
     from traces.log import read_log
+    from traces.params import SamplingParams
 
     folder = tmp_path / "tiny-qwen3"
     tiny_hf_model("qwen3").save_pretrained(folder)
@@ -30,13 +31,13 @@ def test_llm_log_replays_token_for_token_on_the_model_runner(tmp_path):
     events = list(read_log(log))
     assert any(isinstance(e, Preempted) for e in events), "the small KV pool should force preemptions"
 
-    report = execute_replay(log, runtime_executor_factory(device="cpu"))
+    report = execute_replay(log, replay_executor_factory(device="cpu"))
     assert report.ok, report.first and report.first.context
     assert report.steps == sum(isinstance(e, Step) for e in events)
     assert report.compared_tokens == sum(len(t) for e in events if isinstance(e, Step) for t in e.tokens)
 
     # a different engine seed samples differently: the first sampled-with-temperature step diverges
-    other = execute_replay(log, lambda h: runtime_executor_factory(device="cpu")(
+    other = execute_replay(log, lambda h: replay_executor_factory(device="cpu")(
         __import__("msgspec").structs.replace(h, seed=h.seed + 1)))
     assert not other.ok and other.first.request_id % 2 == 0
 

@@ -2,7 +2,8 @@ from array import array
 
 import pytest
 
-from runtime.request import InvalidRequest, Request, RequestStatus, SamplingParams
+from runtime.engine.request import Request, RequestStatus
+from traces.params import InvalidRequest, SamplingParams
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""runtime/sampling.py on the CPU: each option, logprobs, seeds, batch independence, edge cases."""
+"""runtime/executor/sampling.py on the CPU: each option, logprobs, seeds, batch independence, edge cases."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from runtime.request import SamplingParams as SP
-from runtime.sampling import Sampler, SamplingBatch, plain_greedy, request_rng
+from runtime.executor.sampling import Sampler, SamplingBatch, plain_greedy, request_rng
 from tests.sampling_reference import draws, penalised, reference_draw, reference_probs, sample
+from traces.params import SamplingParams as SP
 
 V = 64
 

@@ -7,10 +7,10 @@ import random
 import pytest
 import torch
 
-from runtime.request import SamplingParams as SP
-from runtime.sampling import request_rng
+from runtime.executor.sampling import request_rng
 from tests.sampling_reference import sample
 from tests.test_sampling_stats import CASES, check_distribution, param_id
+from traces.params import SamplingParams as SP
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

@@ -1,4 +1,4 @@
-"""runtime/staging.py: many small arrays, one copy, dtypes and values preserved."""
+"""runtime/executor/staging.py: many small arrays, one copy, dtypes and values preserved."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from runtime.staging import ALIGN, stage
+from runtime.executor.staging import ALIGN, stage
 
 
 def test_mixed_dtypes_odd_sizes_and_empty_arrays():

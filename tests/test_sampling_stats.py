@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from runtime.request import SamplingParams as SP
 from tests.sampling_reference import chi_square_ok, draws, reference_probs
+from traces.params import SamplingParams as SP
 
 CASES = [
     SP(),

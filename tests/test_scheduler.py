@@ -1,9 +1,10 @@
 import pytest
 
-from runtime.config import CacheConfig, EngineConfig, SchedulerConfig
-from runtime.core import EngineCore
-from runtime.request import RequestStatus, SamplingParams
+from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from runtime.engine.core import EngineCore
+from runtime.engine.request import RequestStatus
 from tests.helpers import SeededTokenExecutor, run_checked
+from traces.params import SamplingParams
 
 
 def engine(block_size=4, num_blocks=64, budget=16, max_seqs=8, chunked=True, reserve_full=True,

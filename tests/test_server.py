@@ -16,13 +16,14 @@ import httpx
 import openai
 import pytest
 
-from runtime.async_engine import AsyncLLMEngine, EngineOverloaded, SlowClient
-from runtime.config import CacheConfig, EngineConfig, SchedulerConfig
-from runtime.core import EngineCore, StepResult
-from runtime.detokenizer import make_detokenizer
-from runtime.request import SamplingParams
-from runtime.server.app import create_app
-from runtime.server.launch import ServerThread
+from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from runtime.engine.core import EngineCore
+from runtime.engine.types import StepResult
+from runtime.serving.async_engine import AsyncLLMEngine, EngineOverloaded, SlowClient
+from runtime.serving.detokenizer import make_detokenizer
+from runtime.serving.server.app import create_app
+from runtime.serving.server.launch import ServerThread
+from traces.params import SamplingParams
 
 EOS = 2
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from runtime.request import SamplingParams
 from simulator.cost_model import CostModelError, LinearCostModel, RecordedCostModel
 from simulator.replay import resimulate
 from simulator.sim import SYNTHETIC_TOKEN, Simulation, simulate
@@ -22,6 +21,7 @@ from traces.events import (
     Step,
 )
 from traces.log import LogWriter, fold, read_log
+from traces.params import SamplingParams
 from traces.prompt import PromptIds
 from traces.workload import RequestSpec, Workload
 

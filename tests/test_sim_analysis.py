@@ -6,8 +6,8 @@ import pytest
 
 from analysis.frames import frames_from_events, load_frames
 from analysis.metrics import render_summary, summarize
-from runtime.request import SamplingParams
 from traces.events import Aborted, Admitted, Arrived, Finished, Header, Preempted, Span, Step
+from traces.params import SamplingParams
 from traces.prompt import PromptSynthetic
 
 

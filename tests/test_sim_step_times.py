@@ -1,10 +1,10 @@
 """The Step event carries the step's start time (regression: it once logged a span's start)."""
 
-from runtime.config import CacheConfig, EngineConfig, SchedulerConfig
-from runtime.core import EngineCore
-from runtime.request import SamplingParams
+from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from runtime.engine.core import EngineCore
 from tests.helpers import SeededTokenExecutor
 from traces.events import Step
+from traces.params import SamplingParams
 
 
 def test_step_event_start_is_the_step_time():

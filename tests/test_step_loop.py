@@ -10,15 +10,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.config import CacheConfig, EngineConfig, SchedulerConfig
-from runtime.core import PLACEHOLDER, EngineCore
-from runtime.llm import LLM
-from runtime.request import SamplingParams
-from runtime.step_loop import StepLoop
+from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from runtime.engine.core import EngineCore
+from runtime.engine.step_loop import StepLoop
+from runtime.engine.types import PLACEHOLDER
+from runtime.serving.llm import LLM
 from tests.helpers import SeededTokenExecutor
 from tests.model_helpers import make_tiny, one_thread
 from tests.test_core_properties import build, configs, requests
 from traces.log import read_log
+from traces.params import SamplingParams
 
 TIMES = ("time", "start", "end")
 

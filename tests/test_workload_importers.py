@@ -7,13 +7,16 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from runtime.request import SamplingParams
 from tests.sim_helpers import DATA, SHARED_TRACES, VaryingDurationExecutor, record_live, small_config
 from traces.events import Aborted, Arrived
-from traces.importers import detect_format, read_azure_csv, read_log_workload, read_mooncake_jsonl
+from traces.formats import detect_format, load_workload
+from traces.importers.azure import read_azure_csv
+from traces.importers.log import read_log_workload
+from traces.importers.mooncake import read_mooncake_jsonl
 from traces.log import LogWriter
+from traces.params import SamplingParams
 from traces.prompt import PromptIds, PromptSynthetic, materialize
-from traces.workload import RequestSpec, Workload, WorkloadError, load_workload
+from traces.workload import RequestSpec, Workload, WorkloadError
 
 # row counts from ../shared/traces/SOURCES.md
 SHARED = {
@@ -155,7 +158,7 @@ def test_mooncake_bad_rows_name_file_line_and_field(tmp_path, row, message):
 def test_unknown_formats_are_errors(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_text('{"hello": 1}\n')
-    with pytest.raises(WorkloadError, match="unrecognized JSON line"):
+    with pytest.raises(WorkloadError, match="not a known workload format"):
         load_workload(path)
     empty = tmp_path / "e.jsonl"
     empty.write_text("")

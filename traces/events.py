@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from runtime.request import SamplingParams
+from traces.params import SamplingParams
 from traces.prompt import Prompt
 
 SCHEMA_VERSION = 1

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from traces.formats import load_workload
 from traces.workload import RequestSpec, Workload, WorkloadError, synthetic_prompt, trace_params
 
 
@@ -72,8 +73,6 @@ class LengthDist:
 
     @classmethod
     def from_workload(cls, path: str, which: str, *, seed: int = 0) -> LengthDist:
-        from traces.workload import load_workload
-
         wl = load_workload(path, seed=seed)
         if not len(wl):
             raise WorkloadError(f"{path}: no requests to take a length distribution from")

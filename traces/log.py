@@ -17,7 +17,6 @@ from typing import IO
 
 import msgspec
 
-from runtime.block_manager import BlockState
 from traces.events import (
     SCHEMA_VERSION,
     Aborted,
@@ -36,6 +35,18 @@ from traces.events import (
     Reserved,
     Step,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class BlockState:
+    """Comparable snapshot of the block manager (``fold`` builds the same from a log)."""
+
+    tables: dict[int, tuple[int, ...]]
+    ref_counts: tuple[int, ...]
+    free: tuple[int, ...]
+    evictable: tuple[int, ...]
+    cache: dict[int, int]
+    reserved: dict[int, int]
 
 
 class LogError(ValueError):

@@ -8,8 +8,8 @@ Saved as JSON Lines in the event-log format: a ``Header`` (clock ``"workload"``,
 ``extra``) followed by one ``Arrived`` event per request — so any log reader (and ``read_log``)
 reads a workload file, and a recorded log is itself a workload source.
 
-Importers (``traces.importers``) and generators (``traces.generators``) build workloads;
-``load_workload`` picks the importer from the file's extension and first line.
+Importers (``traces/importers/``, registered by format in ``traces.formats``) and generators
+(``traces.generators``) build workloads; ``traces.formats.load_workload`` reads any of them.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from typing import Any
 
 import msgspec
 
-from runtime.request import SamplingParams
 from traces.events import Arrived, Header
+from traces.log import LogWriter
+from traces.params import SamplingParams
 from traces.prompt import Prompt, PromptIds, PromptSynthetic
 
 WORKLOAD_CLOCK = "workload"
@@ -133,15 +134,9 @@ class Workload:
             yield Arrived(time=r.arrival, request_id=i, prompt=r.prompt, params=r.params, priority=r.priority)
 
     def save(self, path: str | Path) -> None:
-        from traces.log import LogWriter
-
         with LogWriter(path) as writer:
             for event in self.events():
                 writer(event)
-
-    @classmethod
-    def load(cls, path: str | Path, **options: Any) -> Workload:
-        return load_workload(path, **options)
 
 
 def _scale_prompt(prompt: Prompt, factor: float) -> Prompt:
@@ -164,45 +159,3 @@ def synthetic_prompt(num_tokens: int, seed: int, unique_seed: int, segment_ids: 
                      segment_len: int = 512) -> PromptSynthetic:
     return PromptSynthetic(num_tokens=num_tokens, seed=seed, unique_seed=unique_seed,
                            segment_ids=list(segment_ids), segment_len=segment_len)
-
-
-def load_workload(
-    path: str | Path,
-    *,
-    fmt: str = "auto",
-    limit: int | None = None,
-    time_window: tuple[float, float] | None = None,
-    rate_scale: float = 1.0,
-    input_scale: float = 1.0,
-    output_scale: float = 1.0,
-    skip_bad_rows: bool = False,
-    seed: int = 0,
-) -> Workload:
-    """Read a workload from our JSONL/log, an Azure CSV or a Mooncake JSONL; then slice and scale.
-
-    Order of the options: time window (on the file's own clock), then first ``limit`` requests,
-    then rate and length scaling.
-    """
-    from traces import importers
-
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such workload file")
-    kind = importers.detect_format(path) if fmt == "auto" else fmt
-    if kind == "azure":
-        wl = importers.read_azure_csv(path, seed=seed, skip_bad_rows=skip_bad_rows)
-    elif kind == "mooncake":
-        wl = importers.read_mooncake_jsonl(path, seed=seed, skip_bad_rows=skip_bad_rows)
-    elif kind == "log":
-        wl = importers.read_log_workload(path)
-    else:
-        raise WorkloadError(f"{path}: unknown workload format {kind!r} (auto, azure, mooncake, log)")
-    if time_window is not None:
-        wl = wl.window(*time_window)
-    if limit is not None:
-        wl = wl.head(limit)
-    if rate_scale != 1.0:
-        wl = wl.scale_rate(rate_scale)
-    if input_scale != 1.0 or output_scale != 1.0:
-        wl = wl.scale_lengths(input_scale, output_scale)
-    return wl

@@ -11,10 +11,11 @@ import io
 import time
 from dataclasses import asdict, dataclass
 
-from runtime.config import CacheConfig, EngineConfig, SchedulerConfig
-from runtime.core import EngineCore, StepResult
-from runtime.request import SamplingParams
+from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from runtime.engine.core import EngineCore
+from runtime.engine.types import StepResult
 from traces.log import LogWriter
+from traces.params import SamplingParams
 
 
 class _FixedTokenExecutor:

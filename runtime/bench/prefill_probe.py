@@ -14,8 +14,8 @@ import torch
 
 def main(argv: list[str] | None = None) -> int:
     from runtime.bench.throughput import Workload, warm_up
-    from runtime.engine_setup import build_engine
-    from runtime.request import SamplingParams
+    from runtime.executor.setup import build_engine
+    from traces.params import SamplingParams
 
     p = argparse.ArgumentParser()
     p.add_argument("--model-shape", default="qwen3-0.6b")

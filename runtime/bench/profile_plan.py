@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runtime.config import EngineConfig, SchedulerConfig
+from runtime.engine.config import EngineConfig, SchedulerConfig
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,15 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from runtime.bench.profile_plan import Case, DecodeCase, PrefillCase, SweepLimits, longest_request, plan_summary
-from runtime.core import EngineCore, Executor, StepOutput
-from runtime.request import Request, SamplingParams
+from runtime.engine.core import EngineCore
+from runtime.engine.request import Request
+from runtime.engine.types import Executor, StepOutput
 from traces.log import LogWriter
+from traces.params import SamplingParams
 from traces.prompt import PromptSynthetic
 
 if TYPE_CHECKING:
-    from runtime.engine_setup import EngineParts
+    from runtime.executor.setup import EngineParts
 
 FINISH_REASON = "profile"
 

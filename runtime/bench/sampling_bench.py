@@ -4,7 +4,7 @@
   Generator and an ``.item()`` (one sync per row) — the naive baseline;
 * ``full-probs D2H``: softmax and top-p on the device, the whole [B, V] probability matrix copied
   to the host, the inverse CDF in numpy;
-* ``gpu-native``: runtime.sampling (host builds params + one uniform per row, one H2D; filters and
+* ``gpu-native``: runtime.executor.sampling (host builds params + one uniform per row, one H2D; filters and
   inverse CDF on the device; one D2H of [B] ids), timed including ``SamplingBatch.build``;
 * ``gpu-native greedy``: the same API on an all-greedy batch (one argmax).
 
@@ -21,8 +21,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from runtime.request import SamplingParams
-from runtime.sampling import Sampler, SamplingBatch, request_rng
+from runtime.executor.sampling import Sampler, SamplingBatch, request_rng
+from traces.params import SamplingParams
 
 TEMPERATURE, TOP_P = 0.8, 0.95
 

@@ -52,8 +52,8 @@ def run(model: str | None, *, num_prompts: int = 256, input_len=(100, 1024), out
     from tqdm import tqdm
 
     from runtime.bench.throughput import Workload, warm_up
-    from runtime.engine_setup import build_engine
-    from runtime.request import SamplingParams
+    from runtime.executor.setup import build_engine
+    from traces.params import SamplingParams
 
     parts = build_engine(model, sync_timing=True, **options)
     runner, loaded = parts.runner, parts.loaded

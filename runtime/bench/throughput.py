@@ -60,7 +60,7 @@ class EngineResult:
 def warm_up(parts, workload: Workload) -> None:
     """Untimed: a prefill, decodes, and a mixed step (decode + prefill chunk), so one-time costs
     (allocator growth, kernel compilation of every path) stay out of the measurement."""
-    from runtime.request import SamplingParams
+    from traces.params import SamplingParams
 
     core = parts.core()
     loop = parts.loop(core, lambda: 0.0)
@@ -77,7 +77,7 @@ def run_engine(parts, workload: Workload, progress: bool = True) -> EngineResult
     """All requests arrive at once; step until done. Timing excludes a short warm-up."""
     from tqdm import tqdm
 
-    from runtime.request import SamplingParams
+    from traces.params import SamplingParams
 
     runner = parts.runner
     warm_up(parts, workload)
@@ -184,11 +184,11 @@ def _run_peer(hf_peers, peer: str, hf, workload: Workload, device, static_batch:
 
 def run(model: str | None, *, peers: list[str], num_prompts: int = 64, input_len=(32, 256),
         output_len=(16, 256), static_batch: int = 16, progress: bool = True, **options) -> ThroughputReport:
-    """``options``: engine options (runtime/engine_setup.py); ``seed`` seeds the workload too."""
+    """``options``: engine options (runtime/executor/setup.py); ``seed`` seeds the workload too."""
     import torch
 
     from runtime.bench import hf_peers
-    from runtime.engine_setup import build_engine
+    from runtime.executor.setup import build_engine
 
     seed = options.get("seed", 0)
     # no device sync inside a step: the host prepares sampling while the GPU runs the forward (on

@@ -21,7 +21,7 @@ COMMAND_MODULES = [
     "runtime.cli.cost_model",
     "runtime.cli.profile",
     "runtime.cli.analyze",
-    "runtime.demo",
+    "runtime.cli.demo",
 ]
 
 

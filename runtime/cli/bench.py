@@ -36,7 +36,7 @@ def _core(args: argparse.Namespace) -> int:
 
 
 def _sim(args: argparse.Namespace) -> int:
-    from simulator import bench as sim_bench
+    from runtime.bench import sim_bench
 
     modes = {"both": (True, False), "on": (True,), "off": (False,)}[args.chunked]
     results = sim_bench.run(trace=args.trace, cost_model=args.cost_model, modes=modes, limit=args.limit,
@@ -51,7 +51,7 @@ def _throughput(args: argparse.Namespace) -> int:
     from runtime.bench import throughput
     from runtime.cli import CLIError
     from runtime.cli.engine_args import engine_options, flag_error
-    from runtime.config import ConfigError
+    from runtime.engine.config import ConfigError
 
     model = _model_arg(args)
     peers: list[str] = []
@@ -100,7 +100,7 @@ def _model_arg(args: argparse.Namespace) -> str | None:
 def _profile(args: argparse.Namespace) -> int:
     from runtime.bench import step_profile
     from runtime.cli.engine_args import engine_options, flag_error
-    from runtime.config import ConfigError
+    from runtime.engine.config import ConfigError
 
     try:
         prof = step_profile.run(_model_arg(args), num_prompts=args.num_prompts, input_len=tuple(args.input_len),

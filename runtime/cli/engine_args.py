@@ -8,7 +8,7 @@ from typing import Any
 
 from runtime.cli import CLIError
 
-# option name (runtime/engine_setup.py) -> flag
+# option name (runtime/executor/setup.py) -> flag
 FLAGS = {
     "device": "--device", "dtype": "--dtype", "attention_backend": "--attention-backend",
     "kv_cache_gb": "--kv-cache-gb", "gpu_memory_utilization": "--gpu-memory-utilization",

@@ -63,7 +63,7 @@ def _read_prompts(args: argparse.Namespace) -> list[str]:
 
 
 def _sampling_params(args: argparse.Namespace):
-    from runtime.request import InvalidRequest, SamplingParams
+    from traces.params import InvalidRequest, SamplingParams
 
     try:
         return SamplingParams(
@@ -78,9 +78,9 @@ def _sampling_params(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     prompts = _read_prompts(args)
     params = _sampling_params(args)
-    from runtime.config import ConfigError
-    from runtime.llm import LLM
-    from runtime.request import InvalidRequest
+    from runtime.engine.config import ConfigError
+    from runtime.serving.llm import LLM
+    from traces.params import InvalidRequest
 
     t0 = time.perf_counter()
     try:

@@ -74,10 +74,10 @@ def _quiet_wait(args: argparse.Namespace) -> float:
 def _engine(args: argparse.Namespace):
     """The engine to profile, and the sweep limits for it (device defaults unless given)."""
     from runtime.bench.profile_plan import DECODE_HEADROOM, derive_limits
-    from runtime.config import ConfigError
-    from runtime.engine_setup import build_engine
-    from runtime.model.loader import load_model
-    from runtime.model.spec import ModelLoadError
+    from runtime.engine.config import ConfigError
+    from runtime.executor.model.loader import load_model
+    from runtime.executor.model.spec import ModelLoadError
+    from runtime.executor.setup import build_engine
 
     opts = engine_options(args)
     try:

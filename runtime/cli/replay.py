@@ -33,14 +33,15 @@ def _timing(args: argparse.Namespace) -> int:
 def _execute(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from simulator.execute import execute_replay, render_execute_report, runtime_executor_factory
+    from runtime.executor.setup import replay_executor_factory
+    from simulator.execute import execute_replay, render_execute_report
     from traces.log import read_header
 
     header = read_header(args.log)
     steps = header.extra.get("num_steps")
     with tqdm(total=steps, unit="step", desc="execute-replay", disable=args.no_progress) as bar:
         try:
-            report = execute_replay(args.log, runtime_executor_factory(args.model, args.device, args.dtype,
+            report = execute_replay(args.log, replay_executor_factory(args.model, args.device, args.dtype,
                                                                       args.attention_backend),
                                     stop_at_first=not args.keep_going, progress=bar)
         except RuntimeError as e:

@@ -22,11 +22,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def build_app(args: argparse.Namespace):
     """Load the engine and build the app; returns (app, engine, close) — close() stops and flushes."""
-    from runtime.async_engine import AsyncLLMEngine
-    from runtime.config import ConfigError
-    from runtime.detokenizer import make_detokenizer
-    from runtime.engine_setup import build_engine
-    from runtime.server.app import create_app
+    from runtime.engine.config import ConfigError
+    from runtime.executor.setup import build_engine
+    from runtime.serving.async_engine import AsyncLLMEngine
+    from runtime.serving.detokenizer import make_detokenizer
+    from runtime.serving.server.app import create_app
     from traces.log import LogWriter
 
     if args.max_pending < 1:

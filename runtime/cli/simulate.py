@@ -43,7 +43,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 
 def engine_config(args: argparse.Namespace, workload, base=None, model_identity: str = ""):
     """The engine config: ``base`` (a log's) or defaults, then the flags."""
-    from runtime.config import CacheConfig, EngineConfig, SchedulerConfig
+    from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 
     if base is None:
         base = EngineConfig(cache=CacheConfig(num_blocks=DEFAULT_NUM_BLOCKS),
@@ -76,7 +76,7 @@ def _run(args: argparse.Namespace) -> int:
     from simulator.cost_model import RecordedCostModel, load_cost_model
     from simulator.replay import log_config
     from simulator.sim import simulate
-    from traces.importers import detect_format
+    from traces.formats import detect_format
     from traces.log import LogWriter
 
     require_file(args.workload, "workload file")

@@ -21,8 +21,10 @@ def _window(text: str) -> tuple[float, float]:
 
 def add_workload_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("workload")
-    g.add_argument("--format", dest="workload_format", default="auto",
-                   choices=["auto", "azure", "mooncake", "log"], help="input format (default: detect)")
+    from traces.formats import FORMATS
+
+    g.add_argument("--format", dest="workload_format", default="auto", choices=["auto", *FORMATS],
+                   help="input format (default: auto, detected from the file)")
     g.add_argument("--limit", type=int, help="first N requests (after --time-window)")
     g.add_argument("--time-window", type=_window, metavar="START:END",
                    help="requests arriving in [START, END) seconds; arrivals then count from START")
@@ -34,7 +36,7 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
 
 
 def workload_from_args(args: argparse.Namespace, path: str, seed: int = 0):
-    from traces.workload import load_workload
+    from traces.formats import load_workload
 
     wl = load_workload(path, fmt=args.workload_format, limit=args.limit, time_window=args.time_window,
                        rate_scale=args.rate_scale, input_scale=args.input_scale,

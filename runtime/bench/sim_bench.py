@@ -1,0 +1,120 @@
+"""``minivllm bench sim``: a whole trace through the simulator, chunked prefill on and off.
+
+Measures the wall time of the simulation including writing the full event log, and its speed
+relative to the simulated time (the engine's virtual clock at the last step's end). The serving
+metrics are then computed from the written log (timed separately).
+
+Engine for the default H200 / Qwen3-0.6B run: 65,536 blocks of 16 tokens (about the KV an H200
+holds beside 1.2 GB of weights at 0.9 memory utilization, 112 KiB of KV per token), 256
+sequences, max_model_len 16,384 (the conversation trace's longest request is 14,089 tokens);
+budget 2,048 tokens with chunked prefill, max_model_len without.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+
+DEFAULT_TRACE = "AzureLLMInferenceTrace_conv.csv"
+DEFAULT_COST_MODEL = "qwen3-0.6b-h200"
+
+
+@dataclass
+class SimBenchResult:
+    name: str
+    requests: int
+    steps: int
+    simulated_s: float
+    wall_s: float
+    cpu_s: float  # process CPU time of the same span (the machine may be shared)
+    speedup: float  # simulated seconds per wall second
+    cpu_speedup: float  # simulated seconds per CPU second
+    us_per_step: float
+    log_bytes: int
+    metrics_s: float  # wall time to compute the summary from the log
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    tpot_p50_ms: float
+    e2e_p99_s: float
+    output_tok_s: float
+    preemptions: int
+
+
+def find_trace(name: str = DEFAULT_TRACE) -> Path:
+    """A shared trace: ``../shared/traces`` next to the repo (or the working directory)."""
+    repo = Path(__file__).resolve().parent.parent
+    for base in (repo.parent / "shared" / "traces", Path.cwd().parent / "shared" / "traces"):
+        if (base / name).exists():
+            return base / name
+    raise FileNotFoundError(f"{name}: not found in ../shared/traces (pass --trace PATH)")
+
+
+def bench_config(chunked: bool, max_model_len: int = 16384) -> EngineConfig:
+    return EngineConfig(
+        cache=CacheConfig(block_size=16, num_blocks=65536),
+        scheduler=SchedulerConfig(max_num_batched_tokens=2048 if chunked else max_model_len, max_num_seqs=256,
+                                  enable_chunked_prefill=chunked, max_model_len=max_model_len),
+        model_identity="Qwen3-0.6B")
+
+
+def run_one(workload, chunked: bool, cost_model, out: Path, progress: bool = True) -> SimBenchResult:
+    from tqdm import tqdm
+
+    from analysis.frames import load_frames
+    from analysis.metrics import summarize
+    from simulator.sim import simulate
+    from traces.log import LogWriter
+
+    config = bench_config(chunked, max(16384, workload.max_request_tokens()))
+    name = f"chunked {'on' if chunked else 'off'}"
+    t0, c0 = time.perf_counter(), time.process_time()
+    with LogWriter(out) as writer, tqdm(total=len(workload), unit="req", desc=name, disable=not progress,
+                                        mininterval=1.0) as bar:
+        result = simulate(workload, config, cost_model, sink=writer, progress=bar)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    t1 = time.perf_counter()
+    s = summarize(load_frames(out))
+    metrics_s = time.perf_counter() - t1
+    return SimBenchResult(
+        name=name, requests=result.num_requests, steps=result.num_steps, simulated_s=result.end_time,
+        wall_s=wall, cpu_s=cpu, speedup=result.end_time / wall, cpu_speedup=result.end_time / cpu,
+        us_per_step=wall / max(result.num_steps, 1) * 1e6,
+        log_bytes=out.stat().st_size, metrics_s=metrics_s, ttft_p50_ms=s["ttft_s"]["p50"] * 1e3,
+        ttft_p99_ms=s["ttft_s"]["p99"] * 1e3, tpot_p50_ms=s["tpot_s"]["p50"] * 1e3, e2e_p99_s=s["e2e_s"]["p99"],
+        output_tok_s=s["output_throughput_tok_s"], preemptions=s["preemptions"])
+
+
+def run(trace: str | None = None, cost_model: str = DEFAULT_COST_MODEL, modes: tuple[bool, ...] = (True, False),
+        limit: int | None = None, out_dir: str = "out/bench_sim", progress: bool = True) -> list[SimBenchResult]:
+    from simulator.cost_model import load_cost_model
+    from traces.formats import load_workload
+
+    path = Path(trace) if trace else find_trace()
+    workload = load_workload(path, limit=limit)
+    model = load_cost_model(cost_model)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    return [run_one(workload, chunked, model, Path(out_dir) / f"sim_chunked_{'on' if chunked else 'off'}.jsonl",
+                    progress) for chunked in modes]
+
+
+def report(results: list[SimBenchResult]) -> str:
+    out = io.StringIO()
+    out.write(f"{'mode':<12}{'requests':>9}{'steps':>11}{'sim s':>9}{'wall s':>8}{'× real':>8}{'cpu s':>8}"
+              f"{'× (cpu)':>8}{'µs/step':>9}"
+              f"{'log MB':>8}{'TTFT p50':>10}{'p99 ms':>9}{'TPOT p50':>10}{'E2E p99 s':>10}{'out tok/s':>10}"
+              f"{'preempt':>8}\n")
+    for r in results:
+        out.write(f"{r.name:<12}{r.requests:>9,}{r.steps:>11,}{r.simulated_s:>9,.0f}{r.wall_s:>8.1f}"
+                  f"{r.speedup:>8.1f}{r.cpu_s:>8.1f}{r.cpu_speedup:>8.1f}{r.us_per_step:>9.1f}"
+                  f"{r.log_bytes / 1e6:>8.0f}{r.ttft_p50_ms:>10.1f}"
+                  f"{r.ttft_p99_ms:>9.1f}{r.tpot_p50_ms:>10.2f}{r.e2e_p99_s:>10.2f}{r.output_tok_s:>10,.0f}"
+                  f"{r.preemptions:>8,}\n")
+    return out.getvalue()
+
+
+def as_json(results: list[SimBenchResult]) -> list[dict]:
+    return [asdict(r) for r in results]

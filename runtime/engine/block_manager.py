@@ -1,0 +1,272 @@
+"""Paged KV accounting: a fixed pool of blocks, block tables, ref counts, prefix caching.
+
+Rules
+- Blocks are free (never cached or evicted), evictable (cached, ref 0, LRU order) or in use.
+- Prefix caching covers *full* blocks only. Block i of a request is keyed by a hash chain
+  ``h_i = H(h_{i-1}, tokens of block i)`` rooted in model identity + salt; a hit is verified
+  against the block's stored token ids. A block is registered only after it is computed.
+- Reservation ≠ allocation: admission *reserves* capacity for the cold blocks it will need;
+  physical blocks are taken lazily as spans are scheduled, consuming the reservation first.
+  Invariant: total reservation <= free + evictable blocks.
+- ``free`` is idempotent, so aborting at any status never leaks or double-frees.
+
+Every state change is appended to ``events`` (drained by the core into the log) in the order
+it happened; ``traces.log.fold`` replays them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+
+from runtime.engine.request import Request
+from traces.events import (
+    BlockAllocated,
+    BlockCached,
+    BlockEvent,
+    BlockEvicted,
+    BlockFreed,
+    PrefixHit,
+    Reserved,
+)
+from traces.log import BlockState
+
+
+def root_hash(model_identity: str, salt: str) -> int:
+    digest = hashlib.blake2b(f"{model_identity}\x00{salt}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+def chain_hash(parent: int, content: bytes) -> int:
+    h = hashlib.blake2b(parent.to_bytes(8, "little", signed=True), digest_size=8)
+    h.update(content)
+    return int.from_bytes(h.digest(), "little", signed=True)
+
+
+class BlockManager:
+    def __init__(
+        self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True, root: int = 0
+    ) -> None:
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.root = root
+        self.ref_counts = [0] * num_blocks
+        self.free_blocks: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.evictable: OrderedDict[int, None] = OrderedDict()  # LRU first
+        self.block_hash: list[int | None] = [None] * num_blocks
+        self.block_content: dict[int, bytes] = {}
+        self.cache_index: dict[int, int] = {}  # hash -> block
+        self.tables: dict[int, list[int]] = {}
+        self.reserved: dict[int, int] = {}
+        self.total_reserved = 0
+        # per request: chain hashes of its full blocks (memo; token ids never change once appended)
+        self._hashes: dict[int, list[int]] = {}
+        # per request: how many leading blocks are registered or known cached
+        self._registered: dict[int, int] = {}
+        self.events: list[BlockEvent] = []
+
+    # --- capacity ---------------------------------------------------------------------------
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks that can be handed out: free + evictable (cached, unreferenced)."""
+        return len(self.free_blocks) + len(self.evictable)
+
+    @property
+    def num_available_blocks(self) -> int:
+        """Free capacity not promised to any reservation."""
+        return len(self.free_blocks) + len(self.evictable) - self.total_reserved
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self.num_free_blocks
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    # --- prefix cache -------------------------------------------------------------------------
+
+    def _block_bytes(self, req: Request, i: int) -> bytes:
+        bs = self.block_size
+        return req.token_ids[i * bs : (i + 1) * bs].tobytes()
+
+    def _chain(self, req: Request, num_blocks: int) -> list[int]:
+        """Chain hashes of the first ``num_blocks`` full blocks of ``req`` (memoized)."""
+        hashes = self._hashes.setdefault(req.request_id, [])
+        parent = hashes[-1] if hashes else self.root
+        for i in range(len(hashes), num_blocks):
+            parent = chain_hash(parent, self._block_bytes(req, i))
+            hashes.append(parent)
+        return hashes
+
+    def probe(self, req: Request) -> list[int]:
+        """Read-only: the cached blocks that would serve ``req``'s leading tokens.
+
+        At most ``(num_tokens - 1) // block_size`` blocks: the last token is always computed
+        so the step produces logits, and a hit never covers a partial block.
+        """
+        if not self.enable_prefix_caching:
+            return []
+        limit = (req.num_tokens - 1) // self.block_size
+        hits: list[int] = []
+        if limit <= 0:
+            return hits
+        hashes = self._chain(req, limit)
+        for i in range(limit):
+            block = self.cache_index.get(hashes[i])
+            if block is None or self.block_content[block] != self._block_bytes(req, i):
+                break
+            hits.append(block)
+        return hits
+
+    # --- admission and allocation ---------------------------------------------------------------
+
+    def admit(self, req: Request, hits: list[int], num_new_tokens: int, reserve_full: bool) -> int | None:
+        """Take the hit blocks and reserve the cold blocks admission needs.
+
+        Returns the number of blocks reserved, or None (no change) if they don't fit.
+
+        ``num_new_tokens`` is the first chunk to compute; ``reserve_full`` reserves for the whole
+        remaining prompt instead.
+        """
+        rid = req.request_id
+        cached_tokens = len(hits) * self.block_size
+        upto = req.num_tokens if reserve_full else cached_tokens + num_new_tokens
+        reserve = self.blocks_for(upto) - len(hits)
+        unreferenced_hits = sum(1 for b in hits if self.ref_counts[b] == 0)
+        if unreferenced_hits + reserve > self.num_available_blocks:
+            return None
+        table = self.tables.setdefault(rid, [])
+        assert not table, f"request {rid} admitted while holding blocks"
+        for block in hits:
+            if self.ref_counts[block] == 0:
+                del self.evictable[block]
+            self.ref_counts[block] += 1
+            table.append(block)
+            self.events.append(PrefixHit(rid, block))
+        self._registered[rid] = len(hits)
+        if reserve:
+            self.reserved[rid] = reserve
+            self.total_reserved += reserve
+            self.events.append(Reserved(rid, reserve))
+        return reserve
+
+    def allocate(self, req: Request, num_tokens: int) -> bool:
+        """Make ``req``'s table cover positions [0, num_tokens); False (no change) if it can't."""
+        rid = req.request_id
+        table = self.tables.get(rid)
+        if table is None:
+            table = self.tables[rid] = []
+        need = -(-num_tokens // self.block_size) - len(table)
+        if need <= 0:
+            return True
+        reserved = self.reserved.get(rid, 0)
+        from_reservation = min(reserved, need)
+        if need - from_reservation > self.num_available_blocks:
+            return False
+        events = self.events
+        for _ in range(need):
+            if self.free_blocks:
+                block = self.free_blocks.popitem(last=False)[0]
+            else:
+                block = self.evictable.popitem(last=False)[0]
+                h = self.block_hash[block]
+                del self.cache_index[h]
+                del self.block_content[block]
+                self.block_hash[block] = None
+                events.append(BlockEvicted(block, h))
+            self.ref_counts[block] = 1
+            table.append(block)
+            events.append(BlockAllocated(rid, block))
+        if from_reservation:
+            left = reserved - from_reservation
+            self.total_reserved -= from_reservation
+            if left:
+                self.reserved[rid] = left
+            else:
+                del self.reserved[rid]
+        return True
+
+    def register_computed(self, req: Request) -> None:
+        """Register the request's newly full, computed blocks in the prefix cache."""
+        rid = req.request_id
+        done = self._registered.get(rid, 0)
+        full = req.num_computed_tokens // self.block_size
+        if full <= done:
+            return
+        self._registered[rid] = full
+        if not self.enable_prefix_caching:
+            return
+        hashes = self._chain(req, full)
+        table = self.tables[rid]
+        for i in range(done, full):
+            h = hashes[i]
+            if h in self.cache_index:
+                continue  # the same content is already cached (e.g. computed concurrently)
+            block = table[i]
+            self.cache_index[h] = block
+            self.block_hash[block] = h
+            self.block_content[block] = self._block_bytes(req, i)
+            self.events.append(BlockCached(block, h))
+
+    # --- release ---------------------------------------------------------------------------------
+
+    def free(self, req: Request) -> None:
+        """Release ``req``'s blocks and reservation. Idempotent. Tail blocks become LRU first."""
+        rid = req.request_id
+        table = self.tables.pop(rid, None)
+        self._registered.pop(rid, None)
+        if table:
+            for block in reversed(table):
+                self.ref_counts[block] -= 1
+                self.events.append(BlockFreed(rid, block))
+                if self.ref_counts[block] == 0:
+                    if self.block_hash[block] is None:
+                        self.free_blocks[block] = None
+                    else:
+                        self.evictable[block] = None
+        reserved = self.reserved.pop(rid, 0)
+        if reserved:
+            self.total_reserved -= reserved
+            self.events.append(Reserved(rid, 0))
+
+    def forget(self, req: Request) -> None:
+        """Drop per-request memo once the request is gone for good (finished or aborted)."""
+        self._hashes.pop(req.request_id, None)
+
+    # --- inspection --------------------------------------------------------------------------------
+
+    def drain_events(self) -> list[BlockEvent]:
+        events, self.events = self.events, []
+        return events
+
+    def snapshot(self) -> BlockState:
+        return BlockState(
+            tables={rid: tuple(t) for rid, t in self.tables.items() if t},
+            ref_counts=tuple(self.ref_counts),
+            free=tuple(self.free_blocks),
+            evictable=tuple(self.evictable),
+            cache=dict(self.cache_index),
+            reserved=dict(self.reserved),
+        )
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the accounting is inconsistent (used by tests after each step)."""
+        refs = [0] * self.num_blocks
+        for table in self.tables.values():
+            for block in table:
+                refs[block] += 1
+        assert refs == self.ref_counts, "ref counts differ from the number of tables holding blocks"
+        in_use = {b for b, r in enumerate(self.ref_counts) if r > 0}
+        free, evictable = set(self.free_blocks), set(self.evictable)
+        assert not (free & evictable) and not (free & in_use) and not (evictable & in_use)
+        assert len(free) + len(evictable) + len(in_use) == self.num_blocks, "free + used != total"
+        assert all(self.block_hash[b] is not None for b in evictable), "evictable block not cached"
+        assert all(self.block_hash[b] is None for b in free), "free block still cached"
+        assert {self.cache_index[h] for h in self.cache_index} == {
+            b for b in range(self.num_blocks) if self.block_hash[b] is not None
+        }
+        assert self.total_reserved == sum(self.reserved.values()) >= 0
+        assert all(v > 0 for v in self.reserved.values())
+        assert self.total_reserved <= self.num_free_blocks, "reservations exceed free capacity"

@@ -1,0 +1,247 @@
+"""EngineCore: add_request / abort / step(now, executor) = schedule → execute → commit.
+
+``commit`` = ``advance`` (what needs no token values) + ``complete`` (the values): StepLoop
+(runtime/engine/step_loop.py) plans the next step between the two when the values can't change it.
+
+No torch, no clock, no global state: ``now`` is passed in by the driver (wall clock when live,
+``env.now`` in the simulator), ids come from a per-engine counter, and every decision is emitted
+as a typed event to ``sink`` (a log writer, a list, or None).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from runtime.engine.block_manager import BlockManager, root_hash
+from runtime.engine.config import EngineConfig
+from runtime.engine.request import Request, RequestStatus
+from runtime.engine.scheduler import Scheduler
+from runtime.engine.types import PLACEHOLDER, EventSink, Executor, RequestDelta, StepOutput, StepPlan, StepResult
+from traces.events import Aborted, Admitted, Arrived, Finished, Preempted, Step
+from traces.params import InvalidRequest, SamplingParams
+from traces.prompt import Prompt, PromptIds, materialize
+
+
+@dataclass(slots=True)
+class _PendingStep:
+    """A planned step not yet completed: when it was planned, what ``advance`` did."""
+
+    time: float
+    block_events: list = field(default_factory=list)
+    finished: list[Request] = field(default_factory=list)
+
+
+class EngineCore:
+    def __init__(
+        self, config: EngineConfig, *, eos_token_id: int | None = None, sink: EventSink | None = None
+    ) -> None:
+        self.config = config
+        self.eos_token_id = eos_token_id
+        self.sink = sink
+        cache = config.cache
+        self.block_manager = BlockManager(
+            cache.num_blocks,
+            cache.block_size,
+            cache.enable_prefix_caching,
+            root_hash(config.model_identity, cache.hash_salt),
+        )
+        self.scheduler = Scheduler(config.scheduler, self.block_manager)
+        self.requests: dict[int, Request] = {}  # unfinished requests
+        self._next_request_id = 0
+        self._next_step = 0
+        self._pending: dict[int, _PendingStep] = {}  # planned steps not yet completed
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def validate(self, num_prompt_tokens: int, params: SamplingParams) -> None:
+        """Raise InvalidRequest if a request could never be served by this engine."""
+        sched, cache = self.config.scheduler, self.config.cache
+        if num_prompt_tokens < 1:
+            raise InvalidRequest("prompt must contain at least one token")
+        if num_prompt_tokens >= sched.max_model_len:
+            raise InvalidRequest(
+                f"prompt has {num_prompt_tokens} tokens; max_model_len is {sched.max_model_len}")
+        total = min(num_prompt_tokens + params.max_tokens, sched.max_model_len)
+        if -(-total // cache.block_size) > cache.num_blocks:
+            raise InvalidRequest(
+                f"prompt + max_tokens = {total} tokens need {-(-total // cache.block_size)} KV blocks; "
+                f"the pool has {cache.num_blocks} (cache.num_blocks)")
+        if not sched.enable_chunked_prefill and total > sched.max_num_batched_tokens:
+            raise InvalidRequest(
+                f"prompt + max_tokens = {total} tokens exceed scheduler.max_num_batched_tokens="
+                f"{sched.max_num_batched_tokens}, which must hold a whole (re)computed prompt when "
+                "chunked prefill is off")
+
+    def add_request(
+        self,
+        prompt: Prompt | Sequence[int],
+        params: SamplingParams,
+        now: float,
+        priority: int = 0,
+    ) -> int:
+        record = prompt if isinstance(prompt, Prompt) else PromptIds(list(prompt))
+        token_ids = materialize(record)
+        self.validate(len(token_ids), params)
+        rid = self._next_request_id
+        self._next_request_id += 1
+        req = Request(rid, token_ids, params, now, self.config.scheduler.max_model_len, priority,
+                      self.eos_token_id)
+        self.requests[rid] = req
+        self.scheduler.add(req)
+        if self.sink is not None:
+            self.sink(Arrived(time=now, request_id=rid, prompt=record, params=params, priority=priority))
+        return rid
+
+    def abort(self, request_id: int, now: float, reason: str = "abort") -> bool:
+        """Abort an unfinished request at any status; False (no-op) if unknown or done."""
+        return self._end(request_id, now, reason, RequestStatus.ABORTED)
+
+    def finish(self, request_id: int, now: float, reason: str = "stop") -> bool:
+        """Finish a request between steps (e.g. its text hit a stop string)."""
+        return self._end(request_id, now, reason, RequestStatus.FINISHED)
+
+    def _end(self, request_id: int, now: float, reason: str, status: RequestStatus) -> bool:
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            return False
+        self.scheduler.remove(req)
+        req.status = status
+        req.finish_reason = reason
+        events = self.block_manager.drain_events()
+        if self.sink is not None:
+            if status is RequestStatus.ABORTED:
+                self.sink(Aborted(time=now, request_id=request_id, reason=reason, block_events=events))
+            else:
+                self.sink(Finished(time=now, request_id=request_id, reason=reason,
+                                   num_output_tokens=req.num_output_tokens, block_events=events))
+        return True
+
+    def has_unfinished(self) -> bool:
+        return bool(self.requests)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    # --- the step ----------------------------------------------------------------------------------
+
+    def schedule(self, now: float) -> StepPlan:
+        """Plan the next step. Its Admitted / Preempted events are written by ``complete``, just
+        before its Step event, so a log reads the same whether or not steps overlap."""
+        plan = self.scheduler.schedule(self._next_step)
+        if plan.empty:
+            return plan
+        self._next_step += 1
+        self._pending[plan.step] = _PendingStep(now)
+        return plan
+
+    def overlappable(self, plan: StepPlan) -> bool:
+        """True when no token this step samples can change the next schedule or the executor's
+        next inputs (see ``Request.next_token_matters``): then the next step may be planned and
+        launched before these tokens reach the host, and the log stays what a sequential run writes."""
+        requests = self.requests
+        return not any(requests[s.request_id].next_token_matters() for s in plan.spans if s.sample)
+
+    def commit(self, plan: StepPlan, result: StepResult, start: float) -> list[RequestDelta]:
+        """Apply the executor's result: ``advance`` then ``complete``."""
+        self.advance(plan)
+        return self.complete(plan, result, start)
+
+    def advance(self, plan: StepPlan) -> None:
+        """Everything a step's commit does that doesn't need its token values: advance the spans,
+        cache blocks that became full, reserve a placeholder for each sampled token and end the
+        requests that reach their length limit (their KV is freed; ``complete`` reports them)."""
+        bm = self.block_manager
+        bs = bm.block_size
+        requests = self.requests
+        pending = self._pending[plan.step]
+        for span in plan.spans:
+            req = requests[span.request_id]
+            pos, n = span.start, span.num_tokens
+            req.num_computed_tokens = pos + n
+            if (pos + n) // bs != pos // bs:  # a block became full: cache it
+                bm.register_computed(req)
+            if span.sample:
+                req.token_ids.append(PLACEHOLDER)
+                if len(req.token_ids) >= req.max_total_tokens:
+                    self.scheduler.remove(req)
+                    req.status = RequestStatus.FINISHED
+                    pending.finished.append(req)
+        pending.block_events = bm.drain_events()
+
+    def complete(self, plan: StepPlan, result: StepResult, start: float) -> list[RequestDelta]:
+        """Write the sampled tokens over their placeholders, apply token stops, emit the step's events."""
+        end = start + result.duration
+        requests = self.requests
+        pending = self._pending.pop(plan.step)
+        finished = pending.finished
+        deltas: list[RequestDelta] = []
+        committed: list[list[int]] = []
+        tokens_iter = iter(result.token_ids)
+        logprobs_iter = iter(result.logprobs) if result.logprobs is not None else None
+        stopped_by_value = False
+        for span in plan.spans:
+            if not span.sample:
+                continue
+            req = requests[span.request_id]
+            new = next(tokens_iter)
+            if not new:
+                raise ValueError(f"the executor returned no token for request {span.request_id}'s sampling span")
+            lps = next(logprobs_iter) if logprobs_iter is not None else None
+            token_ids = req.token_ids
+            slot = len(token_ids) - 1  # the placeholder advance() reserved
+            reason = None
+            for i, token in enumerate(new):
+                if i == 0:
+                    token_ids[slot] = token
+                else:
+                    token_ids.append(token)
+                reason = req.check_stop(token)
+                if reason is not None:
+                    new = new[: i + 1]
+                    break
+            committed.append(new)
+            if lps is not None:
+                lps = lps[: len(new)]
+            deltas.append(RequestDelta(span.request_id, new, reason, lps))
+            if reason is not None:
+                req.finish_reason = reason
+                if req.status is not RequestStatus.FINISHED:  # not ended by advance(): a token stop
+                    stopped_by_value = True
+                    self.scheduler.remove(req)
+                    req.status = RequestStatus.FINISHED
+                    finished.append(req)
+        for req in finished:
+            del requests[req.request_id]
+        block_events = pending.block_events
+        if stopped_by_value:
+            if plan.step != self._next_step - 1:
+                raise RuntimeError(f"step {plan.step} stopped a request on a token value, but a later step "
+                                   "was already planned: it should not have been overlapped")
+            block_events = block_events + self.block_manager.drain_events()
+        if self.sink is not None:
+            for rid in plan.preempted:
+                self.sink(Preempted(time=pending.time, step=plan.step, request_id=rid))
+            for a in plan.admitted:
+                self.sink(Admitted(time=pending.time, step=plan.step, request_id=a.request_id,
+                                   num_cached_tokens=a.num_cached_tokens,
+                                   num_reserved_blocks=a.num_reserved_blocks))
+            self.sink(Step(step=plan.step, start=start, end=end, spans=plan.spans,
+                           tokens=committed, block_events=block_events))
+            for req in finished:
+                self.sink(Finished(time=end, request_id=req.request_id, reason=req.finish_reason,
+                                   num_output_tokens=req.num_output_tokens))
+        return deltas
+
+    def step(self, now: float, executor: Executor) -> StepOutput:
+        plan = self.schedule(now)
+        if plan.empty:
+            return StepOutput(plan, None, [])
+        result = executor.execute(plan, self.requests)
+        return StepOutput(plan, result, self.commit(plan, result, now))
+

@@ -1,0 +1,204 @@
+"""Continuous-batching scheduler: one token budget per step.
+
+Order of a step
+1. decode: every running request with one token left gets it (allocating a block when it
+   crosses a block boundary); when blocks run out the most recently admitted request (lowest
+   priority first under the priority policy) is preempted by recompute;
+2. continuing prefill chunks of running requests;
+3. admission of waiting requests (policy order) while budget, sequence slots and KV capacity
+   allow. With chunked prefill off, a prompt's whole uncached remainder must fit the remaining
+   budget or it stays waiting (head of line). No admission in a step that preempted.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+from runtime.engine.block_manager import BlockManager
+from runtime.engine.config import SchedulerConfig
+from runtime.engine.request import Request, RequestStatus
+from runtime.engine.types import Admission, StepPlan
+from traces.events import Span
+
+
+class WaitQueue:
+    """FCFS (arrival order; preempted requests go back to the front) or priority order."""
+
+    def __init__(self, policy: str) -> None:
+        self.priority = policy == "priority"
+        self._fifo: deque[Request] = deque()
+        self._heap: list[tuple[int, float, int, Request]] = []
+
+    def __len__(self) -> int:
+        return len(self._heap) if self.priority else len(self._fifo)
+
+    def push(self, req: Request, front: bool = False) -> None:
+        if self.priority:
+            heapq.heappush(self._heap, (req.priority, req.arrival_time, req.request_id, req))
+        elif front:
+            self._fifo.appendleft(req)
+        else:
+            self._fifo.append(req)
+
+    def peek(self) -> Request:
+        return self._heap[0][3] if self.priority else self._fifo[0]
+
+    def pop(self) -> Request:
+        return heapq.heappop(self._heap)[3] if self.priority else self._fifo.popleft()
+
+    def remove(self, req: Request) -> bool:
+        if self.priority:
+            for i, item in enumerate(self._heap):
+                if item[3] is req:
+                    self._heap[i] = self._heap[-1]
+                    self._heap.pop()
+                    heapq.heapify(self._heap)
+                    return True
+            return False
+        try:
+            self._fifo.remove(req)
+            return True
+        except ValueError:
+            return False
+
+    def __iter__(self):
+        return iter(sorted(self._heap)) if self.priority else iter(self._fifo)
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, block_manager: BlockManager) -> None:
+        self.config = config
+        self.bm = block_manager
+        self.waiting = WaitQueue(config.policy)
+        self.running: dict[int, Request] = {}  # admission order
+        self._admit_counter = 0
+
+    def add(self, req: Request) -> None:
+        self.waiting.push(req)
+
+    def remove(self, req: Request) -> None:
+        """Take a request out of the queues and release its KV (abort or finish)."""
+        if self.running.pop(req.request_id, None) is None:
+            self.waiting.remove(req)
+        self.bm.free(req)
+        self.bm.forget(req)
+
+    def has_work(self) -> bool:
+        return bool(self.running) or len(self.waiting) > 0
+
+    # --- preemption ------------------------------------------------------------------------------
+
+    def _victim(self) -> Request:
+        if self.config.policy == "priority":
+            return max(self.running.values(), key=lambda r: (r.priority, r.admit_seq))
+        return self.running[next(reversed(self.running))]
+
+    def _preempt(self, req: Request) -> None:
+        del self.running[req.request_id]
+        self.bm.free(req)
+        req.status = RequestStatus.PREEMPTED
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        self.waiting.push(req, front=True)
+
+    def _fit(self, req: Request, n: int, scheduled: dict[int, tuple[Request, int]],
+             preempted: list[int]) -> int:
+        """Allocate blocks for ``n`` more tokens of ``req``, preempting while they don't fit.
+
+        Returns the net budget used: ``n`` if scheduled, minus what un-scheduled victims gave back.
+        """
+        used = 0
+        while not self.bm.allocate(req, req.num_computed_tokens + n):
+            victim = self._victim()
+            self._preempt(victim)
+            preempted.append(victim.request_id)
+            undone = scheduled.pop(victim.request_id, None)
+            if undone is not None:
+                used -= undone[1]
+            if victim is req:
+                return used
+        scheduled[req.request_id] = (req, n)
+        return used + n
+
+    # --- the step ----------------------------------------------------------------------------------
+
+    def schedule(self, step: int) -> StepPlan:
+        cfg = self.config
+        bm = self.bm
+        budget = cfg.max_num_batched_tokens
+        chunked = cfg.enable_chunked_prefill
+        scheduled: dict[int, tuple[Request, int]] = {}
+        preempted: list[int] = []
+        running = RequestStatus.RUNNING
+        tables = bm.tables
+        bs = bm.block_size
+        decodes: list[Request] = []
+        prefills: list[Request] = []
+        for req in self.running.values():
+            if len(req.token_ids) - req.num_computed_tokens == 1:
+                decodes.append(req)
+            else:
+                prefills.append(req)
+
+        for req in decodes:
+            if budget <= 0:
+                break
+            if req.status is not running:  # preempted earlier in this step
+                continue
+            if req.num_computed_tokens < len(tables[req.request_id]) * bs:
+                scheduled[req.request_id] = (req, 1)  # fast path: its block already exists
+                budget -= 1
+            else:
+                budget -= self._fit(req, 1, scheduled, preempted)
+        for req in prefills:
+            if budget <= 0:
+                break
+            if req.status is not running:
+                continue
+            remaining = len(req.token_ids) - req.num_computed_tokens
+            if remaining <= budget:
+                budget -= self._fit(req, remaining, scheduled, preempted)
+            elif chunked:
+                budget -= self._fit(req, budget, scheduled, preempted)
+
+        admitted: list[Admission] = []
+        if not preempted:
+            waiting = self.waiting
+            while len(waiting) and budget > 0 and len(self.running) < cfg.max_num_seqs:
+                req = waiting.peek()
+                hits = bm.probe(req)
+                cached = len(hits) * bm.block_size
+                remaining = req.num_tokens - cached
+                if remaining <= budget:
+                    n = remaining
+                elif chunked:
+                    n = budget
+                else:
+                    break
+                reserved = bm.admit(req, hits, n, cfg.reserve_full_prompt)
+                if reserved is None:
+                    break
+                waiting.pop()
+                req.status = RequestStatus.RUNNING
+                req.num_computed_tokens = cached
+                req.num_cached_tokens = cached
+                req.admit_seq = self._admit_counter
+                self._admit_counter += 1
+                self.running[req.request_id] = req
+                ok = bm.allocate(req, cached + n)
+                assert ok, "admission reserved the blocks of its first chunk"
+                scheduled[req.request_id] = (req, n)
+                admitted.append(Admission(req.request_id, cached, reserved))
+                budget -= n
+
+        spans: list[Span] = []
+        tables: list[list[int]] = []
+        total = 0
+        tables_of = bm.tables
+        for rid, (req, n) in scheduled.items():
+            start = req.num_computed_tokens
+            spans.append(Span(rid, start, n, start + n == len(req.token_ids)))
+            tables.append(tables_of[rid])
+            total += n
+        return StepPlan(step, spans, tables, admitted, preempted, total)

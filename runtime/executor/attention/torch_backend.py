@@ -1,0 +1,87 @@
+"""``torch`` attention backend: the reference on every device (gather + SDPA)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from runtime.executor.attention.metadata import AttentionMetadata
+
+
+class TorchAttentionBackend:
+    """Reference backend on any device: gather each sequence's paged KV, then SDPA.
+
+    Decodes (q_len 1) run as one batched SDPA over KV gathered block-wise into a padded
+    ``[num_decodes, kv_heads, max_len, head_dim]``; the query heads sharing a KV head ride as rows of
+    one query matrix (no KV repeat). Prefill chunks loop per sequence with the causal mask offset by
+    the number of tokens already cached before the chunk.
+
+    On the CPU in fp32, decodes go to a small C kernel (runtime/executor/cpu_kernels) that reads the paged
+    KV in place: the gather copy is most of the torch path's decode time there.
+    ``cpu_kernels=False`` keeps the pure-torch path (the reference the kernel is tested against).
+    """
+
+    name = "torch"
+
+    def __init__(self, cpu_kernels: bool = True) -> None:
+        self.cpu_kernels = cpu_kernels
+
+    def store_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 slot_mapping: torch.Tensor) -> None:
+        heads, dim = k_cache.shape[-2:]
+        k_flat, v_flat = k_cache.view(-1, heads, dim), v_cache.view(-1, heads, dim)
+        if slot_mapping.device.type != "cpu" or bool((slot_mapping < 0).any()):
+            keep = slot_mapping >= 0  # padding tokens (CUDA-graph buckets) write nothing
+            slot_mapping, k, v = slot_mapping[keep], k[keep], v[keep]
+        k_flat.index_copy_(0, slot_mapping, k)
+        v_flat.index_copy_(0, slot_mapping, v)
+
+    def forward(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        out = torch.empty_like(q)
+        nd = meta.num_decodes
+        if nd:
+            out[:nd] = self._decode(q[:nd], k_cache, v_cache, meta, scale)
+        if nd < meta.num_seqs:
+            self._prefill(q, k_cache, v_cache, meta, scale, out)
+        return out
+
+    def _decode(self, q, k_cache, v_cache, meta, scale):
+        nd = meta.num_decodes
+        if self.cpu_kernels and q.device.type == "cpu" and q.dtype == k_cache.dtype == torch.float32:
+            from runtime.executor import cpu_kernels
+
+            if cpu_kernels.available():
+                return cpu_kernels.paged_decode(q, k_cache, v_cache, meta.block_tables[:nd], meta.seq_lens[:nd], scale)
+        _, block_size, kv_heads, dim = k_cache.shape
+        heads = q.shape[1]
+        max_len = max(meta.seq_lens_cpu[:nd])
+        num_blocks = -(-max_len // block_size)
+        length = num_blocks * block_size
+        tables = meta.block_tables[:nd, :num_blocks]
+        k = k_cache[tables].view(nd, length, kv_heads, dim).transpose(1, 2)
+        v = v_cache[tables].view(nd, length, kv_heads, dim).transpose(1, 2)
+        positions = torch.arange(length, device=q.device)
+        mask = (positions[None, :] < meta.seq_lens[:nd, None]).view(nd, 1, 1, length)
+        qg = q.view(nd, kv_heads, heads // kv_heads, dim)  # q head h uses kv head h // group
+        o = F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=scale)
+        return o.reshape(nd, heads, dim)
+
+    def _prefill(self, q, k_cache, v_cache, meta, scale, out):
+        _, block_size, kv_heads, dim = k_cache.shape
+        starts = meta.query_start_loc_cpu
+        for i in range(meta.num_decodes, meta.num_seqs):
+            q_lo, q_hi = starts[i], starts[i + 1]
+            q_len, ctx = q_hi - q_lo, meta.seq_lens_cpu[i]
+            table = meta.block_tables[i, : -(-ctx // block_size)]
+            k = k_cache[table].view(-1, kv_heads, dim)[:ctx].transpose(0, 1)
+            v = v_cache[table].view(-1, kv_heads, dim)[:ctx].transpose(0, 1)
+            qi = q[q_lo:q_hi].transpose(0, 1)
+            cached = ctx - q_len
+            if cached == 0:
+                o = F.scaled_dot_product_attention(qi, k, v, is_causal=True, scale=scale, enable_gqa=True)
+            else:  # query j sits at position cached + j and sees keys 0..cached + j
+                rows = torch.arange(cached, ctx, device=q.device)
+                mask = torch.arange(ctx, device=q.device)[None, :] <= rows[:, None]
+                o = F.scaled_dot_product_attention(qi, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+            out[q_lo:q_hi] = o.transpose(0, 1)

@@ -1,0 +1,187 @@
+"""Prefill attention over paged KV: prefix-cache hits and chunked prefill with no special case.
+
+A prefill sequence's ``q_len`` new tokens sit at positions ``seq_len - q_len .. seq_len - 1``; their
+K/V are already stored, so every query attends to cache positions ``0 .. its own position``
+(cached blocks + its causal span). The Triton kernel walks the block table like the decode kernel;
+each program takes BLOCK_M queries of one head: KV tiles wholly before the tile's first query
+need no mask, only the tiles on the diagonal do.
+
+``paged_prefill_sdpa`` is the alternative measured against it (gather the prefix, then SDPA with a
+bottom-right causal mask), and ``paged_prefill_reference`` the fp32 reference.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from runtime.executor.kernels.paged_attention import LOG2E, dot_precision, gather_positions
+
+
+@triton.jit
+def _attend_tile(acc, m_i, l_i, q, k_head, v_head, bt_row, start, q_pos, hi, scale_log2, block_shift,
+                 stride_kb, stride_kt, stride_vb, stride_vt,
+                 HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PRECISION: tl.constexpr):
+    offs_n = start + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    if MASK:
+        mask_n = offs_n < hi
+        blocks = tl.load(bt_row + (offs_n >> block_shift), mask=mask_n, other=0).to(tl.int64)
+    else:
+        blocks = tl.load(bt_row + (offs_n >> block_shift)).to(tl.int64)
+    rows = offs_n & ((1 << block_shift) - 1)
+    k_ptrs = k_head + (blocks * stride_kb + rows * stride_kt)[:, None] + offs_d[None, :]
+    v_ptrs = v_head + (blocks * stride_vb + rows * stride_vt)[:, None] + offs_d[None, :]
+    if MASK:
+        k = tl.load(k_ptrs, mask=mask_n[:, None], other=0.0)
+    else:
+        k = tl.load(k_ptrs)
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2
+    if MASK:
+        s = tl.where((offs_n[None, :] <= q_pos[:, None]) & mask_n[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if MASK:
+        v = tl.load(v_ptrs, mask=mask_n[:, None], other=0.0)
+    else:
+        v = tl.load(v_ptrs)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    return acc, m_new, l_i
+
+
+# block size (as a shift), group and first sequence are runtime ints: fewer compiled variants
+@triton.jit(do_not_specialize=["first_seq", "group", "block_shift", "stride_bt"])
+def _prefill_kernel(
+    out_ptr, q_ptr, k_ptr, v_ptr, block_tables_ptr, seq_lens_ptr, query_start_ptr,
+    scale_log2, first_seq, group, block_shift,
+    stride_qt, stride_qh, stride_ot, stride_oh,
+    stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
+    stride_bt,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+):
+    seq = first_seq + tl.program_id(0)
+    m_start = tl.program_id(1) * BLOCK_M
+    head = tl.program_id(2)
+    kv_head = head // group
+
+    q_start = tl.load(query_start_ptr + seq)
+    q_len = tl.load(query_start_ptr + seq + 1) - q_start
+    seq_len = tl.load(seq_lens_ptr + seq)
+    ctx_start = seq_len - q_len  # position of the first new token
+
+    offs_m = m_start + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    mask_m = offs_m < q_len
+    tok = (q_start + offs_m).to(tl.int64)
+    q = tl.load(q_ptr + tok[:, None] * stride_qt + head * stride_qh + offs_d[None, :],
+                mask=mask_m[:, None], other=0.0)
+    q = q.to(k_ptr.dtype.element_ty)
+    q_pos = ctx_start + offs_m
+
+    # keys [0, hi) are needed; keys [0, full_hi) are visible to every query of the tile
+    tile_valid = m_start < q_len
+    hi = tl.where(tile_valid, ctx_start + tl.minimum(m_start + BLOCK_M, q_len), 0)
+    full_hi = tl.where(tile_valid, (ctx_start + m_start + 1) // BLOCK_N * BLOCK_N, 0)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    bt_row = block_tables_ptr + seq.to(tl.int64) * stride_bt
+    k_head = k_ptr + kv_head * stride_kh
+    v_head = v_ptr + kv_head * stride_vh
+    for start in range(0, full_hi, BLOCK_N):
+        acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, k_head, v_head, bt_row, start, q_pos, hi,
+                                     scale_log2, block_shift, stride_kb, stride_kt, stride_vb, stride_vt,
+                                     HEAD_DIM, BLOCK_N, False, PRECISION)
+    for start in range(full_hi, hi, BLOCK_N):
+        acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, k_head, v_head, bt_row, start, q_pos, hi,
+                                     scale_log2, block_shift, stride_kb, stride_kt, stride_vb, stride_vt,
+                                     HEAD_DIM, BLOCK_N, True, PRECISION)
+
+    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+    tl.store(out_ptr + tok[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=mask_m[:, None])
+
+
+def _prefill_config(head_dim: int) -> dict:
+    """Tile and launch parameters: the best of the H200 sweep (docs/kernels-notes.md)."""
+    return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+
+
+def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  query_start_loc: torch.Tensor, seq_lens: torch.Tensor, block_tables: torch.Tensor,
+                  scale: float, out: torch.Tensor, first_seq: int, num_seqs: int, max_query_len: int,
+                  config: dict | None = None) -> torch.Tensor:
+    """Attention for sequences ``first_seq .. first_seq + num_seqs - 1`` of a flattened batch.
+
+    ``q, out [T, H, D]`` hold the whole batch; only these sequences' rows of ``out`` are written.
+    ``max_query_len`` (host int) sizes the grid; programs past a sequence's end do nothing.
+    """
+    if num_seqs == 0:
+        return out
+    _, num_heads, head_dim = q.shape
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    assert q.stride(-1) == 1 and out.stride(-1) == 1 and block_size & (block_size - 1) == 0
+    cfg = {**_prefill_config(head_dim), **(config or {})}
+    grid = (num_seqs, triton.cdiv(max_query_len, cfg["BLOCK_M"]), num_heads)
+    _prefill_kernel[grid](
+        out, q, k_cache, v_cache, block_tables, seq_lens, query_start_loc,
+        scale * LOG2E, first_seq, num_heads // num_kv_heads, block_size.bit_length() - 1,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        block_tables.stride(0),
+        HEAD_DIM=head_dim, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], PRECISION=dot_precision(q.dtype),
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )
+    return out
+
+
+# ----------------------------------------------------------------------------- torch paths
+
+def _sequences(query_start_loc, seq_lens, first_seq, num_seqs):
+    starts = query_start_loc.tolist()
+    lens = seq_lens.tolist()
+    for s in range(first_seq, first_seq + num_seqs):
+        yield s, starts[s], starts[s + 1], lens[s]
+
+
+def paged_prefill_sdpa(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                       query_start_loc: torch.Tensor, seq_lens: torch.Tensor, block_tables: torch.Tensor,
+                       scale: float, out: torch.Tensor, first_seq: int, num_seqs: int) -> torch.Tensor:
+    """Gather each sequence's K/V, then SDPA with a bottom-right-aligned causal mask (host loop)."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    group = q.shape[1] // k_cache.shape[2]
+    for s, t0, t1, length in _sequences(query_start_loc, seq_lens, first_seq, num_seqs):
+        k = gather_positions(k_cache, block_tables[s], length).repeat_interleave(group, dim=1)
+        v = gather_positions(v_cache, block_tables[s], length).repeat_interleave(group, dim=1)
+        qs = q[t0:t1].transpose(0, 1).unsqueeze(0).to(k.dtype)  # [1, H, q_len, D]
+        mask = causal_lower_right(t1 - t0, length)
+        o = torch.nn.functional.scaled_dot_product_attention(
+            qs, k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), attn_mask=mask, scale=scale)
+        out[t0:t1] = o[0].transpose(0, 1).to(out.dtype)
+    return out
+
+
+def paged_prefill_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            query_start_loc: torch.Tensor, seq_lens: torch.Tensor,
+                            block_tables: torch.Tensor, scale: float, first_seq: int = 0,
+                            num_seqs: int | None = None) -> torch.Tensor:
+    """fp32 reference; returns ``[T, H, D]`` fp32 with only these sequences' rows filled."""
+    if num_seqs is None:
+        num_seqs = len(seq_lens) - first_seq
+    group = q.shape[1] // k_cache.shape[2]
+    out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    for s, t0, t1, length in _sequences(query_start_loc, seq_lens, first_seq, num_seqs):
+        k = gather_positions(k_cache, block_tables[s], length).float().repeat_interleave(group, dim=1)
+        v = gather_positions(v_cache, block_tables[s], length).float().repeat_interleave(group, dim=1)
+        scores = torch.einsum("qhd,lhd->hql", q[t0:t1].float(), k) * scale
+        q_pos = torch.arange(length - (t1 - t0), length, device=q.device)
+        visible = torch.arange(length, device=q.device)[None, :] <= q_pos[:, None]
+        scores = scores.masked_fill(~visible, float("-inf"))
+        out[t0:t1] = torch.einsum("hql,lhd->qhd", scores.softmax(-1), v)
+    return out

@@ -1,0 +1,58 @@
+"""The paged KV pool: per layer a K and a V tensor ``[num_blocks, block_size, kv_heads, head_dim]``,
+sized from a memory budget (or a fixed block count).
+
+Budget: on CUDA a fraction of the device's memory (what other processes and the weights already
+hold is subtracted, and a reserve for activations is kept back); on the CPU ``kv_cache_gb``.
+The engine's ``cache.num_blocks`` is whatever this pool turned out to hold.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from runtime.executor.model.spec import ModelSpec
+
+DEFAULT_CPU_KV_GB = 2.0
+
+
+def block_bytes(spec: ModelSpec, dtype: torch.dtype, block_size: int) -> int:
+    return spec.kv_bytes_per_token(dtype.itemsize) * block_size
+
+
+def activation_reserve(spec: ModelSpec, dtype: torch.dtype, max_tokens: int, max_seqs: int) -> int:
+    """Generous bound on one step's transient memory (hidden states, fused projections, logits and
+    sampler temporaries), doubled for allocator slack."""
+    per_token = 3 * spec.hidden_size + spec.q_size + 2 * spec.kv_size + 4 * spec.intermediate_size
+    logits = max_seqs * spec.vocab_size * 4 * 4
+    return 2 * (max_tokens * per_token * dtype.itemsize + logits) + (256 << 20)
+
+
+def plan_num_blocks(spec: ModelSpec, dtype: torch.dtype, device: torch.device, block_size: int, *,
+                    num_blocks: int | None = None, kv_cache_gb: float | None = None,
+                    gpu_memory_utilization: float = 0.9, max_tokens: int = 2048, max_seqs: int = 256) -> int:
+    if num_blocks is not None:
+        return num_blocks
+    per_block = block_bytes(spec, dtype, block_size)
+    if kv_cache_gb is not None:
+        budget = int(kv_cache_gb * (1 << 30))
+    elif device.type == "cuda":
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        free, total = torch.cuda.mem_get_info(device)
+        budget = int(free - total * (1 - gpu_memory_utilization)
+                     - activation_reserve(spec, dtype, max_tokens, max_seqs))
+    else:
+        budget = int(DEFAULT_CPU_KV_GB * (1 << 30))
+    blocks = budget // per_block
+    if blocks < 1:
+        raise ValueError(f"the KV budget ({budget / 2**30:.2f} GiB) holds no block of {per_block} bytes; "
+                         "raise kv_cache_gb or gpu_memory_utilization")
+    return int(blocks)
+
+
+def allocate_kv(spec: ModelSpec, num_blocks: int, block_size: int, dtype: torch.dtype,
+                device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    shape = (num_blocks, block_size, spec.num_kv_heads, spec.head_dim)
+    # zeros, not empty: padded block-table entries point at block 0 and must never hold NaN
+    return [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+            for _ in range(spec.num_layers)]

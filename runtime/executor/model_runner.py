@@ -1,0 +1,190 @@
+"""ModelRunner: the real executor behind EngineCore (``execute(plan, requests) -> StepResult``).
+
+It owns the weights, the paged KV pool and the attention backend; per step it builds the inputs
+(runtime/executor/model_inputs.py), runs the forward with logits only at sampling positions, samples, and
+returns the tokens with the measured wall time of the whole step.
+
+Randomness: each request draws from its own stream (``runtime.executor.sampling.request_rng``: seeded from
+``SamplingParams.seed`` or from (engine seed, request id)); so a request's tokens depend only on
+its logits and its stream, never on which other requests share the batch.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from runtime.engine.request import Request
+from runtime.engine.types import StepPlan, StepResult
+from runtime.executor.attention import AttentionBackend, get_backend
+from runtime.executor.block_table_rows import BlockTableRows
+from runtime.executor.cuda_graphs import DecodeGraphs
+from runtime.executor.kv_cache import allocate_kv, plan_num_blocks
+from runtime.executor.model.loader import LoadedModel
+from runtime.executor.model_inputs import host_inputs, to_device
+from runtime.executor.piecewise_graphs import PiecewiseGraphs
+from runtime.executor.sampling import GREEDY_EPS, PendingSample, Sampler, SamplingBatch, plain_greedy, request_rng
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    device: str = "auto"
+    dtype: str = "auto"
+    attention_backend: str = "auto"  # auto | torch | triton
+    kv_cache_gb: float | None = None  # KV budget; CPU default 2 GiB, CUDA default: the fraction below
+    gpu_memory_utilization: float = 0.9
+    num_blocks: int | None = None  # a fixed pool size instead of a budget (tests)
+    enforce_eager: bool = False  # no CUDA graphs (decode graphs, piecewise graphs of prefill/mixed steps)
+    # plan and launch step n+1 while step n runs on the device (runtime/engine/step_loop.py); the log
+    # is the same either way
+    async_scheduling: bool = True
+
+
+@dataclass
+class RunnerStats:
+    """Cumulative seconds per phase; ``forward`` is exact only when ``sync_timing`` is on (CUDA)."""
+
+    steps: int = 0
+    prepare: float = 0.0
+    forward: float = 0.0
+    sample: float = 0.0
+    total: float = 0.0
+    tokens: int = 0
+    per_step: list[tuple[int, int, float, float]] = field(default_factory=list)  # (seqs, tokens, total, fwd)
+
+    @property
+    def overhead(self) -> float:
+        """Share of step time outside the model forward."""
+        return 1.0 - self.forward / self.total if self.total else 0.0
+
+
+class ModelRunner:
+    def __init__(self, loaded: LoadedModel, config: RunnerConfig, *, block_size: int, seed: int = 0,
+                 max_num_batched_tokens: int = 2048, max_num_seqs: int = 256, max_model_len: int = 4096,
+                 sync_timing: bool = False, record_steps: bool = False,
+                 backend: AttentionBackend | None = None) -> None:
+        self.loaded = loaded
+        self.model = loaded.model
+        self.spec = loaded.spec
+        self.device = loaded.device
+        self.dtype = loaded.dtype
+        self.block_size = block_size
+        self.seed = seed
+        # ``backend``: an instance instead of a name (e.g. Triton under TRITON_INTERPRET on the CPU)
+        self.backend = backend or get_backend(config.attention_backend, self.device)
+        self.num_blocks = plan_num_blocks(
+            self.spec, self.dtype, self.device, block_size, num_blocks=config.num_blocks,
+            kv_cache_gb=config.kv_cache_gb, gpu_memory_utilization=config.gpu_memory_utilization,
+            max_tokens=max_num_batched_tokens, max_seqs=max_num_seqs)
+        self.kv_caches = allocate_kv(self.spec, self.num_blocks, block_size, self.dtype, self.device)
+        self.sampler = Sampler()
+        self._rngs: dict[int, random.Random] = {}
+        self.sync_timing = sync_timing and self.device.type == "cuda"
+        self.record_steps = record_steps
+        self.graphs: DecodeGraphs | None = None
+        self.piecewise: PiecewiseGraphs | None = None  # prefill / mixed steps
+        if self.device.type == "cuda" and self.backend.name == "triton" and not config.enforce_eager:
+            self.graphs = DecodeGraphs(self.model, self.kv_caches, self.backend, max_batch=max_num_seqs,
+                                       max_model_len=max_model_len, block_size=block_size, device=self.device)
+            self.graphs.capture()
+            self.piecewise = PiecewiseGraphs(self.model, self.kv_caches, self.backend,
+                                             max_tokens=max_num_batched_tokens, max_seqs=max_num_seqs,
+                                             device=self.device)
+            self.piecewise.capture()
+        self.async_scheduling = config.async_scheduling
+        self.stats = RunnerStats()
+        # the last launch's sampled ids (device) and their rows by request: the source of the next
+        # launch's placeholder inputs
+        self._previous_ids: torch.Tensor | None = None
+        self._previous_rows: dict[int, int] = {}
+        self.table_rows = BlockTableRows(-(-max_model_len // block_size), max_num_seqs)
+
+    # --- randomness ---------------------------------------------------------------------------
+
+    def rng(self, request: Request) -> random.Random | None:
+        """The request's stream (None for greedy rows: they draw nothing). It survives preemption."""
+        if request.params.temperature < GREEDY_EPS:
+            return None
+        rng = self._rngs.get(request.request_id)
+        if rng is None:
+            rng = self._rngs[request.request_id] = request_rng(self.seed, request.request_id,
+                                                               request.params.seed)
+        return rng
+
+    def _forget_finished(self, requests: Mapping[int, Request]) -> None:
+        if len(self._rngs) > 2 * len(requests) + 64:
+            self._rngs = {rid: g for rid, g in self._rngs.items() if rid in requests}
+
+    # --- the step -------------------------------------------------------------------------------
+
+    def execute(self, plan: StepPlan, requests: Mapping[int, Request]) -> StepResult:
+        return self.collect(self.launch(plan, requests))
+
+    @torch.inference_mode()
+    def launch(self, plan: StepPlan, requests: Mapping[int, Request]) -> _Launched:
+        """Build the inputs, queue the forward and the sampling; return without waiting for the device."""
+        t0 = time.perf_counter()
+        host = host_inputs(plan, requests, self.block_size, self._previous_rows, self.table_rows)
+        if self.graphs is not None and self.graphs.supports(host):
+            t1 = time.perf_counter()
+            logits = self.graphs.run(host, self._previous_ids)
+        else:
+            inputs = to_device(host, self.device, self._previous_ids)
+            t1 = time.perf_counter()
+            if self.piecewise is not None and self.piecewise.supports(host):
+                logits = self.piecewise.run(host, inputs.meta, self._previous_ids)
+            else:
+                logits = self.model(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta, self.backend,
+                                    inputs.logits_indices)
+        if self.sync_timing:
+            torch.cuda.synchronize(self.device)
+        t2 = time.perf_counter()
+        reqs = host.sampled_requests
+        params = [r.params for r in reqs]
+        if plain_greedy(params):
+            batch = SamplingBatch.greedy(len(reqs), self.device)
+        else:
+            batch = SamplingBatch.build(params, [self.rng(r) for r in reqs],
+                                        [(r.token_ids, r.num_prompt_tokens) for r in reqs], self.device,
+                                        self.spec.vocab_size)
+        pending = self.sampler.sample_async(logits, batch)
+        self._previous_ids = pending.device_ids
+        self._previous_rows = {r.request_id: i for i, r in enumerate(reqs)}
+        self._forget_finished(requests)
+        return _Launched(pending, len(plan.spans), host.num_tokens, t0, t1 - t0, t2 - t1, time.perf_counter() - t2)
+
+    def collect(self, launched: _Launched) -> StepResult:
+        """Wait for a launched step's tokens."""
+        t = time.perf_counter()
+        out = launched.pending.result()
+        t_end = time.perf_counter()
+        st = self.stats
+        sample = launched.sample + (t_end - t)
+        total = launched.prepare + launched.forward + sample
+        st.steps += 1
+        st.prepare += launched.prepare
+        st.forward += launched.forward
+        st.sample += sample
+        st.total += total
+        st.tokens += launched.num_tokens
+        if self.record_steps:
+            st.per_step.append((launched.num_spans, launched.num_tokens, total, launched.forward))
+        logprobs = None if out.logprobs is None else [None if lp is None else [lp] for lp in out.logprobs]
+        return StepResult([[t] for t in out.token_ids], t_end - launched.start, logprobs)
+
+
+@dataclass(slots=True)
+class _Launched:
+    """A step queued on the device; ``prepare``/``forward``/``sample``: host seconds of each phase."""
+
+    pending: PendingSample
+    num_spans: int
+    num_tokens: int
+    start: float
+    prepare: float
+    forward: float
+    sample: float

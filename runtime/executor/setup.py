@@ -1,0 +1,125 @@
+"""One place that turns ``model + flat options`` into a ready engine: the loaded model, the
+ModelRunner with its KV pool, the EngineConfig (``cache.num_blocks`` = what the pool holds) and
+the log Header. ``LLM``, ``minivllm generate`` and the server all build engines through here.
+
+Options are flat keyword names: runner fields (device, dtype, attention_backend, kv_cache_gb,
+gpu_memory_utilization, num_blocks, enforce_eager, async_scheduling), cache fields (block_size,
+enable_prefix_caching, hash_salt),
+scheduler fields (max_num_batched_tokens, max_num_seqs, enable_chunked_prefill,
+reserve_full_prompt, policy, max_model_len) and ``seed``. Dotted names (``scheduler.max_num_seqs``)
+work too. An unknown name raises ConfigError naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.engine.config import CacheConfig, ConfigError, EngineConfig, SchedulerConfig
+from runtime.engine.core import EngineCore
+from runtime.engine.step_loop import StepLoop
+from runtime.engine.types import EventSink, Executor
+from runtime.executor.model.loader import LoadedModel, load_model
+from runtime.executor.model_runner import ModelRunner, RunnerConfig
+from traces.events import Header, make_header
+
+_RUNNER = {f.name for f in dataclasses.fields(RunnerConfig)}
+_CACHE = {f.name for f in dataclasses.fields(CacheConfig)} - {"num_blocks"}
+_SCHED = {f.name for f in dataclasses.fields(SchedulerConfig)}
+
+
+@dataclass
+class EngineParts:
+    loaded: LoadedModel
+    runner: ModelRunner
+    config: EngineConfig
+
+    def header(self, clock: str = "wall") -> Header:
+        spec, runner = self.loaded.spec, self.runner
+        return make_header(self.config, clock=clock, model_identity=self.loaded.identity,
+                           eos_token_id=self.loaded.eos_token_id, extra={
+                               "model_path": self.loaded.path,
+                               "device": str(runner.device),
+                               "dtype": str(runner.dtype).removeprefix("torch."),
+                               "attention_backend": runner.backend.name,
+                               "kv": {"num_layers": spec.num_layers, "num_kv_heads": spec.num_kv_heads,
+                                      "head_dim": spec.head_dim, "block_size": runner.block_size,
+                                      "num_blocks": runner.num_blocks},
+                           })
+
+    def core(self, sink: EventSink | None = None) -> EngineCore:
+        return EngineCore(self.config, eos_token_id=self.loaded.eos_token_id, sink=sink)
+
+    @property
+    def overlap(self) -> bool:
+        """Whether steps overlap: on CUDA unless async_scheduling is off (on the CPU the forward
+        runs inside ``launch``, so there is nothing to overlap)."""
+        return self.runner.async_scheduling and self.runner.device.type == "cuda"
+
+    def loop(self, core: EngineCore, clock: Callable[[], float]) -> StepLoop:
+        """The step driver for ``core`` on this runner."""
+        return StepLoop(core, self.runner, clock, overlap=self.overlap)
+
+
+def split_options(options: dict[str, Any]) -> tuple[dict, dict, dict, dict]:
+    """(runner, cache, scheduler, top-level) option dicts; unknown names raise ConfigError."""
+    runner, cache, sched, top = {}, {}, {}, {}
+    for key, value in options.items():
+        group, _, name = key.rpartition(".")
+        if name in _RUNNER and group in ("", "runner"):
+            runner[name] = value
+        elif name in _CACHE and group in ("", "cache"):
+            cache[name] = value
+        elif name in _SCHED and group in ("", "scheduler"):
+            sched[name] = value
+        elif key == "seed":
+            top[key] = value
+        else:
+            raise ConfigError(f"unknown option {key!r}")
+    return runner, cache, sched, top
+
+
+def build_engine(model: str | None = None, *, loaded: LoadedModel | None = None, sync_timing: bool = False,
+                 record_steps: bool = False, **options: Any) -> EngineParts:
+    """Load ``model`` (or reuse ``loaded``), allocate the KV pool, derive the EngineConfig."""
+    runner_opts, cache_opts, sched_opts, top = split_options(options)
+    rc = RunnerConfig(**runner_opts)
+    if loaded is None:
+        loaded = load_model(model, device=rc.device, dtype=rc.dtype, seed=top.get("seed", 0))
+    if "max_model_len" not in sched_opts:
+        sched_opts["max_model_len"] = min(SchedulerConfig().max_model_len, loaded.spec.max_position_embeddings)
+    elif sched_opts["max_model_len"] > loaded.model.rotary.max_positions:
+        raise ConfigError(f"max_model_len {sched_opts['max_model_len']} exceeds the model's "
+                          f"{loaded.model.rotary.max_positions} positions")
+    sched = SchedulerConfig(**sched_opts)
+    block_size = cache_opts.get("block_size", CacheConfig().block_size)
+    CacheConfig(**cache_opts)  # validate before the (possibly large) KV allocation
+    runner = ModelRunner(loaded, rc, block_size=block_size, seed=top.get("seed", 0),
+                         max_num_batched_tokens=sched.max_num_batched_tokens, max_num_seqs=sched.max_num_seqs,
+                         max_model_len=sched.max_model_len, sync_timing=sync_timing, record_steps=record_steps)
+    config = EngineConfig(cache=CacheConfig(num_blocks=runner.num_blocks, **cache_opts), scheduler=sched,
+                          model_identity=loaded.identity, **top)
+    return EngineParts(loaded, runner, config)
+
+
+def replay_executor_factory(model: str | None = None, device: str = "auto", dtype: str = "auto",
+                             attention_backend: str = "auto") -> Callable[[Header], Executor]:
+    """A factory building the real ModelRunner as the recording did: the log's model (unless
+    ``model`` says otherwise), dtype, KV geometry, budget and seed. ``minivllm replay --execute``
+    hands it to ``simulator.execute.execute_replay``."""
+
+    def make(header: Header) -> Executor:
+        sched, extra = header.config.get("scheduler", {}), header.extra
+        options = {k: sched[k] for k in ("max_num_batched_tokens", "max_num_seqs", "max_model_len") if k in sched}
+        parts = build_engine(
+            model or extra.get("model_path"), device=device,
+            dtype=extra.get("dtype", "auto") if dtype == "auto" else dtype, attention_backend=attention_backend,
+            num_blocks=header.num_blocks, block_size=header.block_size, seed=header.seed, **options)
+        identity = parts.loaded.identity
+        if header.model_identity and identity != header.model_identity:
+            print(f"warning: the log was recorded with model {header.model_identity!r}; replaying on {identity!r}")
+        return parts.runner
+
+    return make
