@@ -17,10 +17,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from runtime.bench.paged_batch import make_paged_batch  # noqa: E402
 from runtime.executor.attention.triton_backend import TritonAttentionBackend  # noqa: E402
 from runtime.executor.kernels.kv_store import store_kv, store_kv_reference  # noqa: E402
 from runtime.executor.kernels.paged_attention import paged_decode, paged_decode_reference  # noqa: E402
-from runtime.executor.kernels.paged_batch import make_paged_batch  # noqa: E402
 from runtime.executor.kernels.prefill import (  # noqa: E402
     paged_prefill,
     paged_prefill_reference,

@@ -19,8 +19,8 @@ from functools import partial
 import torch
 
 from runtime.bench.gpu_timing import Timer, copy_bandwidth_gbs
+from runtime.bench.paged_batch import make_paged_batch
 from runtime.executor.kernels.paged_attention import choose_num_splits, decode_bytes, num_sms, paged_decode
-from runtime.executor.kernels.paged_batch import make_paged_batch
 
 CONTEXTS = (128, 512, 1024, 2048, 4096, 8192)
 BATCHES = (1, 4, 16, 64, 256)

@@ -13,8 +13,8 @@ from functools import partial
 import torch
 
 from runtime.bench.gpu_timing import Timer, copy_bandwidth_gbs
+from runtime.bench.paged_batch import make_paged_batch
 from runtime.executor.kernels.paged_attention import choose_num_splits, decode_bytes, num_sms, paged_decode
-from runtime.executor.kernels.paged_batch import make_paged_batch
 from runtime.executor.kernels.prefill import paged_prefill, paged_prefill_sdpa
 
 DECODE_CONFIGS = [(32, 4, 2), (32, 4, 3), (32, 4, 4), (64, 4, 2), (64, 4, 3), (64, 8, 3), (128, 8, 2),

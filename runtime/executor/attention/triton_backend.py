@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from runtime.executor.attention import AttentionMetadata
+from runtime.executor.attention.metadata import AttentionMetadata
 from runtime.executor.kernels.kv_store import store_kv
 from runtime.executor.kernels.paged_attention import choose_num_splits, num_sms, paged_decode
 from runtime.executor.kernels.prefill import paged_prefill

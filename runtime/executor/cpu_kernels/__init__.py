@@ -42,7 +42,7 @@ def _library() -> ctypes.CDLL | None:
     compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
     if compiler is None:
         return None
-    from runtime.executor.model.gguf import cache_root
+    from runtime.executor.cache_dir import cache_root
 
     key = hashlib.blake2b((_SRC.read_text() + " ".join(_FLAGS) + _cpu_key()).encode(), digest_size=8).hexdigest()
     target = cache_root() / "cpu_kernels" / f"paged_decode-{key}.so"

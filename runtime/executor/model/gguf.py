@@ -9,17 +9,12 @@ visible (written to a temporary folder, then renamed).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
+from runtime.executor.cache_dir import cache_root
 from runtime.executor.model.spec import ModelLoadError
-
-
-def cache_root() -> Path:
-    root = os.environ.get("MINIVLLM_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "minivllm")
-    return Path(root)
 
 
 def converted_folder(gguf_path: Path, identity_hash: str) -> Path:
