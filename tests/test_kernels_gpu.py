@@ -13,10 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
+from runtime.bench.paged_batch import make_paged_batch  # noqa: E402
 from runtime.executor.attention.triton_backend import TritonAttentionBackend  # noqa: E402
 from runtime.executor.kernels.kv_store import store_kv, store_kv_reference  # noqa: E402
 from runtime.executor.kernels.paged_attention import paged_decode, paged_decode_reference  # noqa: E402
-from runtime.executor.kernels.paged_batch import make_paged_batch  # noqa: E402
 from runtime.executor.kernels.prefill import paged_prefill_reference, paged_prefill_sdpa  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,

@@ -1,5 +1,5 @@
-"""Loading: HF folders, errors that name the path, model identity, random shapes, rotary tables
-bit-identical to transformers' for every supported rope type."""
+"""Loading: HF folders, errors that name the path, the architecture registry, model identity,
+random shapes, rotary tables bit-identical to transformers' for every supported rope type."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ import json
 import pytest
 import torch
 
-from runtime.executor.model.loader import file_identity, load_model
-from runtime.executor.model.rope import inv_freq_and_scale
-from runtime.executor.model.spec import MODEL_SHAPES, ModelLoadError, spec_from_hf_config
+from runtime.executor.model.hf_config import spec_from_hf_config
+from runtime.executor.model.layers.decoder import CausalLM
+from runtime.executor.model.layers.rotary import inv_freq_and_scale
+from runtime.executor.model.loader import build_model, file_identity, load_model
+from runtime.executor.model.registry import ARCHITECTURES, Architecture, get_architecture, register
+from runtime.executor.model.spec import MODEL_SHAPES, ModelLoadError
 from tests.model_helpers import TINY, make_tiny, one_thread
 
 pytestmark = pytest.mark.usefixtures(one_thread.__name__)
@@ -31,6 +34,44 @@ def test_unsupported_architecture(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
     with pytest.raises(ModelLoadError, match=r"config.json: architecture 'GPT2LMHeadModel'.*not supported"):
         load_model(str(tmp_path), device="cpu")
+
+
+def test_unknown_model_type_lists_the_registered_ones():
+    with pytest.raises(ModelLoadError) as e:
+        spec_from_hf_config({**TINY, "model_type": "gpt2"}, "x/config.json")
+    assert "x/config.json" in str(e.value) and "model_type 'gpt2'" in str(e.value)
+    assert str(e.value).endswith("supported model types: " + ", ".join(sorted(ARCHITECTURES)))
+    assert {"llama", "qwen2", "qwen3"} <= set(ARCHITECTURES)
+
+
+@pytest.mark.parametrize(("model_type", "extra", "flags"), [
+    ("llama", {}, (False, False, False)),
+    ("llama", {"attention_bias": True, "mlp_bias": True}, (True, True, False)),
+    ("qwen2", {}, (True, False, False)),
+    ("qwen3", {}, (False, False, True)),
+])
+def test_each_architecture_reads_its_own_fields(model_type, extra, flags):
+    spec = spec_from_hf_config({**TINY, "model_type": model_type, **extra})
+    assert (spec.qkv_bias, spec.mlp_bias, spec.qk_norm) == flags
+
+
+def test_a_registered_architecture_is_accepted():
+    """One register() call (what a models/ file does on import) is all a Llama-like type needs."""
+    toy = Architecture("toy", lambda cfg: {"qk_norm": True, "mlp_bias": bool(cfg.get("toy_mlp_bias"))})
+    cfg = {**TINY, "model_type": "toy", "toy_mlp_bias": True}
+    with pytest.raises(ModelLoadError, match="model_type 'toy'"):
+        spec_from_hf_config(cfg)
+    register(toy)
+    try:
+        with pytest.raises(ValueError, match="already registered"):
+            register(toy)
+        spec = spec_from_hf_config(cfg)
+        assert (spec.model_type, spec.qkv_bias, spec.mlp_bias, spec.qk_norm) == ("toy", False, True, True)
+        assert get_architecture("toy") is toy
+        model = build_model(spec, 16, torch.float32, torch.device("cpu"))
+        assert type(model) is CausalLM and model.layers[0].self_attn.q_norm is not None
+    finally:
+        del ARCHITECTURES["toy"]
 
 
 def test_unsupported_rope_and_missing_field():

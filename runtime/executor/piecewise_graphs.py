@@ -21,7 +21,7 @@ import bisect
 import torch
 
 from runtime.executor.attention import AttentionBackend, AttentionMetadata
-from runtime.executor.model.llama import CausalLM
+from runtime.executor.model.layers.decoder import CausalLM
 from runtime.executor.model_inputs import HostInputs, fill_placeholders
 
 

@@ -17,9 +17,11 @@ from typing import Any
 
 import torch
 
-from runtime.executor.model.llama import CausalLM
-from runtime.executor.model.rope import RotaryTable
-from runtime.executor.model.spec import MODEL_SHAPES, ModelLoadError, ModelSpec, spec_from_hf_config
+from runtime.executor.model.hf_config import spec_from_hf_config
+from runtime.executor.model.layers.decoder import CausalLM
+from runtime.executor.model.layers.rotary import RotaryTable
+from runtime.executor.model.registry import get_architecture
+from runtime.executor.model.spec import MODEL_SHAPES, ModelLoadError, ModelSpec
 from runtime.executor.model.weights import init_random, iter_safetensors, load_weights
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -123,10 +125,12 @@ def _load_tokenizer(folder: Path) -> Any | None:
 
 
 def build_model(spec: ModelSpec, max_positions: int, dtype: torch.dtype, device: torch.device) -> CausalLM:
-    """An uninitialised model on ``device`` (built on the meta device: no wasted random init)."""
+    """An uninitialised model of ``spec``'s architecture on ``device`` (built on the meta device:
+    no wasted random init)."""
+    model_class = get_architecture(spec.model_type).model_class
     rotary = RotaryTable(spec.rope, spec.head_dim, spec.max_position_embeddings, max_positions, dtype, device)
     with torch.device("meta"):
-        model = CausalLM(spec, rotary, use_fused_kernels=device.type == "cuda" and dtype != torch.float32).to(dtype)
+        model = model_class(spec, rotary, use_fused_kernels=device.type == "cuda" and dtype != torch.float32).to(dtype)
     return model.to_empty(device=device).eval()
 
 

@@ -1,8 +1,8 @@
-"""ModelSpec: the architecture facts the forward needs, parsed from an HF ``config.json`` dict.
+"""ModelSpec: the architecture facts the forward needs (parsed from a config.json by
+``hf_config``); ``ModelLoadError``; real model shapes for benchmarks.
 
-One spec covers the Llama family this engine runs: Llama (optionally biased), Qwen2 (q/k/v bias)
-and Qwen3 (per-head q/k RMSNorm). Anything else is refused with a ``ModelLoadError`` naming the
-file, so a user learns at load time, not from a shape error mid-forward.
+One spec covers the decoder-only family this engine runs; the variant flags (q/k/v and MLP
+biases, per-head q/k RMSNorm) are set by each architecture's config reader (``models/``).
 """
 
 from __future__ import annotations
@@ -13,10 +13,6 @@ from typing import Any
 
 class ModelLoadError(ValueError):
     """A model can't be found or loaded; the message names the path (and the field, if any)."""
-
-
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
 @dataclass(frozen=True)
@@ -38,7 +34,6 @@ class ModelSpec:
     # rope_type, rope_theta and the scaling keys of that type (HF ``rope_parameters`` form)
     rope: dict[str, Any] = field(default_factory=lambda: {"rope_type": "default", "rope_theta": 10000.0})
     eos_token_ids: tuple[int, ...] = ()
-    bos_token_id: int | None = None
     torch_dtype: str | None = None  # what the checkpoint says, used when dtype is "auto"
 
     @property
@@ -52,71 +47,6 @@ class ModelSpec:
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         """KV cache bytes for one token across all layers (K and V)."""
         return 2 * self.num_layers * self.kv_size * dtype_bytes
-
-
-def _ids(value: Any) -> tuple[int, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, (list, tuple)):
-        return tuple(int(v) for v in value)
-    return (int(value),)
-
-
-def _rope_parameters(cfg: dict[str, Any], where: str) -> dict[str, Any]:
-    """Normalise the two spellings: transformers 5 ``rope_parameters`` and the older
-    ``rope_theta`` + ``rope_scaling`` keys found in most published config.json files."""
-    params = dict(cfg.get("rope_parameters") or {})
-    scaling = cfg.get("rope_scaling") or {}
-    params = {**scaling, **params}
-    rope_type = params.pop("type", None) or params.get("rope_type") or "default"
-    params["rope_type"] = rope_type
-    params.setdefault("rope_theta", float(cfg.get("rope_theta", 10000.0)))
-    if rope_type not in SUPPORTED_ROPE_TYPES:
-        raise ModelLoadError(f"{where}: rope type {rope_type!r} is not supported "
-                             f"(supported: {', '.join(SUPPORTED_ROPE_TYPES)})")
-    if params.get("partial_rotary_factor", 1.0) != 1.0:
-        raise ModelLoadError(f"{where}: partial_rotary_factor != 1 is not supported")
-    return params
-
-
-def spec_from_hf_config(cfg: dict[str, Any], where: str = "config.json",
-                        generation_config: dict[str, Any] | None = None) -> ModelSpec:
-    """Build a spec from a config.json dict; ``where`` names the file in error messages."""
-    model_type = cfg.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        archs = cfg.get("architectures") or [model_type]
-        raise ModelLoadError(f"{where}: architecture {archs[0]!r} (model_type {model_type!r}) is not "
-                             f"supported; supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}")
-    if cfg.get("hidden_act", "silu") != "silu":
-        raise ModelLoadError(f"{where}: hidden_act {cfg['hidden_act']!r} is not supported (only silu)")
-    if cfg.get("use_sliding_window"):
-        raise ModelLoadError(f"{where}: sliding-window attention is not supported")
-    try:
-        hidden = int(cfg["hidden_size"])
-        heads = int(cfg["num_attention_heads"])
-        eos = _ids((generation_config or {}).get("eos_token_id")) or _ids(cfg.get("eos_token_id"))
-        return ModelSpec(
-            model_type=model_type,
-            hidden_size=hidden,
-            num_layers=int(cfg["num_hidden_layers"]),
-            num_heads=heads,
-            num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or hidden // heads),
-            intermediate_size=int(cfg["intermediate_size"]),
-            vocab_size=int(cfg["vocab_size"]),
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            max_position_embeddings=int(cfg.get("max_position_embeddings", 4096)),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            qkv_bias=model_type == "qwen2" or bool(cfg.get("attention_bias", False)),
-            mlp_bias=bool(cfg.get("mlp_bias", False)),
-            qk_norm=model_type == "qwen3",
-            rope=_rope_parameters(cfg, where),
-            eos_token_ids=eos,
-            bos_token_id=cfg.get("bos_token_id"),
-            torch_dtype=cfg.get("torch_dtype") or cfg.get("dtype"),
-        )
-    except KeyError as e:
-        raise ModelLoadError(f"{where}: missing field {e.args[0]!r}") from None
 
 
 # Real model shapes for benchmarks with random weights (HF config.json form, so the HF peer can

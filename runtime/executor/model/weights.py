@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from runtime.executor.model.llama import CausalLM
+from runtime.executor.model.layers.decoder import CausalLM
 from runtime.executor.model.spec import ModelLoadError
 
 _LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)")

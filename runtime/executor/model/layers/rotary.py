@@ -9,9 +9,16 @@ Dynamic NTK is not offered: its frequencies depend on each sequence's current le
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
+
+# What the attention layer gets: rotates a [T, heads, head_dim] tensor by the step's positions
+# (the table lookup, or the fused kernel, is bound once per forward by the model).
+Rope = Callable[[torch.Tensor], torch.Tensor]
+
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # what inv_freq_and_scale computes
 
 
 def inv_freq_and_scale(rope: dict[str, Any], head_dim: int, max_position_embeddings: int
