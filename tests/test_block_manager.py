@@ -1,5 +1,7 @@
 from array import array
 
+import pytest
+
 from runtime.engine.block_manager import BlockManager
 from runtime.engine.request import Request
 from traces.events import BlockAllocated, BlockCached, BlockEvicted, BlockFreed, PrefixHit, Reserved
@@ -142,3 +144,116 @@ def test_no_prefix_caching_means_no_hits_and_no_cached_blocks():
     bm.free(a)
     assert bm.probe(req(1, range(1, 11))) == [] and not bm.cache_index and not bm.evictable
     assert not any(isinstance(e, (BlockCached, PrefixHit)) for e in bm.events)
+
+
+# --- prefix-cache reuse, bookkeeping and the invariant checker (docs/MUTATION.md) ----------------
+
+
+def test_a_follow_up_turn_reuses_the_kv_of_the_previous_answer():
+    """Multi-turn chat: prompt 2 = prompt 1 + answer 1 + new text. The blocks holding answer 1 were
+    filled by decode steps, after admission hashed the prompt; they must be found all the same."""
+    from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+    from runtime.engine.core import EngineCore
+    from tests.helpers import SeededTokenExecutor
+    from traces.events import Admitted
+
+    events = []
+    cfg = EngineConfig(cache=CacheConfig(block_size=BS, num_blocks=32), scheduler=SchedulerConfig(max_model_len=64))
+    core = EngineCore(cfg, sink=events.append)
+    ex = SeededTokenExecutor()
+    turn1 = list(range(1, 7))  # 6 tokens; the answer fills blocks 1..3
+    answer = []
+    core.add_request(turn1, SamplingParams(max_tokens=10, ignore_eos=True), 0.0)
+    while core.has_unfinished():
+        for d in core.step(0.0, ex).deltas:
+            answer += d.new_token_ids
+    assert len(answer) == 10
+    core.add_request(turn1 + answer + [900, 901, 902], SamplingParams(max_tokens=1), 1.0)
+    core.step(1.0, ex)
+    # 15 of turn 1's 16 tokens were computed (its last sampled token never went through the model): 3 blocks
+    assert [e.num_cached_tokens for e in events if isinstance(e, Admitted)] == [0, 12]
+
+
+def test_requests_computed_in_the_same_step_cache_their_distinct_tails():
+    """Two prompts sharing block 0 but not block 1, computed together: both second blocks get cached."""
+    bm = BlockManager(20, BS)
+    a, b = req(0, [1, 2, 3, 4, 10, 11, 12, 13, 99]), req(1, [1, 2, 3, 4, 20, 21, 22, 23, 99])
+    for r in (a, b):  # both admitted before either is computed: no hits
+        assert bm.admit(r, bm.probe(r), r.num_tokens, True) is not None
+        assert bm.allocate(r, r.num_tokens)
+    for r in (a, b):
+        r.num_computed_tokens = r.num_tokens
+        bm.register_computed(r)
+    bm.check_invariants()
+    assert bm.probe(req(2, [1, 2, 3, 4, 20, 21, 22, 23, 5])) == [bm.tables[0][0], bm.tables[1][1]]
+    assert bm.probe(req(3, [1, 2, 3, 4, 10, 11, 12, 13, 5])) == bm.tables[0][:2]
+
+
+def test_no_per_request_state_outlives_the_request():
+    """A long-running engine must not grow with the requests it has served (finished, aborted, preempted)."""
+    from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+    from runtime.engine.core import EngineCore
+    from tests.helpers import SeededTokenExecutor, run_checked
+
+    cfg = EngineConfig(cache=CacheConfig(block_size=BS, num_blocks=10),
+                       scheduler=SchedulerConfig(max_num_batched_tokens=12, max_model_len=64))
+    core = EngineCore(cfg)
+    for i in range(8):
+        core.add_request([1 + i % 2] * 4 + list(range(10 * i, 10 * i + 7)),
+                         SamplingParams(max_tokens=8, ignore_eos=True), 0.0)
+    core.step(0.0, SeededTokenExecutor())
+    core.abort(3, 0.0)  # waiting
+    seen_preemption = []
+    run_checked(core, SeededTokenExecutor(), None, on_step=lambda out: seen_preemption.extend(out.plan.preempted))
+    assert seen_preemption  # the pool is small enough to preempt
+    bm = core.block_manager
+    per_request = {"tables": bm.tables, "reserved": bm.reserved, "hash memo": bm._hashes,
+                   "registered": bm._registered, "running": core.scheduler.running, "requests": core.requests}
+    assert {name: d for name, d in per_request.items() if d} == {}
+    assert len(core.scheduler.waiting) == 0
+
+
+def test_model_identity_and_salt_root_the_hash_chain():
+    """Two models or two tenants (salts) never produce the same block hashes, so they can't share KV."""
+    from runtime.engine.block_manager import root_hash
+
+    roots = {root_hash(m, s) for m in ("model-a", "model-b") for s in ("", "tenant-1")}
+    assert len(roots) == 4
+    assert root_hash("model-a", "tenant-1") == root_hash("model-a", "tenant-1")
+    cached = []
+    for root in sorted(roots):
+        bm = BlockManager(20, BS, root=root)
+        admit_and_compute(bm, req(0, range(1, 10)))
+        cached.append(set(bm.cache_index))
+    assert all(len(c) == 2 for c in cached) and len(set().union(*cached)) == 8
+
+
+def _corrupt_free_and_in_use(bm):
+    """An in-use block listed as free (in place of a free one, so every count still adds up)."""
+    del bm.free_blocks[next(iter(bm.free_blocks))]
+    bm.free_blocks[bm.tables[1][-1]] = None
+
+
+def _corrupt_zero_reservation(bm):
+    """A reservation of 0 blocks left behind (the total kept consistent)."""
+    bm.total_reserved -= bm.reserved[1]
+    bm.reserved[1] = 0
+
+
+def _corrupt_ref_count(bm):
+    bm.ref_counts[bm.tables[1][0]] += 1
+
+
+@pytest.mark.parametrize("corrupt", [_corrupt_free_and_in_use, _corrupt_zero_reservation, _corrupt_ref_count])
+def test_the_invariant_checker_catches_each_corruption(corrupt):
+    """check_invariants is what every engine test relies on: each kind of accounting error trips it."""
+    bm = BlockManager(12, BS)
+    a = req(0, range(1, 10))
+    admit_and_compute(bm, a)
+    bm.free(a)  # two cached blocks, now evictable
+    b = req(1, range(50, 59))
+    assert bm.admit(b, [], 4, reserve_full=True) == 3 and bm.allocate(b, 4)
+    bm.check_invariants()
+    corrupt(bm)
+    with pytest.raises(AssertionError):
+        bm.check_invariants()
