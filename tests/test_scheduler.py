@@ -109,18 +109,37 @@ def test_preemption_recomputes_the_most_recently_admitted():
 
 
 def test_no_admission_in_a_step_that_preempted():
-    core = engine(block_size=4, num_blocks=5, budget=64)
-    core.add_request(prompt(8), SamplingParams(max_tokens=12, ignore_eos=True), 0.0)
-    core.add_request(prompt(8, 100), SamplingParams(max_tokens=12, ignore_eos=True), 0.0)
-    core.step(0, EX)
-    core.add_request(prompt(2, 300), SamplingParams(max_tokens=1), 0.0)
-    for t in range(1, 40):
-        out = core.step(t, EX)
-        if out.plan.preempted:
-            assert not out.plan.admitted
+    """A step that preempted admits nothing, even a waiting head that would fit budget, slots and KV.
+
+    a and b have the same prompt and are prefilled together, so b's prompt blocks are duplicates of
+    a's (cached once, under a's blocks). When a's decode runs out of blocks, b is preempted and goes
+    back to the head of the queue; re-admitting it would cost only its last block: its prompt blocks
+    hit a's, still referenced. Without the rule b would come straight back in the same step (thrash)."""
+    core = engine(block_size=4, num_blocks=6, budget=64, max_seqs=8)
+    a = core.add_request(prompt(8), SamplingParams(max_tokens=12, ignore_eos=True), 0.0)
+    b = core.add_request(prompt(8), SamplingParams(max_tokens=12, ignore_eos=True), 0.0)
+    bm, sched = core.block_manager, core.config.scheduler
+    for t in range(40):
+        plan = core.schedule(t)
+        if plan.preempted:
             break
+        core.commit(plan, EX.execute(plan, core.requests), t)
     else:
         pytest.fail("expected a preemption")
+    assert plan.preempted == [b]
+    assert plan.admitted == [] and [s.request_id for s in plan.spans] == [a]
+    head = core.scheduler.waiting.peek()
+    assert head.request_id == b
+    # b would fit but for the rule: the budget left, a sequence slot and the KV it needs
+    hits = bm.probe(head)
+    assert len(hits) == 3 and bm.tables[a][:2] == hits[:2]
+    assert head.num_tokens - len(hits) * bm.block_size <= sched.max_num_batched_tokens - plan.num_scheduled_tokens
+    assert core.num_running < sched.max_num_seqs
+    kv_cost = sum(bm.ref_counts[x] == 0 for x in hits) + bm.blocks_for(head.num_tokens) - len(hits)
+    assert 0 < kv_cost <= bm.num_available_blocks
+    core.commit(plan, EX.execute(plan, core.requests), t)
+    out = core.step(t + 1, EX)  # the next step takes it back in
+    assert [x.request_id for x in out.plan.admitted] == [b]
 
 
 def test_priority_policy_admits_by_priority_and_preempts_the_lowest():
