@@ -14,8 +14,9 @@ import torch
 from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
 from runtime.engine.step_loop import StepLoop
+from runtime.executor.config import RunnerConfig
 from runtime.executor.model.loader import LoadedModel, load_model
-from runtime.executor.model_runner import ModelRunner, RunnerConfig
+from runtime.executor.model_runner import ModelRunner
 from runtime.executor.piecewise_graphs import PiecewiseGraphs
 from traces.params import SamplingParams
 
@@ -132,11 +133,10 @@ def run_engine(loaded: LoadedModel, prompts: list[list[int]], max_tokens: int | 
     steps run through the overlapping StepLoop (placeholder inputs filled on the device);
     ``piecewise``: prefill and mixed steps go through PiecewiseGraphs (a dry run off CUDA)."""
     sched.setdefault("max_model_len", 512)
-    runner = ModelRunner(loaded, RunnerConfig(num_blocks=num_blocks, attention_backend=attention_backend,
-                                              device=device, enforce_eager=enforce_eager), block_size=block_size,
-                         max_num_seqs=sched.get("max_num_seqs", 256), max_model_len=sched["max_model_len"])
     config = EngineConfig(cache=CacheConfig(block_size=block_size, num_blocks=num_blocks),
                           scheduler=SchedulerConfig(**sched))
+    runner = ModelRunner(loaded, RunnerConfig(attention_backend=attention_backend, device=device,
+                                              enforce_eager=enforce_eager), config)
     if piecewise and runner.piecewise is None:
         runner.piecewise = PiecewiseGraphs(runner.model, runner.kv_caches, runner.backend,
                                            max_tokens=config.scheduler.max_num_batched_tokens,

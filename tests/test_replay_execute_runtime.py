@@ -27,7 +27,7 @@ def test_llm_log_replays_token_for_token_on_the_model_runner(tmp_path):
     params = [SamplingParams(max_tokens=10, temperature=0.9, top_k=50, ignore_eos=True),
               SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)] * 3
     llm.generate(prompts, params, use_tqdm=False)
-    llm.writer.close()
+    llm.close()
     events = list(read_log(log))
     assert any(isinstance(e, Preempted) for e in events), "the small KV pool should force preemptions"
 

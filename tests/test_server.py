@@ -7,7 +7,6 @@ streamed and non-streamed answers to the same prompt must be identical.
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import threading
 import time
@@ -20,7 +19,7 @@ from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
 from runtime.engine.types import StepResult
 from runtime.serving.async_engine import AsyncLLMEngine, EngineOverloaded, SlowClient
-from runtime.serving.detokenizer import make_detokenizer
+from runtime.serving.llm_engine import LLMEngine
 from runtime.serving.server.app import create_app
 from runtime.serving.server.launch import ServerThread
 from traces.params import SamplingParams
@@ -59,9 +58,8 @@ def make_engine(tokenizer, gate=None, max_pending=64, output_queue_size=4096, nu
                        scheduler=SchedulerConfig(max_num_batched_tokens=256, max_model_len=1024))
     core = EngineCore(cfg, eos_token_id=EOS)
 
-    return AsyncLLMEngine(core, PromptSeededExecutor(len(tokenizer), gate, delay),
-                          functools.partial(make_detokenizer, tokenizer), max_pending=max_pending,
-                          output_queue_size=output_queue_size, overlap=True)
+    engine = LLMEngine.from_core(core, PromptSeededExecutor(len(tokenizer), gate, delay), tokenizer, overlap=True)
+    return AsyncLLMEngine(engine, max_pending=max_pending, output_queue_size=output_queue_size)
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +74,7 @@ def served(smollm2_tokenizer):
 
 def wait_idle(engine, timeout=10.0):
     deadline = time.monotonic() + timeout
-    while engine.core.has_unfinished() or engine.loop.busy or not engine.commands.empty():
+    while engine.engine.busy or not engine.commands.empty():
         assert time.monotonic() < deadline, "engine did not go idle"
         time.sleep(0.01)
     bm = engine.core.block_manager

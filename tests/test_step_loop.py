@@ -112,7 +112,7 @@ def test_real_runner_overlap_matches_sequential(tmp_path):
         # a small pool and budget: preemption and chunked prefill happen
         with LLM(str(tiny.folder), device="cpu", block_size=4, num_blocks=24, max_num_batched_tokens=16,
                  max_model_len=128, trace=str(trace)) as llm:
-            llm.loop = StepLoop(llm.core, llm.runner, llm.now, overlap=overlap)
+            llm.engine.loop = StepLoop(llm.core, llm.runner, llm.engine.now, overlap=overlap)
             outs = llm.generate(prompts, params, use_tqdm=False)
         events = list(read_log(trace))[1:]
         results.append(([(o.token_ids, o.finish_reason, o.logprobs) for o in outs], untimed(events)))

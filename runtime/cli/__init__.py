@@ -10,6 +10,9 @@ import argparse
 import importlib
 import sys
 
+from runtime.cli.config_flags import flag_error
+from runtime.cli.errors import CLIError
+
 # module name -> subcommand(s) it registers; imported lazily so `minivllm --help` stays fast
 COMMAND_MODULES = [
     "runtime.cli.bench",
@@ -23,10 +26,6 @@ COMMAND_MODULES = [
     "runtime.cli.analyze",
     "runtime.cli.demo",
 ]
-
-
-class CLIError(Exception):
-    """A user-facing error: printed as ``minivllm: error: <message>``, exit status 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,8 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except (ValueError, FileNotFoundError) as e:
-        # validation errors from config, requests, workloads and logs name their field/file/line
-        parser.exit(2, f"minivllm: error: {e}\n")
+        # validation errors from config, requests, workloads and logs name their field/file/line;
+        # one about a config field also names its flag
+        parser.exit(2, f"minivllm: error: {flag_error(e)}\n")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from runtime.cli import CLIError
+from runtime.cli.errors import CLIError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -49,8 +49,8 @@ def _sim(args: argparse.Namespace) -> int:
 
 def _throughput(args: argparse.Namespace) -> int:
     from runtime.bench import throughput
-    from runtime.cli import CLIError
-    from runtime.cli.engine_args import engine_options, flag_error
+    from runtime.cli.config_flags import engine_options, flag_error
+    from runtime.cli.errors import CLIError
     from runtime.engine.config import ConfigError
 
     model = _model_arg(args)
@@ -64,7 +64,8 @@ def _throughput(args: argparse.Namespace) -> int:
         else:  # CPU: the issue's peers; CUDA: continuous batching + static batches
             import torch
 
-            on_gpu = args.device.startswith("cuda") or (args.device == "auto" and torch.cuda.is_available())
+            device = engine_options(args).get("device", "auto")
+            on_gpu = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
             peers = ["cb", "static"] if on_gpu else ["single", "static"]
     if args.threads is not None:
         if args.threads < 1:
@@ -85,7 +86,7 @@ def _throughput(args: argparse.Namespace) -> int:
 
 def _model_arg(args: argparse.Namespace) -> str | None:
     """The model to load, after checking the workload flags (--model/--model-shape, lengths, count)."""
-    from runtime.cli import CLIError
+    from runtime.cli.errors import CLIError
 
     if args.model and args.model_shape:
         raise CLIError("--model-shape: give either --model or --model-shape, not both")
@@ -99,7 +100,7 @@ def _model_arg(args: argparse.Namespace) -> str | None:
 
 def _profile(args: argparse.Namespace) -> int:
     from runtime.bench import step_profile
-    from runtime.cli.engine_args import engine_options, flag_error
+    from runtime.cli.config_flags import engine_options, flag_error
     from runtime.engine.config import ConfigError
 
     try:
@@ -122,7 +123,7 @@ def _decode_kernel(args: argparse.Namespace) -> int:
 def _add_workload_args(p: argparse.ArgumentParser, num_prompts: int, input_len: list[int],
                        output_len: list[int]) -> None:
     """Engine flags + the random-prompt workload of the throughput-style benchmarks."""
-    from runtime.cli.engine_args import add_engine_args
+    from runtime.cli.config_flags import add_engine_args
 
     add_engine_args(p)
     p.add_argument("--model-shape", choices=["qwen3-0.6b", "smollm2-135m"],

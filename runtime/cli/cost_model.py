@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from datetime import datetime, timezone
 
-from runtime.cli import CLIError
+from runtime.cli.errors import CLIError
 
 
 def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every: int = 5,

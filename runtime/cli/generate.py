@@ -8,8 +8,8 @@ import json
 import sys
 import time
 
-from runtime.cli import CLIError
-from runtime.cli.engine_args import add_engine_args, engine_options, flag_error
+from runtime.cli.config_flags import add_engine_args, engine_options, flag_error
+from runtime.cli.errors import CLIError
 
 SAMPLING_FLAGS = {
     "max_tokens": "--max-tokens", "min_tokens": "--min-tokens", "temperature": "--temperature",

@@ -15,8 +15,8 @@ import shlex
 import sys
 import time
 
-from runtime.cli import CLIError
-from runtime.cli.engine_args import add_engine_args, engine_options, flag_error
+from runtime.cli.config_flags import add_engine_args, engine_options, flag_error
+from runtime.cli.errors import CLIError
 
 # (max context, max batch) by device; sized so the CUDA sweep takes well under a minute on an H200
 DEFAULT_LIMITS = {"cpu": (1024, 32), "cuda": (4096, 256)}
@@ -52,7 +52,7 @@ def command_line(parser: argparse.ArgumentParser, args: argparse.Namespace) -> s
         if not action.option_strings or action.dest == "help":
             continue
         value = getattr(args, action.dest, action.default)
-        if value == action.default:
+        if value == action.default or (action.nargs == 0 and value != action.const):
             continue
         flag = max(action.option_strings, key=len)
         words += [flag] if action.nargs == 0 else [flag, str(value)]
@@ -81,7 +81,8 @@ def _engine(args: argparse.Namespace):
 
     opts = engine_options(args)
     try:
-        loaded = load_model(args.model, device=opts["device"], dtype=opts["dtype"], seed=opts["seed"])
+        loaded = load_model(args.model, device=opts.get("device", "auto"), dtype=opts.get("dtype", "auto"),
+                            seed=opts.get("seed", 0))
     except (ModelLoadError, ValueError) as e:
         raise CLIError(str(e)) from None
     default_ctx, default_batch = QUICK_LIMITS if args.quick else DEFAULT_LIMITS.get(loaded.device.type,

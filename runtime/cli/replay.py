@@ -11,7 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
-from runtime.cli import CLIError
+from runtime.cli.config_flags import add_config_flags, engine_options
+from runtime.cli.errors import CLIError
 from runtime.cli.workload import require_file
 
 
@@ -41,8 +42,7 @@ def _execute(args: argparse.Namespace) -> int:
     steps = header.extra.get("num_steps")
     with tqdm(total=steps, unit="step", desc="execute-replay", disable=args.no_progress) as bar:
         try:
-            report = execute_replay(args.log, replay_executor_factory(args.model, args.device, args.dtype,
-                                                                      args.attention_backend),
+            report = execute_replay(args.log, replay_executor_factory(args.model, **engine_options(args)),
                                     stop_at_first=not args.keep_going, progress=bar)
         except RuntimeError as e:
             raise CLIError(str(e)) from None
@@ -65,10 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", metavar="PATH", help="timing-replay: write the summary as JSON")
     p.add_argument("--steps-csv", metavar="PATH", help="timing-replay: write per-step recorded/predicted times")
     p.add_argument("--execute", action="store_true", help="execute-replay on the real model runtime")
-    p.add_argument("--model", help="execute-replay: model folder or .gguf (default: the default model)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto")
-    p.add_argument("--attention-backend", default="auto", choices=["auto", "torch", "triton"])
+    p.add_argument("--model", help="execute-replay: model folder or .gguf (default: the log's model)")
+    add_config_flags(p, ("runner",), title="execute-replay runtime (default: as recorded where the log says)",
+                     defaults={"runner.dtype": "the log's"})
     p.add_argument("--keep-going", action="store_true", help="execute-replay: count every mismatching step")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_run)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 
-from runtime.cli.engine_args import add_engine_args, engine_options, flag_error
+from runtime.cli.config_flags import add_engine_args, engine_options, flag_error
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,37 +22,29 @@ def register(sub: argparse._SubParsersAction) -> None:
 def build_app(args: argparse.Namespace):
     """Load the engine and build the app; returns (app, engine, close) — close() stops and flushes."""
     from runtime.engine.config import ConfigError
-    from runtime.executor.setup import build_engine
     from runtime.serving.async_engine import AsyncLLMEngine
-    from runtime.serving.detokenizer import make_detokenizer
+    from runtime.serving.llm_engine import LLMEngine
     from runtime.serving.server.app import create_app
-    from traces.log import LogWriter
 
     if args.max_pending < 1:
         raise flag_error(ValueError("max_pending must be >= 1"), {"max_pending": "--max-pending"})
     try:
-        parts = build_engine(args.model, **engine_options(args))
+        llm_engine = LLMEngine(args.model, trace=args.trace, **engine_options(args))
     except ConfigError as e:
         raise flag_error(e) from None
-    tokenizer = parts.loaded.tokenizer
+    tokenizer = llm_engine.tokenizer
     if tokenizer is None:
         raise flag_error(ValueError("--model: this model has no tokenizer; the server needs one"))
-    writer = LogWriter(args.trace) if args.trace else None
-    if writer is not None:
-        writer(parts.header("wall"))
-    core = parts.core(writer)
-
-    engine = AsyncLLMEngine(core, parts.runner, functools.partial(make_detokenizer, tokenizer),
-                            max_pending=args.max_pending, overlap=parts.overlap,
+    writer = llm_engine.writer
+    engine = AsyncLLMEngine(llm_engine, max_pending=args.max_pending,
                             on_step=(lambda _: writer.flush()) if writer is not None else None)
-    name = args.served_model_name or parts.loaded.identity.split("@")[0].removesuffix(".gguf")
-    app = create_app(engine, tokenizer, name, stop_token_ids=parts.loaded.spec.eos_token_ids[1:])
+    name = args.served_model_name or llm_engine.parts.loaded.identity.split("@")[0].removesuffix(".gguf")
+    app = create_app(engine, tokenizer, name)
     engine.start()
 
     def close() -> None:
         engine.shutdown()
-        if writer is not None:
-            writer.close()
+        llm_engine.close()
 
     return app, engine, close
 

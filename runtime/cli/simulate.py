@@ -12,7 +12,8 @@ import json
 import time
 from pathlib import Path
 
-from runtime.cli import CLIError
+from runtime.cli.config_flags import add_config_flags, config_options
+from runtime.cli.errors import CLIError
 from runtime.cli.workload import add_workload_args, require_file, workload_from_args
 
 # KV pool for trace workloads when neither the log nor --num-blocks says: 512k tokens at block
@@ -20,25 +21,13 @@ from runtime.cli.workload import add_workload_args, require_file, workload_from_
 DEFAULT_NUM_BLOCKS = 32768
 
 
-def _on_off(text: str) -> bool:
-    if text not in ("on", "off"):
-        raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
-    return text == "on"
-
-
 def add_engine_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("engine (default: the log's config for a log, else the engine defaults)")
-    g.add_argument("--chunked", type=_on_off, metavar="on|off", help="chunked prefill")
-    g.add_argument("--max-num-batched-tokens", type=int, metavar="N",
-                   help="token budget per step (chunked off: defaults to max_model_len)")
-    g.add_argument("--max-num-seqs", type=int, metavar="N")
-    g.add_argument("--max-model-len", type=int, metavar="N",
-                   help="default: the log's, else long enough for the workload's longest request")
-    g.add_argument("--num-blocks", type=int, metavar="N", help=f"KV blocks (trace default {DEFAULT_NUM_BLOCKS})")
-    g.add_argument("--block-size", type=int, metavar="N")
-    g.add_argument("--prefix-caching", type=_on_off, metavar="on|off")
-    g.add_argument("--policy", choices=["fcfs", "priority"])
-    g.add_argument("--seed", type=int, help="engine seed (and the seed of synthetic trace prompts)")
+    add_config_flags(p, ("cache", "scheduler", ""), title="engine (default: the log's config for a log, "
+                     "else the engine defaults)", defaults={
+                         "cache.num_blocks": f"{DEFAULT_NUM_BLOCKS} for a trace",
+                         "scheduler.max_num_batched_tokens": "2048; with chunked prefill off, max_model_len",
+                         "scheduler.max_model_len": "long enough for the workload's longest request",
+                         "seed": "0; it also seeds synthetic trace prompts"})
 
 
 def engine_config(args: argparse.Namespace, workload, base=None, model_identity: str = ""):
@@ -49,19 +38,10 @@ def engine_config(args: argparse.Namespace, workload, base=None, model_identity:
         base = EngineConfig(cache=CacheConfig(num_blocks=DEFAULT_NUM_BLOCKS),
                             scheduler=SchedulerConfig(max_model_len=max(4096, workload.max_request_tokens())),
                             model_identity=model_identity or "unknown")
-    changes = {}
-    for flag, name in (("chunked", "scheduler.enable_chunked_prefill"),
-                       ("max_num_batched_tokens", "scheduler.max_num_batched_tokens"),
-                       ("max_num_seqs", "scheduler.max_num_seqs"), ("max_model_len", "scheduler.max_model_len"),
-                       ("num_blocks", "cache.num_blocks"), ("block_size", "cache.block_size"),
-                       ("prefix_caching", "cache.enable_prefix_caching"), ("policy", "scheduler.policy"),
-                       ("seed", "seed")):
-        value = getattr(args, flag, None)
-        if value is not None:
-            changes[name] = value
+    changes = config_options(args)
     config = base.replace(**changes)
     sched = config.scheduler
-    if not sched.enable_chunked_prefill and args.max_num_batched_tokens is None \
+    if not sched.enable_chunked_prefill and "scheduler.max_num_batched_tokens" not in changes \
             and sched.max_num_batched_tokens < sched.max_model_len:
         # without chunking a whole prompt must fit one step's budget
         config = config.replace(**{"scheduler.max_num_batched_tokens": sched.max_model_len})
@@ -87,7 +67,7 @@ def _run(args: argparse.Namespace) -> int:
         header, base = log_config(args.workload)
         if header.clock == "workload":
             base = None  # a saved workload carries no engine config
-    wl = workload_from_args(args, args.workload, seed=args.seed or 0)
+    wl = workload_from_args(args, args.workload, seed=config_options(args).get("seed", 0))
     if args.cost_model == "recorded":
         if not is_log:
             raise CLIError("--cost-model recorded needs a recorded log as WORKLOAD")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from runtime.cli import CLIError
+from runtime.cli.errors import CLIError
 
 
 def _window(text: str) -> tuple[float, float]:

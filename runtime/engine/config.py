@@ -1,18 +1,29 @@
-"""Engine configuration: frozen, validated dataclasses.
+"""Engine configuration: frozen, validated dataclasses, the one source of every engine default.
 
 Every field is checked in ``__post_init__``; a bad value raises ``ConfigError`` naming the field,
 so a CLI flag or an HTTP parameter that feeds it gives a clear message instead of a traceback.
+Fields made with ``option`` carry their help text: the CLI's engine flags are generated from them
+(runtime/cli/config_flags.py), so a flag's default and help can't drift from the field's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
+
+from runtime.engine.policies import POLICIES
 
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field."""
+
+
+def option(default: Any, help: str, *, aliases: tuple[str, ...] = (), cli: bool = True) -> Any:
+    """A config field with its CLI help; its flag is ``--field-name`` (``--no-field-name`` too for a
+    bool). ``aliases``: more spellings (a bool's ``no-…`` alias turns it off, any other takes
+    ``on|off``); ``cli=False``: not a flag."""
+    return field(default=default, metadata={"help": help, "aliases": aliases, "cli": cli})
 
 
 def _check(cond: bool, name: str, value: Any, rule: str) -> None:
@@ -27,11 +38,12 @@ def _positive_int(name: str, value: Any) -> None:
 
 @dataclass(frozen=True, slots=True)
 class CacheConfig:
-    block_size: int = 16
-    num_blocks: int = 1024
-    enable_prefix_caching: bool = True
+    block_size: int = option(16, "tokens per KV block (a power of two)")
+    num_blocks: int = option(1024, "KV pool size in blocks")
+    enable_prefix_caching: bool = option(True, "reuse the KV of full blocks shared with earlier prompts",
+                                         aliases=("prefix-caching", "no-prefix-caching"))
     # The prefix-hash chain is rooted in model identity + salt: two models (or tenants) never share KV.
-    hash_salt: str = ""
+    hash_salt: str = option("", "roots the prefix-hash chain beside the model identity", cli=False)
 
     def __post_init__(self) -> None:
         _positive_int("cache.block_size", self.block_size)
@@ -45,13 +57,15 @@ class CacheConfig:
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
-    max_num_batched_tokens: int = 2048
-    max_num_seqs: int = 256
-    enable_chunked_prefill: bool = True
-    # Admission reserves the cold blocks of the whole prompt (True) or only of the first chunk (False).
-    reserve_full_prompt: bool = True
-    policy: Literal["fcfs", "priority"] = "fcfs"
-    max_model_len: int = 4096
+    max_num_batched_tokens: int = option(2048, "token budget of one step (decode tokens + prefill chunks)")
+    max_num_seqs: int = option(256, "most requests running at once")
+    enable_chunked_prefill: bool = option(True, "split long prompts over steps so decodes never wait for a "
+                                          "whole prompt", aliases=("chunked", "no-chunked-prefill"))
+    reserve_full_prompt: bool = option(True, "admission reserves the KV of the whole prompt (off: of its "
+                                       "first chunk only)")
+    policy: str = option("fcfs", "scheduling policy: " + " | ".join(POLICIES) + " (priority: a request's "
+                         "priority orders admission and preemption, lower first)")
+    max_model_len: int = option(4096, "longest prompt + output a request may have")
 
     def __post_init__(self) -> None:
         _positive_int("scheduler.max_num_batched_tokens", self.max_num_batched_tokens)
@@ -60,8 +74,8 @@ class SchedulerConfig:
         for name in ("enable_chunked_prefill", "reserve_full_prompt"):
             value = getattr(self, name)
             _check(isinstance(value, bool), f"scheduler.{name}", value, "must be a bool")
-        _check(self.policy in ("fcfs", "priority"), "scheduler.policy", self.policy,
-               "must be 'fcfs' or 'priority'")
+        _check(self.policy in POLICIES, "scheduler.policy", self.policy,
+               f"must be one of {', '.join(map(repr, POLICIES))}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +83,8 @@ class EngineConfig:
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     # Identity of the weights the KV belongs to (name + revision/hash); roots the prefix-hash chain.
-    model_identity: str = "unknown"
-    seed: int = 0
+    model_identity: str = option("unknown", "the weights the KV belongs to", cli=False)
+    seed: int = option(0, "engine seed: every request's sampling stream derives from it")
 
     def __post_init__(self) -> None:
         _check(isinstance(self.cache, CacheConfig), "cache", self.cache, "must be a CacheConfig")

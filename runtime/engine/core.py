@@ -121,6 +121,11 @@ class EngineCore:
         return bool(self.requests)
 
     @property
+    def num_requests_added(self) -> int:
+        """Request ids handed out so far (ids are 0, 1, 2, ...)."""
+        return self._next_request_id
+
+    @property
     def num_running(self) -> int:
         return len(self.scheduler.running)
 

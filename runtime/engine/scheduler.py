@@ -2,75 +2,30 @@
 
 Order of a step
 1. decode: every running request with one token left gets it (allocating a block when it
-   crosses a block boundary); when blocks run out the most recently admitted request (lowest
-   priority first under the priority policy) is preempted by recompute;
+   crosses a block boundary); when blocks run out the policy's victim (FCFS: the most recently
+   admitted request) is preempted by recompute;
 2. continuing prefill chunks of running requests;
-3. admission of waiting requests (policy order) while budget, sequence slots and KV capacity
-   allow. With chunked prefill off, a prompt's whole uncached remainder must fit the remaining
-   budget or it stays waiting (head of line). No admission in a step that preempted.
+3. admission of waiting requests (in the order of the policy, runtime/engine/policies.py) while
+   budget, sequence slots and KV capacity allow. With chunked prefill off, a prompt's whole
+   uncached remainder must fit the remaining budget or it stays waiting (head of line). No
+   admission in a step that preempted.
 """
 
 from __future__ import annotations
 
-import heapq
-from collections import deque
-
 from runtime.engine.block_manager import BlockManager
 from runtime.engine.config import SchedulerConfig
+from runtime.engine.policies import make_policy
 from runtime.engine.request import Request, RequestStatus
 from runtime.engine.types import Admission, StepPlan
 from traces.events import Span
-
-
-class WaitQueue:
-    """FCFS (arrival order; preempted requests go back to the front) or priority order."""
-
-    def __init__(self, policy: str) -> None:
-        self.priority = policy == "priority"
-        self._fifo: deque[Request] = deque()
-        self._heap: list[tuple[int, float, int, Request]] = []
-
-    def __len__(self) -> int:
-        return len(self._heap) if self.priority else len(self._fifo)
-
-    def push(self, req: Request, front: bool = False) -> None:
-        if self.priority:
-            heapq.heappush(self._heap, (req.priority, req.arrival_time, req.request_id, req))
-        elif front:
-            self._fifo.appendleft(req)
-        else:
-            self._fifo.append(req)
-
-    def peek(self) -> Request:
-        return self._heap[0][3] if self.priority else self._fifo[0]
-
-    def pop(self) -> Request:
-        return heapq.heappop(self._heap)[3] if self.priority else self._fifo.popleft()
-
-    def remove(self, req: Request) -> bool:
-        if self.priority:
-            for i, item in enumerate(self._heap):
-                if item[3] is req:
-                    self._heap[i] = self._heap[-1]
-                    self._heap.pop()
-                    heapq.heapify(self._heap)
-                    return True
-            return False
-        try:
-            self._fifo.remove(req)
-            return True
-        except ValueError:
-            return False
-
-    def __iter__(self):
-        return iter(sorted(self._heap)) if self.priority else iter(self._fifo)
 
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager) -> None:
         self.config = config
         self.bm = block_manager
-        self.waiting = WaitQueue(config.policy)
+        self.waiting = make_policy(config.policy)
         self.running: dict[int, Request] = {}  # admission order
         self._admit_counter = 0
 
@@ -84,15 +39,7 @@ class Scheduler:
         self.bm.free(req)
         self.bm.forget(req)
 
-    def has_work(self) -> bool:
-        return bool(self.running) or len(self.waiting) > 0
-
     # --- preemption ------------------------------------------------------------------------------
-
-    def _victim(self) -> Request:
-        if self.config.policy == "priority":
-            return max(self.running.values(), key=lambda r: (r.priority, r.admit_seq))
-        return self.running[next(reversed(self.running))]
 
     def _preempt(self, req: Request) -> None:
         del self.running[req.request_id]
@@ -110,7 +57,7 @@ class Scheduler:
         """
         used = 0
         while not self.bm.allocate(req, req.num_computed_tokens + n):
-            victim = self._victim()
+            victim = self.waiting.victim(self.running)
             self._preempt(victim)
             preempted.append(victim.request_id)
             undone = scheduled.pop(victim.request_id, None)

@@ -1,18 +1,19 @@
 """The paged KV pool: per layer a K and a V tensor ``[num_blocks, block_size, kv_heads, head_dim]``,
 sized from a memory budget (or a fixed block count).
 
-Budget: on CUDA a fraction of the device's memory (what other processes and the weights already
-hold is subtracted, and a reserve for activations is kept back); on the CPU ``kv_cache_gb``.
-The engine's ``cache.num_blocks`` is whatever this pool turned out to hold.
+Budget (``plan_num_blocks``): ``kv_cache_gb`` if set; else on CUDA a fraction of the device's
+memory (what other processes and the weights already hold is subtracted, and a reserve for
+activations is kept back), on the CPU ``DEFAULT_CPU_KV_GB``. The engine's ``cache.num_blocks`` is
+what this budget holds, unless the user fixed it.
 """
 
 from __future__ import annotations
 
 import torch
 
+from runtime.engine.config import SchedulerConfig
+from runtime.executor.config import DEFAULT_CPU_KV_GB, RunnerConfig
 from runtime.executor.model.spec import ModelSpec
-
-DEFAULT_CPU_KV_GB = 2.0
 
 
 def block_bytes(spec: ModelSpec, dtype: torch.dtype, block_size: int) -> int:
@@ -27,20 +28,16 @@ def activation_reserve(spec: ModelSpec, dtype: torch.dtype, max_tokens: int, max
     return 2 * (max_tokens * per_token * dtype.itemsize + logits) + (256 << 20)
 
 
-def plan_num_blocks(spec: ModelSpec, dtype: torch.dtype, device: torch.device, block_size: int, *,
-                    num_blocks: int | None = None, kv_cache_gb: float | None = None,
-                    gpu_memory_utilization: float = 0.9, max_tokens: int = 2048, max_seqs: int = 256) -> int:
-    if num_blocks is not None:
-        return num_blocks
+def plan_num_blocks(spec: ModelSpec, dtype: torch.dtype, device: torch.device, block_size: int,
+                    runner: RunnerConfig, scheduler: SchedulerConfig) -> int:
+    """How many blocks the runner's KV budget holds."""
     per_block = block_bytes(spec, dtype, block_size)
-    if kv_cache_gb is not None:
-        budget = int(kv_cache_gb * (1 << 30))
+    if runner.kv_cache_gb is not None:
+        budget = int(runner.kv_cache_gb * (1 << 30))
     elif device.type == "cuda":
-        if not 0 < gpu_memory_utilization <= 1:
-            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
         free, total = torch.cuda.mem_get_info(device)
-        budget = int(free - total * (1 - gpu_memory_utilization)
-                     - activation_reserve(spec, dtype, max_tokens, max_seqs))
+        budget = int(free - total * (1 - runner.gpu_memory_utilization)
+                     - activation_reserve(spec, dtype, scheduler.max_num_batched_tokens, scheduler.max_num_seqs))
     else:
         budget = int(DEFAULT_CPU_KV_GB * (1 << 30))
     blocks = budget // per_block

@@ -18,30 +18,18 @@ from dataclasses import dataclass, field
 
 import torch
 
+from runtime.engine.config import EngineConfig
 from runtime.engine.request import Request
 from runtime.engine.types import StepPlan, StepResult
 from runtime.executor.attention import AttentionBackend, get_backend
 from runtime.executor.block_table_rows import BlockTableRows
+from runtime.executor.config import RunnerConfig
 from runtime.executor.cuda_graphs import DecodeGraphs
-from runtime.executor.kv_cache import allocate_kv, plan_num_blocks
+from runtime.executor.kv_cache import allocate_kv
 from runtime.executor.model.loader import LoadedModel
 from runtime.executor.model_inputs import host_inputs, to_device
 from runtime.executor.piecewise_graphs import PiecewiseGraphs
 from runtime.executor.sampling import GREEDY_EPS, PendingSample, Sampler, SamplingBatch, plain_greedy, request_rng
-
-
-@dataclass(frozen=True)
-class RunnerConfig:
-    device: str = "auto"
-    dtype: str = "auto"
-    attention_backend: str = "auto"  # auto | torch | triton
-    kv_cache_gb: float | None = None  # KV budget; CPU default 2 GiB, CUDA default: the fraction below
-    gpu_memory_utilization: float = 0.9
-    num_blocks: int | None = None  # a fixed pool size instead of a budget (tests)
-    enforce_eager: bool = False  # no CUDA graphs (decode graphs, piecewise graphs of prefill/mixed steps)
-    # plan and launch step n+1 while step n runs on the device (runtime/engine/step_loop.py); the log
-    # is the same either way
-    async_scheduling: bool = True
 
 
 @dataclass
@@ -63,23 +51,27 @@ class RunnerStats:
 
 
 class ModelRunner:
-    def __init__(self, loaded: LoadedModel, config: RunnerConfig, *, block_size: int, seed: int = 0,
-                 max_num_batched_tokens: int = 2048, max_num_seqs: int = 256, max_model_len: int = 4096,
+    def __init__(self, loaded: LoadedModel, config: RunnerConfig, engine: EngineConfig, *,
                  sync_timing: bool = False, record_steps: bool = False,
                  backend: AttentionBackend | None = None) -> None:
+        """A runner with a KV pool of ``engine.cache.num_blocks`` blocks (runtime/executor/setup.py
+        sizes it from the budget), shaped for ``engine.scheduler``'s limits.
+
+        ``backend``: an instance instead of ``config.attention_backend`` (e.g. Triton under
+        TRITON_INTERPRET on the CPU); ``sync_timing`` / ``record_steps``: benchmark instruments."""
+        sched = engine.scheduler
+        max_num_batched_tokens, max_num_seqs, max_model_len = (sched.max_num_batched_tokens, sched.max_num_seqs,
+                                                               sched.max_model_len)
+        block_size = engine.cache.block_size
         self.loaded = loaded
         self.model = loaded.model
         self.spec = loaded.spec
         self.device = loaded.device
         self.dtype = loaded.dtype
         self.block_size = block_size
-        self.seed = seed
-        # ``backend``: an instance instead of a name (e.g. Triton under TRITON_INTERPRET on the CPU)
+        self.seed = engine.seed
         self.backend = backend or get_backend(config.attention_backend, self.device)
-        self.num_blocks = plan_num_blocks(
-            self.spec, self.dtype, self.device, block_size, num_blocks=config.num_blocks,
-            kv_cache_gb=config.kv_cache_gb, gpu_memory_utilization=config.gpu_memory_utilization,
-            max_tokens=max_num_batched_tokens, max_seqs=max_num_seqs)
+        self.num_blocks = engine.cache.num_blocks
         self.kv_caches = allocate_kv(self.spec, self.num_blocks, block_size, self.dtype, self.device)
         self.sampler = Sampler()
         self._rngs: dict[int, random.Random] = {}

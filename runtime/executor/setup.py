@@ -1,13 +1,11 @@
-"""One place that turns ``model + flat options`` into a ready engine: the loaded model, the
-ModelRunner with its KV pool, the EngineConfig (``cache.num_blocks`` = what the pool holds) and
-the log Header. ``LLM``, ``minivllm generate`` and the server all build engines through here.
+"""One place that turns ``model + options`` into a ready engine: the loaded model, the EngineConfig
+(its ``cache.num_blocks`` = what the KV budget holds, unless fixed), the ModelRunner with that KV
+pool, and the log Header. ``LLMEngine`` (so ``LLM`` and the server), the benchmarks and
+execute-replay all build engines through here.
 
-Options are flat keyword names: runner fields (device, dtype, attention_backend, kv_cache_gb,
-gpu_memory_utilization, num_blocks, enforce_eager, async_scheduling), cache fields (block_size,
-enable_prefix_caching, hash_salt),
-scheduler fields (max_num_batched_tokens, max_num_seqs, enable_chunked_prefill,
-reserve_full_prompt, policy, max_model_len) and ``seed``. Dotted names (``scheduler.max_num_seqs``)
-work too. An unknown name raises ConfigError naming it.
+Options are the config fields by name: ``RunnerConfig``'s (runtime/executor/config.py),
+``CacheConfig``'s and ``SchedulerConfig``'s (runtime/engine/config.py) and ``seed``; dotted names
+(``scheduler.max_num_seqs``) work too. An unknown name raises ConfigError naming it.
 """
 
 from __future__ import annotations
@@ -21,12 +19,14 @@ from runtime.engine.config import CacheConfig, ConfigError, EngineConfig, Schedu
 from runtime.engine.core import EngineCore
 from runtime.engine.step_loop import StepLoop
 from runtime.engine.types import EventSink, Executor
+from runtime.executor.config import RunnerConfig
+from runtime.executor.kv_cache import plan_num_blocks
 from runtime.executor.model.loader import LoadedModel, load_model
-from runtime.executor.model_runner import ModelRunner, RunnerConfig
+from runtime.executor.model_runner import ModelRunner
 from traces.events import Header, make_header
 
 _RUNNER = {f.name for f in dataclasses.fields(RunnerConfig)}
-_CACHE = {f.name for f in dataclasses.fields(CacheConfig)} - {"num_blocks"}
+_CACHE = {f.name for f in dataclasses.fields(CacheConfig)}
 _SCHED = {f.name for f in dataclasses.fields(SchedulerConfig)}
 
 
@@ -83,40 +83,38 @@ def split_options(options: dict[str, Any]) -> tuple[dict, dict, dict, dict]:
 
 def build_engine(model: str | None = None, *, loaded: LoadedModel | None = None, sync_timing: bool = False,
                  record_steps: bool = False, **options: Any) -> EngineParts:
-    """Load ``model`` (or reuse ``loaded``), allocate the KV pool, derive the EngineConfig."""
+    """Load ``model`` (or reuse ``loaded``), size and allocate the KV pool, derive the EngineConfig."""
     runner_opts, cache_opts, sched_opts, top = split_options(options)
     rc = RunnerConfig(**runner_opts)
+    cache = CacheConfig(**cache_opts)  # validated before the (possibly large) model load
     if loaded is None:
         loaded = load_model(model, device=rc.device, dtype=rc.dtype, seed=top.get("seed", 0))
     if "max_model_len" not in sched_opts:
         sched_opts["max_model_len"] = min(SchedulerConfig().max_model_len, loaded.spec.max_position_embeddings)
     elif sched_opts["max_model_len"] > loaded.model.rotary.max_positions:
-        raise ConfigError(f"max_model_len {sched_opts['max_model_len']} exceeds the model's "
+        raise ConfigError(f"scheduler.max_model_len {sched_opts['max_model_len']} exceeds the model's "
                           f"{loaded.model.rotary.max_positions} positions")
     sched = SchedulerConfig(**sched_opts)
-    block_size = cache_opts.get("block_size", CacheConfig().block_size)
-    CacheConfig(**cache_opts)  # validate before the (possibly large) KV allocation
-    runner = ModelRunner(loaded, rc, block_size=block_size, seed=top.get("seed", 0),
-                         max_num_batched_tokens=sched.max_num_batched_tokens, max_num_seqs=sched.max_num_seqs,
-                         max_model_len=sched.max_model_len, sync_timing=sync_timing, record_steps=record_steps)
-    config = EngineConfig(cache=CacheConfig(num_blocks=runner.num_blocks, **cache_opts), scheduler=sched,
-                          model_identity=loaded.identity, **top)
+    if "num_blocks" not in cache_opts:
+        num_blocks = plan_num_blocks(loaded.spec, loaded.dtype, loaded.device, cache.block_size, rc, sched)
+        cache = dataclasses.replace(cache, num_blocks=num_blocks)
+    config = EngineConfig(cache=cache, scheduler=sched, model_identity=loaded.identity, **top)
+    runner = ModelRunner(loaded, rc, config, sync_timing=sync_timing, record_steps=record_steps)
     return EngineParts(loaded, runner, config)
 
 
-def replay_executor_factory(model: str | None = None, device: str = "auto", dtype: str = "auto",
-                             attention_backend: str = "auto") -> Callable[[Header], Executor]:
+def replay_executor_factory(model: str | None = None, **runner_options: Any) -> Callable[[Header], Executor]:
     """A factory building the real ModelRunner as the recording did: the log's model (unless
-    ``model`` says otherwise), dtype, KV geometry, budget and seed. ``minivllm replay --execute``
-    hands it to ``simulator.execute.execute_replay``."""
+    ``model`` says otherwise), dtype (unless given), KV geometry, budget and seed; other
+    ``RunnerConfig`` fields from ``runner_options``. ``minivllm replay --execute`` hands it to
+    ``simulator.execute.execute_replay``."""
 
     def make(header: Header) -> Executor:
         sched, extra = header.config.get("scheduler", {}), header.extra
         options = {k: sched[k] for k in ("max_num_batched_tokens", "max_num_seqs", "max_model_len") if k in sched}
-        parts = build_engine(
-            model or extra.get("model_path"), device=device,
-            dtype=extra.get("dtype", "auto") if dtype == "auto" else dtype, attention_backend=attention_backend,
-            num_blocks=header.num_blocks, block_size=header.block_size, seed=header.seed, **options)
+        options.update(num_blocks=header.num_blocks, block_size=header.block_size, seed=header.seed)
+        runner = {"dtype": extra.get("dtype", "auto"), **runner_options}
+        parts = build_engine(model or extra.get("model_path"), **options, **runner)
         identity = parts.loaded.identity
         if header.model_identity and identity != header.model_identity:
             print(f"warning: the log was recorded with model {header.model_identity!r}; replaying on {identity!r}")

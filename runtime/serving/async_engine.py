@@ -1,4 +1,5 @@
-"""AsyncLLMEngine: one engine thread owns ``step()``; asyncio callers stream from bounded queues.
+"""AsyncLLMEngine: one engine thread drives an ``LLMEngine``; asyncio callers stream its
+``OutputDelta`` items from bounded queues.
 
 - HTTP never bypasses the scheduler: every request goes through the same EngineCore.
 - Backpressure: the command queue is bounded (``max_pending``); when full, ``generate`` raises
@@ -8,9 +9,9 @@
 - Cancellation: a consumer that stops iterating (client disconnect, timeout) aborts its request;
   aborts are applied by the engine thread between steps (after completing a step in flight, when
   steps overlap) and are idempotent.
-- Steps run through a StepLoop (runtime/engine/step_loop.py): with ``overlap`` the next step is planned
-  and launched before the previous one's tokens are back.
-- Stop strings: the engine thread detokenizes, and finishes a request whose text hit a stop.
+- Steps, detokenization and stop strings are the LLMEngine's (runtime/serving/llm_engine.py), all
+  on the engine thread: with overlap the next step is planned and launched before the previous
+  one's tokens are back.
 """
 
 from __future__ import annotations
@@ -19,15 +20,11 @@ import asyncio
 import contextlib
 import queue
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.engine.core import EngineCore
-from runtime.engine.step_loop import StepLoop
-from runtime.engine.types import Executor, RequestDelta, StepOutput
-from runtime.serving.detokenizer import apply_delta
+from runtime.serving.llm_engine import LLMEngine, OutputDelta
 from traces.params import SamplingParams
 
 
@@ -43,19 +40,6 @@ class EngineDead(RuntimeError):
     """The engine thread has stopped (HTTP 503)."""
 
 
-@dataclass(frozen=True, slots=True)
-class StreamDelta:
-    text: str
-    token_ids: list[int]
-    finish_reason: str | None
-    num_prompt_tokens: int
-    num_output_tokens: int
-    logprobs: list[dict[int, float]] | None = None
-    # seconds on the engine clock: arrival and first token (for metrics)
-    arrival_time: float = 0.0
-    first_token_time: float | None = None
-
-
 @dataclass
 class _Handle:
     prompt_token_ids: list[int]
@@ -63,53 +47,21 @@ class _Handle:
     priority: int
     loop: asyncio.AbstractEventLoop
     out: asyncio.Queue
-    detokenizer: Any
     request_id: int | None = None
-    arrival_time: float = 0.0
-    first_token_time: float | None = None
-    num_output_tokens: int = 0
     done: bool = False
     cancelled: threading.Event = field(default_factory=threading.Event)
 
 
-class EngineStats:
-    """Counters the server exports; updated by the engine thread (ints: atomic under the GIL)."""
-
-    def __init__(self) -> None:
-        self.requests_finished: dict[str, int] = {}
-        self.rejected_overloaded = 0
-        self.slow_client_aborts = 0
-        self.client_aborts = 0
-        self.prompt_tokens = 0
-        self.generation_tokens = 0
-        self.steps = 0
-        self.preemptions = 0
-        self.prefix_hit_tokens = 0
-
-
 class AsyncLLMEngine:
-    def __init__(
-        self,
-        core: EngineCore,
-        executor: Executor,
-        detokenizer_factory: Callable[[list[int], SamplingParams], Any],
-        *,
-        max_pending: int = 1024,
-        output_queue_size: int = 4096,
-        clock: Callable[[], float] = time.monotonic,
-        on_step: Callable[[Any], None] | None = None,
-        overlap: bool = False,
-    ) -> None:
-        self.core = core
-        self.executor = executor
-        self.loop = StepLoop(core, executor, self.now, overlap=overlap)
-        self.detokenizer_factory = detokenizer_factory
+    def __init__(self, engine: LLMEngine, *, max_pending: int = 1024, output_queue_size: int = 4096,
+                 on_step: Callable[[list[OutputDelta]], None] | None = None) -> None:
+        """``on_step``: called on the engine thread after every step (e.g. flush the log)."""
+        self.engine = engine
+        self.core = engine.core
+        self.stats = engine.stats
         self.output_queue_size = output_queue_size
         self.commands: queue.Queue = queue.Queue(maxsize=max_pending)
-        self.stats = EngineStats()
         self.on_step = on_step
-        self._clock = clock
-        self._t0 = clock()
         self._handles: dict[int, _Handle] = {}
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -118,7 +70,7 @@ class AsyncLLMEngine:
     # --- lifecycle -------------------------------------------------------------------------------
 
     def now(self) -> float:
-        return self._clock() - self._t0
+        return self.engine.now()
 
     def start(self) -> None:
         if self._thread is None:
@@ -144,10 +96,8 @@ class AsyncLLMEngine:
         if not self.alive:
             raise EngineDead(f"engine is not running: {self.error!r}" if self.error else "engine is not running")
         self.core.validate(len(prompt_token_ids), params)
-        prompt = list(prompt_token_ids)
-        handle = _Handle(prompt, params, priority, asyncio.get_running_loop(),
-                         asyncio.Queue(maxsize=self.output_queue_size),
-                         self.detokenizer_factory(prompt, params))
+        handle = _Handle(list(prompt_token_ids), params, priority, asyncio.get_running_loop(),
+                         asyncio.Queue(maxsize=self.output_queue_size))
         try:
             self.commands.put_nowait(("add", handle))
         except queue.Full:
@@ -156,7 +106,7 @@ class AsyncLLMEngine:
         return RequestStream(self, handle)
 
     async def generate(self, prompt_token_ids: Sequence[int], params: SamplingParams,
-                       priority: int = 0) -> AsyncIterator[StreamDelta]:
+                       priority: int = 0) -> AsyncIterator[OutputDelta]:
         stream = self.submit(prompt_token_ids, params, priority)
         try:
             async for item in stream:
@@ -176,14 +126,12 @@ class AsyncLLMEngine:
     # --- engine thread -----------------------------------------------------------------------------
 
     def _run(self) -> None:
-        core, loop = self.core, self.loop
+        engine = self.engine
         try:
             while not self._stopping.is_set():
-                idle = not core.has_unfinished() and not loop.busy
-                self._drain_commands(block=idle)
-                if not core.has_unfinished() and not loop.busy:
-                    continue
-                self._handle_outputs(loop.step())
+                self._drain_commands(block=not engine.busy)
+                if engine.busy:
+                    self._handle_outputs(engine.step())
         except BaseException as e:  # surface to every waiting client, then stop
             self.error = e
             for handle in list(self._handles.values()):
@@ -192,18 +140,17 @@ class AsyncLLMEngine:
         finally:
             self._abort_all("shutdown")
 
-    def _handle_outputs(self, outputs: list[StepOutput]) -> None:
-        for out in outputs:
-            if out.result is None:
+    def _handle_outputs(self, deltas: list[OutputDelta]) -> None:
+        for delta in deltas:
+            handle = self._handles.get(delta.request_id)
+            if handle is None:
                 continue
-            self.stats.steps += 1
-            self.stats.preemptions += len(out.plan.preempted)
-            self.stats.prefix_hit_tokens += sum(a.num_cached_tokens for a in out.plan.admitted)
-            now = self.now()
-            for delta in out.deltas:
-                self._deliver(delta, now)
-            if self.on_step is not None:
-                self.on_step(out)
+            if delta.finished:
+                handle.done = True
+                del self._handles[delta.request_id]
+            self._push(handle, delta)
+        if self.on_step is not None:
+            self.on_step(deltas)
 
     def _drain_commands(self, block: bool) -> None:
         try:
@@ -214,11 +161,9 @@ class AsyncLLMEngine:
             if cmd == "add":
                 self._add(handle)
             elif cmd == "abort" and handle.request_id is not None and not handle.done:
-                self._handle_outputs(self.loop.drain())  # never abort a request inside a step in flight
-                if not handle.done:  # (it may have finished in that step)
-                    handle.done = True
-                    self._handles.pop(handle.request_id, None)
-                    self.core.abort(handle.request_id, self.now(), "client disconnected")
+                handle.done = True
+                self._handles.pop(handle.request_id, None)
+                self.engine.abort(handle.request_id, "client disconnected")
             try:
                 cmd, handle = self.commands.get_nowait()
             except queue.Empty:
@@ -227,36 +172,14 @@ class AsyncLLMEngine:
     def _add(self, handle: _Handle) -> None:
         if handle.cancelled.is_set():
             return
-        now = self.now()
         try:
-            rid = self.core.add_request(handle.prompt_token_ids, handle.params, now, handle.priority)
+            rid = self.engine.add_request(handle.prompt_token_ids, handle.params, priority=handle.priority)
         except ValueError as e:  # validated up front; the pool may have changed since (defensive)
             handle.done = True
             self._push(handle, e)
             return
         handle.request_id = rid
-        handle.arrival_time = now
         self._handles[rid] = handle
-        self.stats.prompt_tokens += len(handle.prompt_token_ids)
-
-    def _deliver(self, delta: RequestDelta, now: float) -> None:
-        handle = self._handles.get(delta.request_id)
-        if handle is None:
-            return
-        if handle.first_token_time is None:
-            handle.first_token_time = now
-        handle.num_output_tokens += len(delta.new_token_ids)
-        self.stats.generation_tokens += len(delta.new_token_ids)
-        text, finish, stop_hit = apply_delta(handle.detokenizer, delta.new_token_ids, delta.finish_reason)
-        if stop_hit:
-            self.core.finish(delta.request_id, now, "stop")
-        item = StreamDelta(text, delta.new_token_ids, finish, len(handle.prompt_token_ids),
-                           handle.num_output_tokens, delta.logprobs, handle.arrival_time, handle.first_token_time)
-        if finish is not None:
-            handle.done = True
-            del self._handles[delta.request_id]
-            self.stats.requests_finished[finish] = self.stats.requests_finished.get(finish, 0) + 1
-        self._push(handle, item)
 
     def _push(self, handle: _Handle, item: Any) -> None:
         def put() -> None:
@@ -278,16 +201,15 @@ class AsyncLLMEngine:
             handle.loop.call_soon_threadsafe(put)
 
     def _abort_all(self, reason: str) -> None:
-        with contextlib.suppress(Exception):  # after an engine error the step may not complete
-            self.loop.drain()
         for rid, handle in list(self._handles.items()):
             handle.done = True
-            self.core.abort(rid, self.now(), reason)
+            with contextlib.suppress(Exception):  # after an engine error the step in flight may not complete
+                self.engine.abort(rid, reason)
         self._handles.clear()
 
 
 class RequestStream:
-    """Async iterator over one request's StreamDelta items; ``cancel()`` aborts the request."""
+    """Async iterator over one request's OutputDelta items; ``cancel()`` aborts the request."""
 
     def __init__(self, engine: AsyncLLMEngine, handle: _Handle) -> None:
         self._engine = engine
@@ -297,7 +219,7 @@ class RequestStream:
     def __aiter__(self) -> RequestStream:
         return self
 
-    async def __anext__(self) -> StreamDelta:
+    async def __anext__(self) -> OutputDelta:
         if self._finished:
             raise StopAsyncIteration
         item = await self._handle.out.get()

@@ -19,7 +19,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from runtime.serving.async_engine import AsyncLLMEngine, EngineDead, EngineOverloaded, RequestStream, StreamDelta
+from runtime.serving.async_engine import AsyncLLMEngine, EngineDead, EngineOverloaded, RequestStream
+from runtime.serving.llm_engine import OutputDelta
 from runtime.serving.server.metrics import ServerMetrics
 from runtime.serving.server.protocol import ChatCompletionRequest, CompletionRequest, message_text
 from traces.params import InvalidRequest, SamplingParams
@@ -41,7 +42,7 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     return (f"{param}: {msg}" if param else msg), param
 
 
-async def merge_streams(streams: Sequence[RequestStream]) -> AsyncIterator[tuple[int, StreamDelta]]:
+async def merge_streams(streams: Sequence[RequestStream]) -> AsyncIterator[tuple[int, OutputDelta]]:
     """Interleave several request streams as their items arrive; cancel them all on exit."""
     pending = {asyncio.ensure_future(s.__anext__()): i for i, s in enumerate(streams)}
     try:
@@ -64,10 +65,8 @@ async def merge_streams(streams: Sequence[RequestStream]) -> AsyncIterator[tuple
 
 
 class OpenAIServer:
-    def __init__(self, engine: AsyncLLMEngine, tokenizer: Any, model_name: str,
-                 stop_token_ids: Sequence[int] = ()) -> None:
+    def __init__(self, engine: AsyncLLMEngine, tokenizer: Any, model_name: str) -> None:
         self.engine = engine
-        self.stop_token_ids = tuple(stop_token_ids)  # extra end-of-turn ids (e.g. Qwen's <|endoftext|>)
         self.tokenizer = tokenizer
         self.model_name = model_name
         self.vocab_size = len(tokenizer)
@@ -104,9 +103,7 @@ class OpenAIServer:
 
     def submit_all(self, prompts: list[list[int]], params: SamplingParams, n: int,
                    priority: int) -> list[RequestStream]:
-        extra = tuple(t for t in self.stop_token_ids if t not in params.stop_token_ids)
-        if extra and not params.ignore_eos:
-            params = msgspec.structs.replace(params, stop_token_ids=params.stop_token_ids + extra)
+        params = self.engine.engine.sampling_params(params)  # + the model's extra end-of-turn ids
         limit = self.engine.core.config.scheduler.max_model_len
         for p in prompts:
             if len(p) + params.max_tokens > limit:
@@ -161,9 +158,8 @@ def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
-def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str,
-               stop_token_ids: Sequence[int] = ()) -> FastAPI:
-    server = OpenAIServer(engine, tokenizer, model_name, stop_token_ids)
+def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str) -> FastAPI:
+    server = OpenAIServer(engine, tokenizer, model_name)
     app = FastAPI(title="minivllm", version="0.1.0")
     app.state.server = server
 
@@ -266,7 +262,7 @@ async def _collect(server: OpenAIServer, streams: list[RequestStream]):
 
 
 async def _stream(server: OpenAIServer, streams, base: dict, prompt_tokens: int, include_usage: bool,
-                  choice: Callable[[int, StreamDelta], dict], first: list[dict] = ()):
+                  choice: Callable[[int, OutputDelta], dict], first: list[dict] = ()):
     """SSE payloads: ``first`` chunks, then one chunk per delta that carries something, usage, [DONE]."""
     for chunk in first:
         yield json.dumps(chunk)
@@ -284,7 +280,7 @@ async def _stream(server: OpenAIServer, streams, base: dict, prompt_tokens: int,
 
 
 def _stream_completion(server: OpenAIServer, streams, base: dict, prompt_tokens: int, include_usage: bool):
-    def choice(i: int, d: StreamDelta) -> dict:
+    def choice(i: int, d: OutputDelta) -> dict:
         return {"index": i, "text": d.text, "finish_reason": d.finish_reason,
                 "logprobs": server.completion_logprobs(d.token_ids, d.logprobs)}
 
@@ -294,7 +290,7 @@ def _stream_completion(server: OpenAIServer, streams, base: dict, prompt_tokens:
 def _stream_chat(server: OpenAIServer, streams, base: dict, prompt_tokens: int, include_usage: bool, top: int):
     base = {**base, "object": "chat.completion.chunk"}
 
-    def choice(i: int, d: StreamDelta) -> dict:
+    def choice(i: int, d: OutputDelta) -> dict:
         return {"index": i, "delta": {"content": d.text} if d.text else {}, "finish_reason": d.finish_reason,
                 "logprobs": server.chat_logprobs(d.token_ids, d.logprobs, top)}
 

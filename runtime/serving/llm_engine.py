@@ -1,0 +1,247 @@
+"""``LLMEngine``: the step-level API every front end drives.
+
+    engine = LLMEngine()                                   # default SmolLM2-135M-Instruct
+    rid = engine.add_request("The capital of France is", max_tokens=16, temperature=0)
+    while not engine.is_finished(rid):
+        for out in engine.step():                          # text deltas of the requests that advanced
+            print(out.text, end="", flush=True)
+
+``add_request`` tokenizes (or takes token ids) and queues a request; ``step`` runs one step of the
+engine (planned and launched while the previous one is still on the GPU, when steps overlap) and
+returns an ``OutputDelta`` per request that got new tokens: the new text, the new ids, and the
+finish reason on its last one. Stop strings are found by the incremental detokenizer
+(runtime/serving/detokenizer.py) and finish their request through ``core.finish``. ``abort``
+takes a request out at any point (after completing a step in flight), freeing its KV.
+
+``LLM`` (offline batches) and ``AsyncLLMEngine`` (the server's engine thread) are built on it.
+Time is ``clock()`` since the engine started, passed into the core as ``now``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from runtime.engine.core import EngineCore
+from runtime.engine.request import Request
+from runtime.engine.step_loop import StepLoop
+from runtime.engine.types import Executor, StepOutput
+from runtime.serving.detokenizer import DetokenizerDelta, apply_delta, make_detokenizer
+from traces.log import LogWriter
+from traces.params import InvalidRequest, SamplingParams
+
+PromptInput = str | Sequence[int]
+
+
+@dataclass(frozen=True, slots=True)
+class OutputDelta:
+    """What one step added to one request."""
+
+    request_id: int
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None
+    num_prompt_tokens: int
+    num_output_tokens: int  # so far, these included
+    logprobs: list[dict[int, float]] | None = None
+    # engine-clock seconds, for latency metrics
+    arrival_time: float = 0.0
+    first_token_time: float | None = None
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    num_preemptions: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class EngineStats:
+    """Counters a server exports (ints: their updates are atomic under the GIL)."""
+
+    requests_finished: dict[str, int] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    steps: int = 0
+    preemptions: int = 0
+    prefix_hit_tokens: int = 0
+    # counted by the server's front door
+    rejected_overloaded: int = 0
+    slow_client_aborts: int = 0
+    client_aborts: int = 0
+
+
+class _NoText:
+    """Detokenizer stand-in for models without a tokenizer (token-id prompts only)."""
+
+    def add(self, ids: list[int]) -> DetokenizerDelta:
+        return DetokenizerDelta("", False)
+
+    def finish(self) -> DetokenizerDelta:
+        return DetokenizerDelta("", False)
+
+
+@dataclass(slots=True)
+class _Active:
+    request: Request  # the core's (it outlives the core's table, for the last delta's counts)
+    detokenizer: Any
+    arrival_time: float
+    first_token_time: float | None = None
+    num_output_tokens: int = 0
+
+
+class LLMEngine:
+    """``model``: None (default SmolLM2), an HF folder, a .gguf file or ``random:<shape>``;
+    ``trace``: write the run's event log there; ``options``: engine config fields by name
+    (runtime/executor/setup.py), e.g. ``max_num_seqs=8, policy="priority"``."""
+
+    def __init__(self, model: str | None = None, *, trace: str | None = None,
+                 clock: Callable[[], float] = time.monotonic, **options: Any) -> None:
+        from runtime.executor.setup import build_engine  # the real executor: torch
+
+        parts = build_engine(model, **options)
+        writer = LogWriter(trace) if trace else None
+        if writer is not None:
+            writer(parts.header("wall"))
+        self._setup(parts.core(writer), parts.runner, parts.loaded.tokenizer, overlap=parts.overlap, clock=clock,
+                    extra_eos=parts.loaded.spec.eos_token_ids[1:], writer=writer)
+        self.parts = parts
+
+    @classmethod
+    def from_core(cls, core: EngineCore, executor: Executor, tokenizer: Any = None, *, overlap: bool = False,
+                  clock: Callable[[], float] = time.monotonic, extra_eos: Sequence[int] = (),
+                  writer: LogWriter | None = None) -> LLMEngine:
+        """An engine over parts built elsewhere (any executor: tests, the simulator's cost model)."""
+        self = cls.__new__(cls)
+        self._setup(core, executor, tokenizer, overlap=overlap, clock=clock, extra_eos=extra_eos, writer=writer)
+        self.parts = None
+        return self
+
+    def _setup(self, core: EngineCore, executor: Executor, tokenizer: Any, *, overlap: bool,
+               clock: Callable[[], float], extra_eos: Sequence[int], writer: LogWriter | None) -> None:
+        self.core = core
+        self.executor = executor
+        self.tokenizer = tokenizer
+        self.writer = writer
+        self.stats = EngineStats()
+        self._clock = clock
+        self._t0 = clock()
+        self._extra_eos = tuple(extra_eos)  # more end-of-turn ids (e.g. Qwen's <|endoftext|>)
+        self._active: dict[int, _Active] = {}
+        self._ready: list[OutputDelta] = []  # deltas of a step completed outside ``step`` (abort)
+        self.loop = StepLoop(core, executor, self.now, overlap=overlap)
+
+    def now(self) -> float:
+        """Seconds since the engine started (the log's clock)."""
+        return self._clock() - self._t0
+
+    # --- requests --------------------------------------------------------------------------------
+
+    def encode(self, prompt: PromptInput) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise InvalidRequest("prompt: this model has no tokenizer; pass token ids")
+            return list(self.tokenizer(prompt)["input_ids"])
+        return [int(t) for t in prompt]
+
+    def sampling_params(self, params: SamplingParams | None = None, **fields: Any) -> SamplingParams:
+        """``params`` (default: ``SamplingParams()``) with ``fields`` replaced, plus the model's extra
+        end-of-turn ids as stop tokens unless eos is ignored."""
+        params = params or SamplingParams()
+        if fields:
+            params = msgspec.structs.replace(params, **fields)
+        extra = tuple(t for t in self._extra_eos if t not in params.stop_token_ids)
+        if extra and not params.ignore_eos:
+            params = msgspec.structs.replace(params, stop_token_ids=params.stop_token_ids + extra)
+        return params
+
+    def add_request(self, prompt: PromptInput, params: SamplingParams | None = None, *, priority: int = 0,
+                    arrival_time: float | None = None, **sampling: Any) -> int:
+        """Queue a request and return its id. ``sampling``: SamplingParams fields (``max_tokens=…``,
+        ``temperature=…``) over ``params``; ``arrival_time``: engine-clock seconds (default: now)."""
+        ids = self.encode(prompt)
+        params = self.sampling_params(params, **sampling)
+        now = self.now() if arrival_time is None else arrival_time
+        rid = self.core.add_request(ids, params, now, priority)
+        detok = _NoText() if self.tokenizer is None else make_detokenizer(self.tokenizer, ids, params)
+        self._active[rid] = _Active(self.core.requests[rid], detok, now)
+        self.stats.prompt_tokens += len(ids)
+        return rid
+
+    def is_finished(self, request_id: int) -> bool:
+        """True once the request finished or was aborted (False while queued or running)."""
+        if not 0 <= request_id < self.core.num_requests_added:
+            raise KeyError(f"unknown request id {request_id}")
+        return request_id not in self._active
+
+    def abort(self, request_id: int, reason: str = "abort") -> bool:
+        """End an unfinished request now, freeing its KV; False if it already ended. A step in
+        flight is completed first: its deltas come out of the next ``step``."""
+        if request_id not in self._active:
+            return False
+        self._ready += self._deliver(self.loop.drain())
+        if request_id not in self._active:  # it finished in that step
+            return False
+        del self._active[request_id]
+        return self.core.abort(request_id, self.now(), reason)
+
+    def has_unfinished(self) -> bool:
+        return bool(self._active)
+
+    @property
+    def busy(self) -> bool:
+        """``step`` has work: a step in flight, requests to run or deltas to hand out."""
+        return self.loop.busy or self.core.has_unfinished() or bool(self._ready)
+
+    # --- the step ----------------------------------------------------------------------------------
+
+    def step(self) -> list[OutputDelta]:
+        """Run one engine step; the deltas of the step(s) it completed (none for the first launch of
+        an overlapped run). Raises RuntimeError if requests remain but none can be scheduled."""
+        ready, self._ready = self._ready, []
+        if not self.loop.busy and not self.core.has_unfinished():
+            return ready
+        outputs = self.loop.step()
+        if any(out.plan.empty for out in outputs) and self.core.has_unfinished():
+            raise RuntimeError(f"engine stalled with {len(self.core.requests)} unfinished requests")
+        return ready + self._deliver(outputs)
+
+    def _deliver(self, outputs: list[StepOutput]) -> list[OutputDelta]:
+        deltas: list[OutputDelta] = []
+        stats = self.stats
+        for out in outputs:
+            if out.result is None:
+                continue
+            stats.steps += 1
+            stats.preemptions += len(out.plan.preempted)
+            stats.prefix_hit_tokens += sum(a.num_cached_tokens for a in out.plan.admitted)
+            now = self.now()
+            for d in out.deltas:
+                req = self._active.get(d.request_id)
+                if req is None:
+                    continue
+                if req.first_token_time is None:
+                    req.first_token_time = now
+                req.num_output_tokens += len(d.new_token_ids)
+                stats.generation_tokens += len(d.new_token_ids)
+                text, finish, stop_hit = apply_delta(req.detokenizer, d.new_token_ids, d.finish_reason)
+                if stop_hit:
+                    self.core.finish(d.request_id, now, "stop")
+                if finish is not None:
+                    del self._active[d.request_id]
+                    stats.requests_finished[finish] = stats.requests_finished.get(finish, 0) + 1
+                r = req.request
+                deltas.append(OutputDelta(d.request_id, text, d.new_token_ids, finish, r.num_prompt_tokens,
+                                          req.num_output_tokens, d.logprobs, req.arrival_time,
+                                          req.first_token_time, r.num_cached_tokens, r.num_preemptions))
+        return deltas
+
+    def close(self) -> None:
+        """Flush and close the log (if any). Unfinished requests stay unfinished in it."""
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
