@@ -147,18 +147,6 @@ def log_config(path: str | Path) -> tuple[Header, EngineConfig]:
     return header, config
 
 
-def recorded_tokens(path: str | Path):
-    """A simulator token function returning the tokens a log recorded: ``(request, position) -> id``."""
-    table: dict[tuple[int, int], int] = {}
-    for ev in read_log(path):
-        if isinstance(ev, Step):
-            sampled = (s for s in ev.spans if s.sample)
-            for span, tokens in zip(sampled, ev.tokens):
-                for i, tok in enumerate(tokens):
-                    table[span.request_id, span.start + span.num_tokens + i] = tok
-    return lambda request_id, position: table[request_id, position]
-
-
 def resimulate(path: str | Path, cost_model: CostModel, config: EngineConfig | None = None, *,
                sink=None, token_fn=None, progress=None) -> SimResult:
     """Simulate the workload of a recorded log under ``config`` (default: the log's own)."""

@@ -56,8 +56,6 @@ class Hardware:
 
 QWEN3_0_6B = ModelShape("Qwen3-0.6B", num_layers=28, hidden=1024, num_heads=16, num_kv_heads=8,
                         head_dim=128, intermediate=3072, vocab=151936)
-SMOLLM2_135M = ModelShape("SmolLM2-135M", num_layers=30, hidden=576, num_heads=9, num_kv_heads=3,
-                          head_dim=64, intermediate=1536, vocab=49152)
 H200 = Hardware("NVIDIA H200", bandwidth=4.3e12, flops=790e12)
 
 # Fixed per-step cost assumed for a small model on a GPU: a 28-layer decode step replayed from a

@@ -1,5 +1,5 @@
-"""prepare_inputs and the block-table rows: q_len-1 spans move first (attention's batched decode path), positions and
-slots follow the block tables, and the logits rows come back in plan order."""
+"""host_inputs / to_device and the block-table rows: q_len-1 spans move first (attention's batched
+decode path), positions and slots follow the block tables, and the logits rows come back in plan order."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from runtime.engine.request import Request
 from runtime.engine.types import StepPlan
 from runtime.executor.block_table_rows import BlockTableRows
-from runtime.executor.model_inputs import prepare_inputs
+from runtime.executor.model_inputs import host_inputs, to_device
 from traces.events import Span
 from traces.params import SamplingParams
 
@@ -33,7 +33,7 @@ def test_reorder_positions_slots_and_logit_rows():
     ]
     tables = [[7, 3, 9], [1, 5], [2], [8]]
     plan = StepPlan(0, spans, tables, [], [], 14)
-    inp = prepare_inputs(plan, reqs, bs, torch.device("cpu"))
+    inp = to_device(host_inputs(plan, reqs, bs), torch.device("cpu"))
     meta = inp.meta
     assert meta.num_decodes == 2
     # order: spans 1, 3 (q_len 1), then 0, 2

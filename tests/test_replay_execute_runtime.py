@@ -47,7 +47,8 @@ def test_llm_log_replays_token_for_token_on_the_model_runner(tmp_path):
 
     # the live log re-simulated with its own durations, gaps and tokens: the same decisions
     from simulator.cost_model import RecordedCostModel
-    from simulator.replay import recorded_tokens, resimulate
+    from simulator.replay import resimulate
+    from tests.sim_helpers import recorded_tokens
     from traces.events import Admitted, Finished
 
     sim: list = []

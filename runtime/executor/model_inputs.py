@@ -63,11 +63,6 @@ class StepInputs:
     num_tokens: int
 
 
-def prepare_inputs(plan: StepPlan, requests: Mapping[int, Request], block_size: int,
-                   device: torch.device) -> StepInputs:
-    return to_device(host_inputs(plan, requests, block_size), device)
-
-
 _NONE = np.zeros(0, np.int64)
 
 
