@@ -11,12 +11,13 @@
 #   costmodel  minivllm profile: step-shape sweep + fitted H200 cost model
 #   kernel     bench decode-kernel
 #   probe      torch-profiler table of one 2048-token prefill step
-# Wheels for packages the machine lacks (msgspec, simpy) go in .whl/ (see docs/BENCHMARKS.md).
+# The packages the machine lacks travel as wheels in .whl/: run scripts/gpu_wheels.sh here first and
+# carry .whl in the device call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || exit 1
+  python3 -m pip install -q --no-index --find-links .whl --no-deps --no-compile --no-cache-dir --target /tmp/site \
+    $(ls .whl | sed -E 's/-[0-9].*//' | sort -u) || exit 1
   export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
 fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Wheels for the packages the GPU machine lacks (it has torch, triton, transformers, numpy, pandas,
+# prometheus-client, ...; nothing can be fetched there). Run here, before scripts/gpu_run.sh travels:
+# they land in .whl/ (git-ignored; name it in the device call's carry list) for CPython 3.10-3.13,
+# and gpu_run.sh installs the ones that fit its python.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PACKAGES=(msgspec simpy gguf fastapi starlette uvicorn sse-starlette pydantic pydantic-core annotated-types
+          typing-inspection opentelemetry-api importlib-metadata h11 anyio sniffio click)
+mkdir -p .whl
+for py in 3.10 3.11 3.12 3.13; do
+  python3 -m pip download -q --only-binary=:all: --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+    --python-version "$py" --no-deps -d .whl "${PACKAGES[@]}" 2>&1 | grep -v "^WARNING" || true
+done
+ls .whl | wc -l
