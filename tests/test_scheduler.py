@@ -4,6 +4,7 @@ from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
 from runtime.engine.request import RequestStatus
 from tests.helpers import SeededTokenExecutor, run_checked
+from traces.events import Admitted, Preempted, Step
 from traces.params import SamplingParams
 
 
@@ -171,3 +172,51 @@ def test_every_request_finishes_and_fold_matches_live(chunked, reserve_full):
         core.add_request(prompt(3 + (7 * i) % 20, 5 * (i % 3)), SamplingParams(max_tokens=4 + i % 9), 0.0)
     run_checked(core, EX, events)
     assert sum(type(e).__name__ == "Finished" for e in events) == 12
+
+
+def test_fcfs_puts_a_preempted_request_back_at_the_head_of_the_queue():
+    """A request preempted by recompute keeps its place: it is re-admitted before requests that were
+    waiting behind it, even one that arrived before the preemption."""
+    events = []
+    core = engine(block_size=4, num_blocks=6, budget=64, events=events)
+    a = core.add_request(prompt(8), SamplingParams(max_tokens=8, ignore_eos=True), 0.0)
+    b = core.add_request(prompt(8, 100), SamplingParams(max_tokens=8, ignore_eos=True), 0.0)
+    core.step(0, EX)
+    c = core.add_request(prompt(12, 200), SamplingParams(max_tokens=2, ignore_eos=True), 0.5)  # 3 blocks: waits
+    t = 1
+    while not any(isinstance(e, Preempted) for e in events):
+        core.step(t, EX)
+        t += 1
+    assert core.requests[c].status is RequestStatus.WAITING
+    run_checked(core, EX, None, now=t)
+    after = events[next(i for i, e in enumerate(events) if isinstance(e, Preempted)):]
+    assert [e.request_id for e in after if isinstance(e, Preempted)] == [b]
+    assert [e.request_id for e in after if isinstance(e, Admitted)] == [b, c]
+    assert a not in core.requests
+
+
+def test_num_preemptions_counts_every_preemption_of_a_request():
+    """Each request reports how often it was preempted (LLM outputs carry it): the count in the log."""
+    events = []
+    core = engine(block_size=2, num_blocks=12, budget=64, events=events)
+    reqs = {}
+    for i in range(6):
+        rid = core.add_request(prompt(4, 10 * i), SamplingParams(max_tokens=16, ignore_eos=True), 0.0)
+        reqs[rid] = core.requests[rid]
+    run_checked(core, EX, events)
+    counts = {rid: sum(isinstance(e, Preempted) and e.request_id == rid for e in events) for rid in reqs}
+    assert max(counts.values()) >= 2  # some request was preempted more than once
+    assert {rid: r.num_preemptions for rid, r in reqs.items()} == counts
+
+
+def test_an_aborted_waiting_request_is_never_scheduled():
+    events = []
+    core = engine(budget=64, max_seqs=1, events=events)
+    a, b, c = (core.add_request(prompt(3, 10 * i), SamplingParams(max_tokens=3), 0.0) for i in range(3))
+    core.step(0, EX)
+    assert core.abort(b, 0.5)
+    assert core.num_waiting == 1
+    run_checked(core, EX, events, now=1.0)
+    scheduled = {s.request_id for e in events if isinstance(e, Step) for s in e.spans}
+    assert scheduled == {a, c}
+    assert [e.request_id for e in events if isinstance(e, Admitted)] == [a, c]
