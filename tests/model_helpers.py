@@ -126,10 +126,12 @@ class EngineRun:
 
 def run_engine(loaded: LoadedModel, prompts: list[list[int]], max_tokens: int | list[int], *,
                block_size: int = 4, num_blocks: int = 256, staggered: bool = False,
+               waves: list[int] | None = None,
                device: str = "cpu", attention_backend: str = "torch", enforce_eager: bool = False,
                overlap: bool = False, piecewise: bool = False, **sched) -> EngineRun:
     """Greedy outputs of ``prompts`` through the real engine. ``staggered``: each prompt is added
-    only after the previous one finished (so later prompts hit the prefix cache); ``overlap``:
+    only after the previous one finished (so later prompts hit the prefix cache); ``waves``: sizes of
+    groups of prompts, each added once the previous group finished (an idle engine between them); ``overlap``:
     steps run through the overlapping StepLoop (placeholder inputs filled on the device);
     ``piecewise``: prefill and mixed steps go through PiecewiseGraphs (a dry run off CUDA)."""
     sched.setdefault("max_model_len", 512)
@@ -170,13 +172,13 @@ def run_engine(loaded: LoadedModel, prompts: list[list[int]], max_tokens: int | 
                     outputs[d.request_id].extend(d.new_token_ids)
 
     if staggered:
-        for i in range(len(prompts)):
-            add(i)
-            drain()
-    else:
-        for i in range(len(prompts)):
+        waves = [1] * len(prompts)
+    first = 0
+    for size in waves or [len(prompts)]:
+        for i in range(first, first + size):
             add(i)
         drain()
+        first += size
     run.outputs = [outputs[r.request_id] for r in reqs]
     run.preemptions = sum(r.num_preemptions for r in reqs)
     run.cached_tokens = sum(r.num_cached_tokens for r in reqs)

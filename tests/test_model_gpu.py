@@ -158,3 +158,19 @@ def test_async_scheduling_equals_sequential(tiny_gpu, scenario):
         assert runs[1].outputs == runs[0].outputs
         if not eager:
             assert runs[1].runner.graphs.replays > 0
+
+
+def test_burst_idle_burst_survives_overlap(tiny_gpu):
+    """A burst of overlapped steps whose decode inputs are placeholders, an idle engine, then one
+    short prompt through the piecewise graphs: its padding tokens must be real ids (a stale
+    placeholder indexed the embedding out of range: a device-side assert that killed the server)."""
+    rng = random.Random(7)
+    burst = [[rng.randrange(320) for _ in range(3)] for _ in range(8)] + [[rng.randrange(320) for _ in range(90)]]
+    prompts = burst + [[rng.randrange(320) for _ in range(2)]]
+    max_tokens = [20] * 8 + [3] + [4]
+    run = run_engine(tiny_gpu.loaded, prompts, max_tokens, device="cuda", attention_backend="triton",
+                     overlap=True, waves=[len(burst), 1], max_num_batched_tokens=24, max_num_seqs=16)
+    torch.cuda.synchronize()
+    assert run.runner.piecewise.replays > 0
+    for p, n, out in zip(prompts, max_tokens, run.outputs):
+        assert out == tiny_gpu.reference(p, n)

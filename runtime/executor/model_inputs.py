@@ -163,6 +163,9 @@ def to_device(host: HostInputs, device: torch.device, previous_ids: torch.Tensor
               "fill_rows": host.fill_rows, "fill_from": host.fill_from}
     if device.type == "cpu":
         t = {k: torch.from_numpy(v) for k, v in arrays.items()}
+        # the placeholders are filled on the tensor: keep the host array as the GPU path sees it
+        # (a CUDA-graph path that restages host.input_ids must find its placeholders there)
+        t["input_ids"] = t["input_ids"].clone()
     else:
         t, _ = stage(arrays, device)
         t["block_table"] = t["block_table"].view(host.block_table.shape)

@@ -145,7 +145,9 @@ class PiecewiseGraphs:
         vec = staging.numpy()
         vec[0, :n] = host.input_ids
         vec[1, :n] = host.positions
-        vec[1, n:tokens] = 0
+        # padding tokens: token 0 at position 0; never a stale id (a placeholder from an earlier
+        # step would index outside the embedding: a device-side assert on CUDA)
+        vec[0:2, n:tokens] = 0
         vec[2, :n] = host.slot_mapping
         vec[2, n:tokens] = -1  # padding tokens write no KV
         vec[3, :rows] = host.logits_indices
