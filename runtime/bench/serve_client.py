@@ -1,0 +1,230 @@
+"""A load client for OpenAI-compatible servers: a workload replayed with its arrival times.
+
+Each request is sent at its arrival time (seconds after the run starts) as a streaming
+``/v1/completions`` call; the client measures what a user sees: time to the first streamed token
+(TTFT), the gaps between streamed chunks (ITL), time per output token after the first (TPOT),
+end-to-end latency, and errors by kind. Prompts are token ids (exact lengths; our server and vLLM
+take them) or text decoded from those ids (``text_prompts``, for servers that want text).
+
+``run`` returns one ``RequestRecord`` per request; ``summarize`` turns them into percentiles,
+throughput and goodput under SLOs (the share of requests that meet every SLO, per second).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from traces.prompt import materialize
+from traces.workload import Workload
+
+
+@dataclass
+class RequestRecord:
+    index: int
+    arrival: float  # scheduled send time, seconds after the start
+    prompt_tokens: int
+    max_tokens: int
+    sent: float = 0.0  # actual send time
+    ttft: float | None = None
+    e2e: float | None = None
+    output_tokens: int = 0
+    itl: list[float] = field(default_factory=list)  # gaps between streamed chunks
+    error: str | None = None  # kind: "http 429", "timeout", "connect", "incomplete", ...
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.e2e is not None
+
+    @property
+    def tpot(self) -> float | None:
+        if not self.ok or self.output_tokens < 2 or self.ttft is None:
+            return None
+        return (self.e2e - self.ttft) / (self.output_tokens - 1)
+
+
+@dataclass(frozen=True)
+class Slo:
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Slo:
+        """``ttft_ms=1000,tpot_ms=50``."""
+        values: dict[str, float] = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            key, sep, value = part.partition("=")
+            if not sep or key not in cls.__dataclass_fields__:
+                raise ValueError(f"SLO term {part!r}: expected one of ttft_ms=, tpot_ms=, e2e_ms=")
+            try:
+                values[key] = float(value)
+            except ValueError:
+                raise ValueError(f"SLO term {part!r}: {value!r} is not a number") from None
+            if values[key] <= 0:
+                raise ValueError(f"SLO term {part!r}: must be > 0")
+        return cls(**values)
+
+    def met(self, r: RequestRecord) -> bool:
+        if not r.ok:
+            return False
+        checks = ((self.ttft_ms, r.ttft), (self.tpot_ms, r.tpot), (self.e2e_ms, r.e2e))
+        return all(limit is None or (value is not None and value * 1e3 <= limit) for limit, value in checks)
+
+
+def request_bodies(workload: Workload, model: str, *, ignore_eos: bool = True,
+                   decode: Callable[[list[int]], str] | None = None) -> list[dict[str, Any]]:
+    """One streaming completion body per request; ``decode``: send text instead of token ids."""
+    bodies = []
+    for spec in workload:
+        ids = materialize(spec.prompt).tolist()
+        p = spec.params
+        body: dict[str, Any] = {"model": model, "prompt": decode(ids) if decode else ids, "max_tokens": p.max_tokens,
+                                "temperature": p.temperature, "stream": True,
+                                "stream_options": {"include_usage": True}}
+        if ignore_eos:
+            body["ignore_eos"] = True
+        bodies.append(body)
+    return bodies
+
+
+async def _one(client, url: str, headers: dict, body: dict, record: RequestRecord, t0: float,
+               timeout: float) -> None:
+    import httpx
+
+    await asyncio.sleep(max(0.0, t0 + record.arrival - time.perf_counter()))
+    start = record.sent = time.perf_counter()
+    record.sent -= t0
+    last = start
+    chunks = 0
+    try:
+        async with client.stream("POST", url, json=body, headers=headers, timeout=timeout) as resp:
+            if resp.status_code != 200:
+                await resp.aread()
+                record.error = f"http {resp.status_code}"
+                return
+            done = False
+            async for line in resp.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    done = True
+                    break
+                event = json.loads(data)
+                if "error" in event:
+                    record.error = "stream error"
+                    return
+                now = time.perf_counter()
+                if event.get("choices"):
+                    if record.ttft is None:
+                        record.ttft = now - start
+                    else:
+                        record.itl.append(now - last)
+                    last = now
+                    chunks += 1
+                usage = event.get("usage")
+                if usage:
+                    record.output_tokens = usage.get("completion_tokens", 0)
+            if not done:
+                record.error = "incomplete"
+                return
+            record.e2e = time.perf_counter() - start
+            record.output_tokens = record.output_tokens or chunks
+    except httpx.TimeoutException:
+        record.error = "timeout"
+    except httpx.ConnectError:
+        record.error = "connect"
+    except (httpx.HTTPError, json.JSONDecodeError) as e:
+        record.error = type(e).__name__
+
+
+async def _run(base_url: str, bodies: Sequence[dict], records: list[RequestRecord], api_key: str | None,
+               timeout: float, max_connections: int, progress: Any) -> float:
+    import httpx
+
+    url = base_url.rstrip("/") + "/completions"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+        t0 = time.perf_counter()
+
+        async def tracked(body: dict, record: RequestRecord) -> None:
+            await _one(client, url, headers, body, record, t0, timeout)
+            if progress is not None:
+                progress(record)
+
+        await asyncio.gather(*(tracked(b, r) for b, r in zip(bodies, records)))
+        return time.perf_counter() - t0
+
+
+def run(base_url: str, workload: Workload, model: str, *, api_key: str | None = None, ignore_eos: bool = True,
+        decode: Callable[[list[int]], str] | None = None, timeout: float = 600.0, max_connections: int = 4096,
+        progress: Callable[[RequestRecord], None] | None = None) -> tuple[list[RequestRecord], float]:
+    """Replay ``workload`` against ``base_url`` (``http://host:port/v1``); (records, wall seconds)."""
+    bodies = request_bodies(workload, model, ignore_eos=ignore_eos, decode=decode)
+    records = [RequestRecord(i, spec.arrival - workload.requests[0].arrival, spec.num_prompt_tokens,
+                             spec.params.max_tokens) for i, spec in enumerate(workload)]
+    wall = asyncio.run(_run(base_url, bodies, records, api_key, timeout, max_connections, progress))
+    return records, wall
+
+
+def _percentiles(values: Sequence[float], scale: float = 1e3) -> dict[str, float | None]:
+    if not values:
+        return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
+    a = np.asarray(values) * scale
+    return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)),
+            "p99": float(np.percentile(a, 99)), "max": float(a.max())}
+
+
+def summarize(records: Sequence[RequestRecord], wall: float, slo: Slo | None = None) -> dict[str, Any]:
+    ok = [r for r in records if r.ok]
+    errors: dict[str, int] = {}
+    for r in records:
+        if r.error is not None:
+            errors[r.error] = errors.get(r.error, 0) + 1
+    out_tokens = sum(r.output_tokens for r in ok)
+    summary: dict[str, Any] = {
+        "requests": len(records), "completed": len(ok), "errors": errors, "duration_s": wall,
+        "request_throughput": len(ok) / wall if wall > 0 else 0.0,
+        "output_throughput_tok_s": out_tokens / wall if wall > 0 else 0.0,
+        "total_throughput_tok_s": (out_tokens + sum(r.prompt_tokens for r in ok)) / wall if wall > 0 else 0.0,
+        "ttft_ms": _percentiles([r.ttft for r in ok if r.ttft is not None]),
+        "tpot_ms": _percentiles([r.tpot for r in ok if r.tpot is not None]),
+        "itl_ms": _percentiles([g for r in ok for g in r.itl]),
+        "e2e_ms": _percentiles([r.e2e for r in ok]),
+        "send_lag_ms": _percentiles([max(0.0, r.sent - r.arrival) for r in records]),
+    }
+    if slo is not None:
+        good = sum(slo.met(r) for r in records)
+        summary["slo"] = asdict(slo)
+        summary["goodput_req_s"] = good / wall if wall > 0 else 0.0
+        summary["slo_attainment"] = good / len(records) if records else 0.0
+    return summary
+
+
+def render(summary: dict[str, Any], title: str = "bench serve") -> str:
+    lines = [f"{title}: {summary['completed']:,}/{summary['requests']:,} requests in {summary['duration_s']:.1f} s"
+             f" ({summary['request_throughput']:.2f} req/s, {summary['output_throughput_tok_s']:,.0f} output tok/s)"]
+    if summary["errors"]:
+        lines.append("errors: " + ", ".join(f"{k}: {v}" for k, v in sorted(summary["errors"].items())))
+    lines.append(f"{'ms':<8}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}")
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        s = summary[key]
+        cells = "".join(f"{s[k]:>10.1f}" if s[k] is not None else f"{'-':>10}" for k in ("mean", "p50", "p90", "p99",
+                                                                                          "max"))
+        lines.append(f"{key.removesuffix('_ms'):<8}{cells}")
+    if "goodput_req_s" in summary:
+        terms = ", ".join(f"{k}={v:g}" for k, v in summary["slo"].items() if v is not None)
+        lines.append(f"goodput under SLO ({terms}): {summary['goodput_req_s']:.2f} req/s "
+                     f"({summary['slo_attainment']:.1%} of requests)")
+    lag = summary["send_lag_ms"]["p99"]
+    if lag is not None and lag > 50:
+        lines.append(f"warning: the client sent requests late (p99 {lag:.0f} ms behind schedule): it is the bottleneck")
+    return "\n".join(lines)

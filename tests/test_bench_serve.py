@@ -1,0 +1,84 @@
+"""bench serve's client against a live server (fake executor, real tokenizer) and the in-process
+live runner: every request measured, arrivals kept, SLO goodput computed, errors counted by kind."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.bench import serve_client
+from runtime.bench.live import replay_live
+from runtime.bench.serve_client import RequestRecord, Slo
+from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from runtime.engine.core import EngineCore
+from runtime.serving.async_engine import AsyncLLMEngine
+from runtime.serving.llm_engine import LLMEngine
+from runtime.serving.server.app import create_app
+from runtime.serving.server.launch import ServerThread
+from tests.helpers import SeededTokenExecutor
+from traces.events import Arrived
+from traces.generators import generate
+
+
+class Overlapping(SeededTokenExecutor):
+    """Never eos (ids >= 3), answers with launch/collect like the GPU runner."""
+
+    def launch(self, plan, requests):
+        return self.execute(plan, requests)
+
+    def collect(self, handle):
+        return handle
+
+
+def make_core(sink=None) -> EngineCore:
+    return EngineCore(EngineConfig(cache=CacheConfig(block_size=16, num_blocks=512),
+                                   scheduler=SchedulerConfig(max_num_batched_tokens=256, max_model_len=1024)),
+                      eos_token_id=2, sink=sink)
+
+
+def test_client_measures_every_request(smollm2_tokenizer):
+    wl = generate(24, rate=60.0, input_len="uniform:8:64", output_len="uniform:2:12", seed=1)
+    engine = AsyncLLMEngine(LLMEngine.from_core(make_core(), Overlapping(), smollm2_tokenizer, overlap=True))
+    engine.start()
+    seen = []
+    try:
+        with ServerThread(create_app(engine, smollm2_tokenizer, "m")) as http:
+            records, wall = serve_client.run(http.url + "/v1", wl, "m", progress=seen.append)
+    finally:
+        engine.shutdown()
+    assert len(seen) == len(records) == 24
+    assert all(r.ok for r in records), [r.error for r in records]
+    assert [r.output_tokens for r in records] == [s.params.max_tokens for s in wl]
+    assert all(r.ttft is not None and r.ttft <= r.e2e for r in records)
+    assert all(abs(r.sent - r.arrival) < 0.5 for r in records)  # sent on schedule
+    summary = serve_client.summarize(records, wall, Slo.parse("ttft_ms=60000,tpot_ms=60000"))
+    assert summary["completed"] == 24 and summary["slo_attainment"] == 1.0
+    assert summary["ttft_ms"]["p50"] <= summary["e2e_ms"]["p50"]
+    assert "goodput under SLO" in serve_client.render(summary)
+
+
+def test_connection_errors_are_counted_not_raised():
+    wl = generate(3, rate=100.0, input_len="fixed:4", output_len="fixed:2", seed=0)
+    records, wall = serve_client.run("http://127.0.0.1:9/v1", wl, "m", timeout=5.0)
+    assert serve_client.summarize(records, wall)["errors"] == {"connect": 3}
+
+
+def test_slo_parse_and_met():
+    slo = Slo.parse("ttft_ms=100, tpot_ms=11")
+    fast = RequestRecord(0, 0.0, 4, 3, ttft=0.05, e2e=0.07, output_tokens=3)
+    slow = RequestRecord(1, 0.0, 4, 3, ttft=0.05, e2e=0.2, output_tokens=3)
+    assert slo.met(fast) and not slo.met(slow)
+    for bad in ("ttft=1", "ttft_ms=x", "tpot_ms=-1"):
+        with pytest.raises(ValueError):
+            Slo.parse(bad)
+
+
+def test_live_runner_stamps_workload_arrivals():
+    wl = generate(12, rate=80.0, input_len="uniform:4:40", output_len="uniform:1:6", seed=2)
+    events = []
+    engine = LLMEngine.from_core(make_core(events.append), Overlapping())
+    finished = []
+    steps = replay_live(engine, wl, on_finish=finished.append)
+    assert steps > 0 and sum(finished) == 12 and not engine.busy
+    arrived = [e for e in events if isinstance(e, Arrived)]
+    t0 = arrived[0].time
+    assert [round(e.time - t0, 6) for e in arrived] == [round(s.arrival - wl.requests[0].arrival, 6) for s in wl]
