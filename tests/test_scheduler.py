@@ -220,3 +220,76 @@ def test_an_aborted_waiting_request_is_never_scheduled():
     scheduled = {s.request_id for e in events if isinstance(e, Step) for s in e.spans}
     assert scheduled == {a, c}
     assert [e.request_id for e in events if isinstance(e, Admitted)] == [a, c]
+
+
+# --- priority policy: victims anywhere in the running order ---------------------------------------
+
+
+def test_a_decode_preempted_after_it_was_scheduled_gives_its_token_back_to_the_budget():
+    """d1 (priority 9) decodes first; d2 then needs a block, and the policy's victim is d1: its token
+    goes back to the budget, so p's prefill chunk fills the budget (8 tokens in the step, not 7)."""
+    core = engine(block_size=4, num_blocks=13, budget=8, policy="priority")
+    d1 = core.add_request(prompt(6), SamplingParams(max_tokens=20, ignore_eos=True), 0.0, priority=9)
+    core.step(0, EX)
+    d2 = core.add_request(prompt(4, 100), SamplingParams(max_tokens=20, ignore_eos=True), 1.0, priority=0)
+    p = core.add_request(prompt(40, 200), SamplingParams(max_tokens=2, ignore_eos=True), 1.0, priority=0)
+    assert spans(core.step(1, EX)) == [(d1, 6, 1, True), (d2, 0, 4, True), (p, 0, 3, False)]
+    out = core.step(2, EX)  # d2's 5th token needs a block; p's reservation holds the rest of the pool
+    assert out.plan.preempted == [d1]
+    assert spans(out) == [(d2, 4, 1, True), (p, 3, 7, False)]
+    assert out.plan.num_scheduled_tokens == 8
+
+
+def test_decodes_after_a_preempted_one_still_run():
+    """The victim (priority 9) sits between two decodes in the running order: skipping it must not
+    skip the decode after it."""
+    core = engine(block_size=4, num_blocks=6, budget=16, policy="priority")
+    d1 = core.add_request(prompt(7), SamplingParams(max_tokens=10, ignore_eos=True), 0.0, priority=0)
+    d2 = core.add_request(prompt(6, 100), SamplingParams(max_tokens=10, ignore_eos=True), 0.0, priority=9)
+    core.step(0, EX)
+    d3 = core.add_request(prompt(6, 200), SamplingParams(max_tokens=10, ignore_eos=True), 1.0, priority=0)
+    assert spans(core.step(1, EX)) == [(d1, 7, 1, True), (d2, 6, 1, True), (d3, 0, 6, True)]
+    out = core.step(2, EX)  # the pool is full: d1's 9th token needs a block
+    assert out.plan.preempted == [d2]
+    assert spans(out) == [(d1, 8, 1, True), (d3, 6, 1, True)]
+
+
+def test_priority_ties_preempt_the_latest_admitted():
+    core = engine(block_size=4, num_blocks=6, budget=64, policy="priority")
+    a, b, c = (core.add_request(prompt(8, 100 * i), SamplingParams(max_tokens=4, ignore_eos=True), 0.0, priority=1)
+               for i in range(3))
+    core.step(0, EX)  # 3 x 2 blocks: the pool is full
+    out = core.step(1, EX)
+    assert out.plan.preempted == [c] and spans(out) == [(a, 8, 1, True), (b, 8, 1, True)]
+
+
+# --- admission -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("reserve_full", "reserved"), [(True, 6), (False, 2)])
+def test_admission_reserves_the_whole_prompt_or_its_first_chunk(reserve_full, reserved):
+    events = []
+    core = engine(block_size=4, num_blocks=16, budget=8, reserve_full=reserve_full, events=events)
+    core.add_request(prompt(24), SamplingParams(max_tokens=1), 0.0)
+    core.step(0, EX)
+    assert [(e.request_id, e.num_reserved_blocks) for e in events if isinstance(e, Admitted)] == [(0, reserved)]
+
+
+def test_chunked_off_admits_a_prompt_exactly_as_long_as_the_budget_left():
+    core = engine(budget=16, chunked=False)
+    a = core.add_request(prompt(1), SamplingParams(max_tokens=2), 0.0)
+    b = core.add_request(prompt(15, 100), SamplingParams(max_tokens=1), 0.0)
+    out = core.step(0, EX)
+    assert spans(out) == [(a, 0, 1, True), (b, 0, 15, True)] and out.plan.num_scheduled_tokens == 16
+
+
+def test_a_request_reports_the_prompt_tokens_its_admission_found_cached():
+    """LLM outputs carry Request.num_cached_tokens: it is what the Admitted event logged."""
+    events = []
+    core = engine(block_size=4, events=events)
+    core.add_request(prompt(9), SamplingParams(max_tokens=1), 0.0)
+    core.step(0, EX)
+    b = core.add_request(prompt(9) + [50, 51], SamplingParams(max_tokens=3), 1.0)
+    core.step(1, EX)
+    assert core.requests[b].num_cached_tokens == 8
+    assert [e.num_cached_tokens for e in events if isinstance(e, Admitted)] == [0, 8]
