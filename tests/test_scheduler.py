@@ -40,6 +40,14 @@ def test_chunked_prefill_splits_a_long_prompt_by_the_budget():
     assert not core.has_unfinished()
 
 
+def test_a_two_token_prefill_remainder_is_scheduled_whole():
+    """Only a request with exactly one token left is a decode; a 2-token remainder is one span of 2."""
+    core = engine(budget=16)
+    core.add_request(prompt(18), SamplingParams(max_tokens=2), 0.0)
+    assert spans(core.step(0, EX)) == [(0, 0, 16, False)]
+    assert spans(core.step(1, EX)) == [(0, 16, 2, True)]
+
+
 def test_decode_first_then_continuing_prefill_then_admission():
     core = engine(budget=16)
     a = core.add_request(prompt(6), SamplingParams(max_tokens=5), 0.0)
