@@ -88,24 +88,30 @@ def render_summary(summary: dict[str, Any], title: str = "summary") -> str:
     for col in ("mean", *[f"p{p}" for p in PERCENTILES]):
         lat.add_column(col, justify="right")
     for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"), ("queue_s", "queue")):
-        lat.add_row(label, *(f"{summary[key][c] * 1e3:,.1f}" for c in ("mean", "p50", "p90", "p99")))
+        lat.add_row(label, *(_num(summary[key][c] * 1e3, ",.1f") for c in ("mean", "p50", "p90", "p99")))
     tot = Table(show_header=False)
     tot.add_column("metric")
     tot.add_column("value", justify="right")
     tot.add_row("requests (finished/aborted/unfinished)",
                 f"{summary['requests']:,} ({summary['finished']:,}/{summary['aborted']:,}/{summary['unfinished']:,})")
     tot.add_row("steps", f"{summary['steps']:,}")
-    tot.add_row("makespan", f"{summary['makespan_s']:,.1f} s (engine busy {summary['busy_fraction']:.0%})")
-    tot.add_row("output throughput", f"{summary['output_throughput_tok_s']:,.0f} tok/s")
-    tot.add_row("total throughput (prompt + output)", f"{summary['total_throughput_tok_s']:,.0f} tok/s")
-    tot.add_row("request throughput", f"{summary['request_throughput_req_s']:,.2f} req/s")
+    tot.add_row("makespan", f"{summary['makespan_s']:,.1f} s (engine busy {_num(summary['busy_fraction'], '.0%')})")
+    tot.add_row("output throughput", f"{_num(summary['output_throughput_tok_s'], ',.0f')} tok/s")
+    tot.add_row("total throughput (prompt + output)", f"{_num(summary['total_throughput_tok_s'], ',.0f')} tok/s")
+    tot.add_row("request throughput", f"{_num(summary['request_throughput_req_s'], ',.2f')} req/s")
     tot.add_row("preemptions", f"{summary['preemptions']:,}")
     tot.add_row("prefix hit rate", f"{summary['prefix_hit_rate']:.1%}")
-    tot.add_row("mean step", f"{summary['mean_step_s'] * 1e3:,.2f} ms, {summary['mean_batch_tokens']:,.1f} tokens")
+    tot.add_row("mean step", f"{_num(summary['mean_step_s'] * 1e3, ',.2f')} ms, "
+                f"{_num(summary['mean_batch_tokens'], ',.1f')} tokens")
     console = Console(width=100, record=True, force_terminal=False, color_system=None, file=_Null())
     console.print(lat)
     console.print(tot)
     return console.export_text()
+
+
+def _num(value: float, fmt: str) -> str:
+    """``value`` formatted; "-" where it is undefined (NaN: no request got that far)."""
+    return "-" if value != value else format(value, fmt)
 
 
 class _Null:

@@ -21,6 +21,13 @@ def _cdf(ax, values, label: str) -> None:
         ax.step(v * 1e3, np.arange(1, len(v) + 1) / len(v), where="post", label=label)
 
 
+def _legend(ax, **kwargs) -> None:
+    """A legend where there is something to label (matplotlib warns on an empty one: a run with no
+    finished request has no E2E line)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kwargs)
+
+
 def latency_cdfs(runs: Sequence[tuple[str, LogFrames]], path: Path) -> Path:
     """TTFT, TPOT and E2E CDFs, one line per run."""
     fig, axes = plt.subplots(1, 3, figsize=(15, 4), constrained_layout=True)
@@ -34,7 +41,7 @@ def latency_cdfs(runs: Sequence[tuple[str, LogFrames]], path: Path) -> Path:
         ax.set_ylabel("fraction of requests")
         ax.set_xscale("log")
         ax.grid(alpha=0.3)
-        ax.legend()
+        _legend(ax)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -56,7 +63,7 @@ def timeline(runs: Sequence[tuple[str, LogFrames]], path: Path) -> Path:
         ax.set_title(label)
         ax.set_xlabel("time (s)")
         ax.set_ylabel("tokens per step")
-        ax.legend(loc="upper left")
+        _legend(ax, loc="upper left")
         ax.grid(alpha=0.3)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -44,8 +44,12 @@ def comparison_table(runs: Sequence[tuple[str, LogFrames]]) -> str:
     lines = ["| metric | " + " | ".join(label for label, _ in runs) + " |",
              "|---|" + "---:|" * len(runs)]
     for name, get, fmt in ROWS:
-        lines.append(f"| {name} | " + " | ".join(fmt.format(get(s)) for s in summaries) + " |")
+        lines.append(f"| {name} | " + " | ".join(_cell(fmt, get(s)) for s in summaries) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _cell(fmt: str, value: Any) -> str:
+    return "-" if value != value else fmt.format(value)  # NaN: undefined for this run
 
 
 def _slug(label: str) -> str:

@@ -29,7 +29,9 @@ def test_generate_prints_and_traces(tiny, tmp_path, capsys):
     rc = main(_base(tiny) + ["Hello world", "the fox", "--max-tokens", "6", "--ignore-eos", "--json",
                              "--trace", str(trace)])
     assert rc == 0
-    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"loading model {tiny.folder} …")  # the silent stage, announced
+    lines = [json.loads(x) for x in captured.out.splitlines()]
     assert [x["prompt"] for x in lines] == ["Hello world", "the fox"]
     ids = tiny.loaded.tokenizer("Hello world")["input_ids"] if tiny.loaded.tokenizer else None
     assert lines[0]["token_ids"] == tiny.reference(ids, 6)

@@ -70,3 +70,21 @@ def test_bench_sim_smoke(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "chunked on" in out and "chunked off" in out and "× real" in out
     assert (tmp_path / "sim_chunked_off.jsonl").exists() and js.exists()
+
+
+def test_undefined_metrics_render_as_a_dash_not_nan(tmp_path):
+    """A log whose requests never got a token: no latency to show, and no matplotlib warning."""
+    import warnings
+
+    from analysis.report import comparison_table, write_report
+
+    sp = SamplingParams(max_tokens=3, ignore_eos=True)
+    frames = frames_from_events([Header(clock="sim"),
+                                 Arrived(time=0.0, request_id=0, prompt=PromptSynthetic(num_tokens=8), params=sp)])
+    text = render_summary(summarize(frames))
+    assert "nan" not in text and "TTFT" in text
+    runs = [("cut", frames)]
+    assert "nan" not in comparison_table(runs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        write_report(runs, tmp_path / "report")

@@ -103,6 +103,8 @@ def test_cost_model_fit_eval_analytic(tmp_path, capsys):
     assert doc["heldout"]["logs"] == [logs[1]] and doc["heldout"]["mape"] < 1.0
     assert main(["cost-model", "eval", str(m), *logs]) == 0
     assert "per-step MAPE" in capsys.readouterr().out
+    assert main(["cost-model", "eval", "qwen3-0.6b-h200", logs[0]]) == 0  # a shipped name, as simulate takes
+    assert "per-step MAPE over" in capsys.readouterr().out
     a = tmp_path / "a.json"
     assert main(["cost-model", "analytic", "qwen3-0.6b-h200", "--out", str(a)]) == 0
     from simulator.cost_model import load_cost_model
@@ -119,13 +121,26 @@ def test_user_errors_are_one_line_messages(tmp_path, capsys):
                  capsys)
     assert f"{bad}:3: field ContextTokens" in err
     assert main(["workload", "convert", str(bad), "--skip-bad-rows", "--out", str(tmp_path / "w.jsonl")]) == 0
-    assert "skipped 1 bad rows" in capsys.readouterr().out
+    assert "skipped 1 bad rows" in capsys.readouterr().err  # a notice: stdout stays the command's output
     assert "no such workload file" in _fails(["simulate", str(tmp_path / "none.csv"), "--cost-model", "x",
                                               "--out", "o"], capsys)
     assert "no such cost model" in _fails(["simulate", AZURE, "--cost-model", "nope", "--out",
                                            str(tmp_path / "o.jsonl")], capsys)
     assert "needs a recorded log" in _fails(["simulate", AZURE, "--cost-model", "recorded", "--out",
                                              str(tmp_path / "o.jsonl")], capsys)
+
+
+def test_count_steps_counts_the_step_events(tmp_path):
+    """execute-replay's progress total, counted without decoding the log."""
+    from runtime.cli.replay import count_steps
+
+    live = _live_log(tmp_path)
+    steps = sum(isinstance(e, Step) for e in read_log(live))
+    gz = tmp_path / "live.jsonl.gz"
+    with LogWriter(gz) as w:
+        for ev in read_log(live):
+            w(ev)
+    assert steps > 10 and count_steps(str(live)) == count_steps(str(gz)) == steps
 
 
 def test_simulate_is_byte_identical_across_processes(tmp_path):

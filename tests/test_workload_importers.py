@@ -200,6 +200,28 @@ def test_workload_save_load_roundtrip(tmp_path):
     assert detect_format(path) == "log"
 
 
+def test_a_gzip_log_cut_off_by_a_killed_server_is_still_a_workload(tmp_path):
+    import warnings
+
+    from traces.log import TruncatedLogWarning
+
+    wl = Workload([RequestSpec(arrival=0.01 * i, prompt=PromptIds(list(range(i, i + 30))),
+                               params=SamplingParams(max_tokens=4, ignore_eos=True), cache_salt=f"t{i % 2}")
+                   for i in range(6)])
+    path = tmp_path / "w.jsonl.gz"
+    wl.save(path)
+    data = path.read_bytes()
+    for cut in (len(data) - 9, len(data) * 2 // 3):  # in the trailer; mid-stream
+        cut_path = tmp_path / f"cut{cut}.jsonl.gz"
+        cut_path.write_bytes(data[:cut])
+        assert detect_format(cut_path) == "log"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            back = load_workload(cut_path)
+        assert back.requests == wl.requests[: len(back)] and "dropped_bytes" in back.meta
+        assert any(issubclass(w.category, TruncatedLogWarning) for w in caught)
+
+
 def test_slicing_and_scaling():
     wl = read_azure_csv(DATA / "azure_conv_head200.csv")
     assert len(wl.head(10)) == 10
@@ -228,3 +250,16 @@ def test_lengths_statistics_of_the_conv_excerpt():
     wl = read_azure_csv(DATA / "azure_conv_head200.csv")
     ins = np.array([r.num_prompt_tokens for r in wl])
     assert ins.min() >= 1 and wl.max_request_tokens() == max(r.num_prompt_tokens + r.num_output_tokens for r in wl)
+
+
+@pytest.mark.parametrize(("name", "text", "first_line"), [
+    ("bad.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,x,2\n2023-11-16 18:17:04,5,0\n", 2),
+    ("bad.jsonl", '{"timestamp": 0, "input_length": 0, "output_length": 3}\n'
+                  '{"timestamp": 5, "input_length": "x"}\n', 1),
+], ids=["azure", "mooncake"])
+def test_skip_bad_rows_with_every_row_bad_is_an_error(tmp_path, name, text, first_line):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(WorkloadError) as exc:
+        load_workload(path, skip_bad_rows=True)
+    assert str(exc.value).startswith(f"no valid rows in {path} (2 skipped; first: {path}:{first_line}: ")

@@ -13,6 +13,7 @@ budget 2,048 tokens with chunked prefill, max_model_len without.
 from __future__ import annotations
 
 import io
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -94,6 +95,7 @@ def run(trace: str | None = None, cost_model: str = DEFAULT_COST_MODEL, modes: t
     from traces.formats import load_workload
 
     path = Path(trace) if trace else find_trace()
+    print(f"reading {path} …", file=sys.stderr, flush=True)
     workload = load_workload(path, limit=limit)
     model = load_cost_model(cost_model)
     Path(out_dir).mkdir(parents=True, exist_ok=True)

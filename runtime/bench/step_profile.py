@@ -51,10 +51,11 @@ def run(model: str | None, *, num_prompts: int = 256, input_len=(100, 1024), out
         progress: bool = True, **options) -> StepProfile:
     from tqdm import tqdm
 
-    from runtime.bench.throughput import Workload, warm_up
+    from runtime.bench.throughput import Workload, stage, warm_up
     from runtime.executor.setup import build_engine
     from traces.params import SamplingParams
 
+    stage(f"loading model {model or 'SmolLM2-135M-Instruct (default)'}")
     parts = build_engine(model, sync_timing=True, **options)
     runner, loaded = parts.runner, parts.loaded
     seed = options.get("seed", 0)
@@ -63,6 +64,7 @@ def run(model: str | None, *, num_prompts: int = 256, input_len=(100, 1024), out
                         "dtype": str(loaded.dtype).removeprefix("torch."), "attention_backend": runner.backend.name,
                         "cuda_graphs": runner.graphs is not None, "num_prompts": num_prompts,
                         "input_len": list(input_len), "output_len": list(output_len), "seed": seed})
+    stage("warming up the engine")
     warm_up(parts, workload)
     core = parts.core()
     for prompt, n in zip(workload.prompts, workload.outputs):

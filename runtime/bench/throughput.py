@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import io
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -73,6 +74,11 @@ def warm_up(parts, workload: Workload) -> None:
         loop.step()
 
 
+def stage(what: str) -> None:
+    """One line on stderr as a silent stage starts (a model load, a warm-up, a probe)."""
+    print(f"{what} …", file=sys.stderr, flush=True)
+
+
 def run_engine(parts, workload: Workload, progress: bool = True) -> EngineResult:
     """All requests arrive at once; step until done. Timing excludes a short warm-up."""
     from tqdm import tqdm
@@ -80,6 +86,7 @@ def run_engine(parts, workload: Workload, progress: bool = True) -> EngineResult
     from traces.params import SamplingParams
 
     runner = parts.runner
+    stage("warming up the engine")
     warm_up(parts, workload)
     core = parts.core()  # a fresh core: the timed run starts with an empty prefix cache
     runner.stats.__init__()
@@ -193,6 +200,7 @@ def run(model: str | None, *, peers: list[str], num_prompts: int = 64, input_len
     seed = options.get("seed", 0)
     # no device sync inside a step: the host prepares sampling while the GPU runs the forward (on
     # CUDA the per-phase split comes from `minivllm bench profile`, which does synchronise)
+    stage(f"loading model {model or 'SmolLM2-135M-Instruct (default)'}")
     parts = build_engine(model, sync_timing=False, **options)
     loaded = parts.loaded
     workload = Workload.random(num_prompts, input_len, output_len, loaded.spec.vocab_size, seed)
@@ -209,6 +217,7 @@ def run(model: str | None, *, peers: list[str], num_prompts: int = 64, input_len
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
+    stage(f"measuring the copy bandwidth of {device}")
     limit = roofline(engine.bytes_read, measure_bandwidth(device), engine.seconds)
     setup["copy_bandwidth_gbs"] = limit.bandwidth_gbs
     print(f"minivllm: {engine.output_tok_s:,.1f} output tok/s ({engine.seconds:.2f} s); {limit.describe()}",
@@ -218,8 +227,10 @@ def run(model: str | None, *, peers: list[str], num_prompts: int = 64, input_len
         import transformers
 
         setup["transformers"] = transformers.__version__
+        stage(f"loading the HF transformers peer ({', '.join(peers)})")
         hf = hf_peers.load_hf_model(loaded, device, dtype)
         del loaded
+        stage("warming up the HF peer")
         hf_peers.warmup(hf, device)
         for peer in peers:
             try:

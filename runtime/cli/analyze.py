@@ -12,22 +12,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("analyze", help="latency/throughput report of one or more event logs (A/B)")
     p.add_argument("logs", nargs="+", metavar="LOG", help="event logs (live or simulated)")
     p.add_argument("--labels", help="comma-separated names, one per log (default: file names)")
-    p.add_argument("--out", metavar="DIR", help="write report.md, plots, Chrome traces and CSVs here")
+    p.add_argument("--out", metavar="DIR", help="write report.md, plots, Chrome traces and CSVs here "
+                   "(default: print the tables only)")
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def load(path: str):
+    """The frames of one log; a log with nothing to analyze is a user error, not a table of NaN."""
     from analysis.frames import load_frames
+
+    frames = load_frames(path)
+    if frames.header is None:
+        empty = Path(path).stat().st_size == 0
+        raise CLIError(f"{path}: " + ("empty file" if empty else "no Header line: not a minivllm event log"))
+    if not len(frames.requests):
+        raise CLIError(f"{path}: no requests in the log ({len(frames.steps):,} steps): nothing to analyze")
+    return frames
+
+
+def run(args: argparse.Namespace) -> int:
     from analysis.metrics import render_summary, summarize
     from analysis.report import comparison_table, write_report
 
     labels = args.labels.split(",") if args.labels else [Path(p).name for p in args.logs]
     if len(labels) != len(args.logs):
         raise CLIError(f"--labels: {len(labels)} labels for {len(args.logs)} logs")
-    for path in args.logs:
+    for path in args.logs:  # every file before the (slow) first read
         if not Path(path).is_file():
             raise CLIError(f"{path}: no such file")
-    runs = [(label, load_frames(path)) for label, path in zip(labels, args.logs)]
+    runs = [(label, load(path)) for label, path in zip(labels, args.logs)]
     for label, frames in runs:
         print(render_summary(summarize(frames), title=label))
     if len(runs) > 1:

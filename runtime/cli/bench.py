@@ -9,6 +9,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from runtime.cli.checks import Bounded
+
 
 def _write_json(path: str | None, name: str, rows: list[dict], extra: dict | None = None) -> None:
     if not path:
@@ -37,6 +39,9 @@ def _core(args: argparse.Namespace) -> int:
 
 def _sim(args: argparse.Namespace) -> int:
     from runtime.bench import sim_bench
+    from runtime.cli import cost_models
+
+    cost_models.load(args.cost_model)  # a bad name is a flag error before the trace is read
 
     modes = {"both": (True, False), "on": (True,), "off": (False,)}[args.chunked]
     results = sim_bench.run(trace=args.trace, cost_model=args.cost_model, modes=modes, limit=args.limit,
@@ -68,8 +73,6 @@ def _throughput(args: argparse.Namespace) -> int:
             on_gpu = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
             peers = ["cb", "static"] if on_gpu else ["single", "static"]
     if args.threads is not None:
-        if args.threads < 1:
-            raise CLIError(f"--threads: must be >= 1, got {args.threads}")
         import torch
 
         torch.set_num_threads(args.threads)
@@ -85,7 +88,7 @@ def _throughput(args: argparse.Namespace) -> int:
 
 
 def _model_arg(args: argparse.Namespace) -> str | None:
-    """The model to load, after checking the workload flags (--model/--model-shape, lengths, count)."""
+    """The model to load, after checking the workload flags (--model/--model-shape, lengths)."""
     from runtime.cli.errors import CLIError
 
     if args.model and args.model_shape:
@@ -93,8 +96,6 @@ def _model_arg(args: argparse.Namespace) -> str | None:
     for flag, (lo, hi) in (("--input-len", args.input_len), ("--output-len", args.output_len)):
         if not 1 <= lo <= hi:
             raise CLIError(f"{flag}: need 1 <= LO <= HI, got {lo} {hi}")
-    if args.num_prompts < 1:
-        raise CLIError(f"--num-prompts: must be >= 1, got {args.num_prompts}")
     return f"random:{args.model_shape}" if args.model_shape else args.model
 
 
@@ -128,40 +129,49 @@ def _add_workload_args(p: argparse.ArgumentParser, num_prompts: int, input_len: 
     add_engine_args(p)
     p.add_argument("--model-shape", choices=["qwen3-0.6b", "smollm2-135m"],
                    help="real model shapes with random weights (instead of --model)")
-    p.add_argument("--num-prompts", type=int, default=num_prompts)
-    p.add_argument("--input-len", type=int, nargs=2, default=input_len, metavar=("LO", "HI"))
-    p.add_argument("--output-len", type=int, nargs=2, default=output_len, metavar=("LO", "HI"))
+    p.add_argument("--num-prompts", type=int, default=num_prompts, action=Bounded, at_least=1,
+                   help="prompts, all arriving at once (default: %(default)s)")
+    p.add_argument("--input-len", type=int, nargs=2, default=input_len, metavar=("LO", "HI"), action=Bounded,
+                   at_least=1, help=f"prompt lengths, uniform in [LO, HI] (default: {input_len[0]} {input_len[1]})")
+    p.add_argument("--output-len", type=int, nargs=2, default=output_len, metavar=("LO", "HI"), action=Bounded,
+                   at_least=1, help=f"output lengths, uniform in [LO, HI] (default: {output_len[0]} {output_len[1]})")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="benchmarks (side by side with peers where there are any)")
     kinds = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
     core = kinds.add_parser("core", help="µs per engine step (scheduler + block manager + commit)")
-    core.add_argument("--steps", type=int, default=300, help="measured steps per scenario")
+    core.add_argument("--steps", type=int, default=300, action=Bounded, at_least=1,
+                      help="measured steps per scenario (default: %(default)s)")
     core.add_argument("--json", metavar="PATH", help="also write results as JSON")
     core.set_defaults(func=_core)
     sim = kinds.add_parser("sim", help="a whole trace through the simulator (chunked on/off): × real time")
     sim.add_argument("--trace", help="workload or trace file (default: ../shared/traces/<the Azure conv trace>)")
-    sim.add_argument("--cost-model", default="qwen3-0.6b-h200", help="cost model (default: the shipped H200 one)")
-    sim.add_argument("--chunked", choices=["both", "on", "off"], default="both")
-    sim.add_argument("--limit", type=int, help="first N requests only")
-    sim.add_argument("--out-dir", default="out/bench_sim", help="where the event logs go")
-    sim.add_argument("--no-progress", action="store_true")
+    sim.add_argument("--cost-model", default="qwen3-0.6b-h200",
+                     help="cost-model JSON or a shipped name (default: %(default)s)")
+    sim.add_argument("--chunked", choices=["both", "on", "off"], default="both",
+                     help="chunked prefill on, off, or both one after the other (default: %(default)s)")
+    sim.add_argument("--limit", type=int, action=Bounded, at_least=1, help="first N requests only (default: all)")
+    sim.add_argument("--out-dir", default="out/bench_sim", help="where the event logs go (default: %(default)s)")
+    sim.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
     sim.add_argument("--json", metavar="PATH", help="also write results as JSON")
     sim.set_defaults(func=_sim)
     tp = kinds.add_parser("throughput", help="offline throughput vs HF transformers on the same prompts")
     _add_workload_args(tp, num_prompts=64, input_len=[32, 256], output_len=[16, 256])
-    tp.add_argument("--peer", choices=["hf", "none"], default="hf", help="run HF transformers side by side")
+    tp.add_argument("--peer", choices=["hf", "none"], default="hf",
+                    help="run HF transformers side by side, or not (default: %(default)s)")
     tp.add_argument("--hf-peers", metavar="LIST",
                     help="comma list of single, static, cb (default: single,static on CPU; cb,static on CUDA)")
-    tp.add_argument("--static-batch", type=int, default=16, help="batch size of the static HF peer")
-    tp.add_argument("--threads", type=int, help="torch CPU threads for every peer (default: torch's choice)")
-    tp.add_argument("--no-progress", action="store_true")
+    tp.add_argument("--static-batch", type=int, default=16, action=Bounded, at_least=1,
+                    help="batch size of the static HF peer (default: %(default)s)")
+    tp.add_argument("--threads", type=int, action=Bounded, at_least=1,
+                    help="torch CPU threads for every peer (default: torch's choice)")
+    tp.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
     tp.add_argument("--json", metavar="PATH", help="also write results as JSON")
     tp.set_defaults(func=_throughput)
     pr = kinds.add_parser("profile", help="per-step breakdown: schedule, metadata, forward, sampling, commit")
     _add_workload_args(pr, num_prompts=256, input_len=[100, 1024], output_len=[512, 512])
-    pr.add_argument("--no-progress", action="store_true")
+    pr.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     pr.add_argument("--json", metavar="PATH", help="also write per-step phases as JSON")
     pr.set_defaults(func=_profile)
     dk = kinds.add_parser("decode-kernel", help="Triton paged decode vs torch gather+SDPA, µs and GB/s (CUDA)")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
+import sys
 import typing
 from collections.abc import Iterable
 from typing import Any
@@ -95,9 +97,38 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     add_config_flags(p, LIVE_GROUPS, defaults=LIVE_DEFAULTS)
 
 
+def announce_load(model: str | None) -> None:
+    """A "loading model" line on stderr: loading is a command's longest silent stage."""
+    print(f"loading model {model or 'SmolLM2-135M-Instruct (default)'} …", file=sys.stderr, flush=True)
+
+
 def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     """The engine options the command line set, by field name (``build_engine``'s keywords)."""
     return {dotted.rsplit(".", 1)[-1]: value for dotted, value in config_options(args).items()}
+
+
+def check_config_flags(args: argparse.Namespace) -> None:
+    """Validate the engine flags given, field by field, before anything slow (a model load, a
+    log read) so a bad value is reported at once and names its flag."""
+    from runtime.engine.config import CacheConfig, ConfigError, EngineConfig, SchedulerConfig
+    from runtime.executor.config import RunnerConfig
+
+    given = config_options(args)
+    if not given:
+        return
+    groups: dict[str, dict[str, Any]] = {"runner": {}, "cache": {}, "scheduler": {}, "": {}}
+    for dotted, value in given.items():
+        group, _, name = dotted.rpartition(".")
+        groups[group][name] = value
+    device = groups["runner"].get("device")
+    if device is not None and not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+        raise CLIError(f"--device: must be auto, cpu, cuda or cuda:N, got {device!r}")
+    try:
+        RunnerConfig(**groups["runner"])
+        EngineConfig(cache=CacheConfig(**groups["cache"]), scheduler=SchedulerConfig(**groups["scheduler"]),
+                     **groups[""])
+    except ConfigError as e:
+        raise flag_error(e) from None
 
 
 def flag_names() -> dict[str, str]:

@@ -9,7 +9,10 @@ from __future__ import annotations
 import argparse
 from datetime import datetime, timezone
 
+from runtime.cli import cost_models
+from runtime.cli.checks import Bounded
 from runtime.cli.errors import CLIError
+from runtime.cli.workload import require_file
 
 
 def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every: int = 5,
@@ -37,7 +40,7 @@ def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every
         train, held = data, StepData.from_logs(holdout)
     else:
         if holdout_every < 2:
-            raise CLIError("--holdout-every must be >= 2")
+            raise CLIError(f"--holdout-every: must be >= 2, got {holdout_every}")
         train, held = data.split(holdout_every)
     model = LinearCostModel.fit(train, weighting=weighting, meta=meta)
     model.meta["heldout"] = model.evaluate(held)
@@ -59,6 +62,8 @@ def print_fit(model, out: str) -> None:
 
 
 def _fit(args: argparse.Namespace) -> int:
+    for path in [*args.logs, *(args.holdout or [])]:
+        require_file(path, "log")
     model = fit_logs(args.logs, holdout=args.holdout, holdout_every=args.holdout_every, weighting=args.weighting,
                      model_identity=args.model_identity, hardware=args.hardware, dtype=args.dtype)
     model.save(args.out)
@@ -69,7 +74,11 @@ def _fit(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from simulator.cost_model import LinearCostModel, StepData
 
-    model = LinearCostModel.load(args.model)
+    for path in args.logs:
+        require_file(path, "log")
+    model = cost_models.load(args.model, flag=None)  # a file or a shipped name, as simulate/replay take
+    if not isinstance(model, LinearCostModel):
+        raise CLIError(f"{args.model}: not a fitted (linear) cost model")
     result = model.evaluate(StepData.from_logs(args.logs))
     for log, err in result.get("per_log", {}).items():
         print(f"{log}: MAPE {err:.2f}%")
@@ -94,23 +103,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     kinds = p.add_subparsers(dest="cost_model_command", required=True, metavar="ACTION")
 
     f = kinds.add_parser("fit", help="least-squares fit from the Step events of logs")
-    f.add_argument("logs", nargs="+", metavar="LOG")
-    f.add_argument("--out", required=True, metavar="M.json")
-    f.add_argument("--holdout", nargs="+", metavar="LOG", help="logs to measure the error on (not fitted)")
-    f.add_argument("--holdout-every", type=int, default=5, help="without --holdout: hold out every Nth step")
-    f.add_argument("--weighting", choices=["relative", "absolute"], default="relative")
-    f.add_argument("--model-identity", help="default: the first log's Header")
-    f.add_argument("--hardware", help="default: the first log's Header extra.hardware/device")
-    f.add_argument("--dtype", help="default: the first log's Header extra.dtype")
+    f.add_argument("logs", nargs="+", metavar="LOG", help="event logs to fit on (live or profiled)")
+    f.add_argument("--out", required=True, metavar="M.json", help="cost-model JSON to write")
+    f.add_argument("--holdout", nargs="+", metavar="LOG", help="logs to measure the error on (not fitted; "
+                   "default: every --holdout-every-th step of LOG)")
+    f.add_argument("--holdout-every", type=int, default=5, action=Bounded, at_least=2,
+                   help="without --holdout: hold out every Nth step, N >= 2 (default: %(default)s)")
+    f.add_argument("--weighting", choices=["relative", "absolute"], default="relative",
+                   help="least squares on relative or absolute step-time errors (default: %(default)s)")
+    f.add_argument("--model-identity", help="model the fit is for (default: the first log's Header)")
+    f.add_argument("--hardware", help="hardware the fit is for (default: the first log's Header "
+                   "extra.hardware/device)")
+    f.add_argument("--dtype", help="dtype the fit is for (default: the first log's Header extra.dtype)")
     f.set_defaults(func=_fit)
 
     e = kinds.add_parser("eval", help="per-step MAPE of a model on logs")
-    e.add_argument("model", metavar="M.json")
-    e.add_argument("logs", nargs="+", metavar="LOG")
+    e.add_argument("model", metavar="M", help="cost-model JSON or a shipped name (e.g. qwen3-0.6b-h200)")
+    e.add_argument("logs", nargs="+", metavar="LOG", help="event logs whose step times to predict")
     e.set_defaults(func=_eval)
 
     a = kinds.add_parser("analytic", help="roofline model for a preset (model shape × hardware)")
     a.add_argument("preset", help="e.g. qwen3-0.6b-h200")
-    a.add_argument("--out", required=True, metavar="M.json")
-    a.add_argument("--step-overhead", type=float, help="fixed seconds per step")
+    a.add_argument("--out", required=True, metavar="M.json", help="cost-model JSON to write")
+    a.add_argument("--step-overhead", type=float, action=Bounded, at_least=0,
+                   help="fixed seconds per step (default: the preset's)")
     a.set_defaults(func=_analytic)

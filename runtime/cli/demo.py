@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.cli.checks import Bounded
+
 _SENTENCES = [
     "The river town of Alder Reach grew up around a stone bridge built by salt traders.",
     "Every spring the lower market floods, and the merchants move their stalls to the old granary.",
@@ -181,11 +183,14 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="serve → record → replay chunked on/off → analyze, on the default model")
-    p.add_argument("--out", default="out/demo", help="folder for the logs, cost model and report")
-    p.add_argument("--requests", type=int, default=24, help="number of client requests")
-    p.add_argument("--rate", type=float, default=2.0, help="mean arrival rate (requests/s)")
-    p.add_argument("--max-num-batched-tokens", type=int, default=256,
-                   help="live token budget (small, so long prompts are chunked)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="out/demo",
+                   help="folder for the logs, cost model and report (default: %(default)s)")
+    p.add_argument("--requests", type=int, default=24, action=Bounded, at_least=1,
+                   help="number of client requests (default: %(default)s)")
+    p.add_argument("--rate", type=float, default=2.0, action=Bounded, above=0,
+                   help="mean arrival rate in requests/s (default: %(default)s)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=256, action=Bounded, at_least=1,
+                   help="live token budget, small so long prompts are chunked (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the workload and the engine (default: %(default)s)")
     p.add_argument("--skip-execute", action="store_true", help="skip the execute-replay stage")
     p.set_defaults(func=run_demo)

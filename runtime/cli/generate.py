@@ -8,7 +8,7 @@ import json
 import sys
 import time
 
-from runtime.cli.config_flags import add_engine_args, engine_options, flag_error
+from runtime.cli.config_flags import add_engine_args, announce_load, engine_options, flag_error
 from runtime.cli.errors import CLIError
 
 SAMPLING_FLAGS = {
@@ -27,23 +27,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompts-file", metavar="FILE", help="one prompt per line")
     p.add_argument("--chat", action="store_true", help="wrap each prompt as a user message (chat template)")
     s = p.add_argument_group("sampling")
-    s.add_argument("--max-tokens", type=int, default=64)
-    s.add_argument("--min-tokens", type=int, default=0)
-    s.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    s.add_argument("--top-p", type=float, default=1.0)
-    s.add_argument("--top-k", type=int, default=0)
-    s.add_argument("--min-p", type=float, default=0.0)
-    s.add_argument("--presence-penalty", type=float, default=0.0)
-    s.add_argument("--frequency-penalty", type=float, default=0.0)
-    s.add_argument("--repetition-penalty", type=float, default=1.0)
-    s.add_argument("--sampling-seed", type=int, help="seed of every request's stream")
-    s.add_argument("--stop", action="append", default=[], metavar="STR", help="stop string (repeatable)")
-    s.add_argument("--ignore-eos", action="store_true")
-    s.add_argument("--logprobs", type=int, help="also return the sampled token's logprob and the top N")
+    s.add_argument("--max-tokens", type=int, default=64, help="most tokens to generate (default: %(default)s)")
+    s.add_argument("--min-tokens", type=int, default=0,
+                   help="tokens to generate before EOS or a stop may end it (default: %(default)s)")
+    s.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: %(default)s)")
+    s.add_argument("--top-p", type=float, default=1.0,
+                   help="nucleus sampling: smallest set of tokens with this much probability (default: %(default)s)")
+    s.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest tokens, 0 = all "
+                   "(default: %(default)s)")
+    s.add_argument("--min-p", type=float, default=0.0,
+                   help="drop tokens less likely than this times the likeliest (default: %(default)s)")
+    s.add_argument("--presence-penalty", type=float, default=0.0,
+                   help="subtracted from the logit of every token already generated (default: %(default)s)")
+    s.add_argument("--frequency-penalty", type=float, default=0.0,
+                   help="subtracted per occurrence of a token already generated (default: %(default)s)")
+    s.add_argument("--repetition-penalty", type=float, default=1.0,
+                   help="divides the logits of tokens seen in prompt or output, 1 = off (default: %(default)s)")
+    s.add_argument("--sampling-seed", type=int,
+                   help="seed of every request's stream (default: derived from --seed and the request)")
+    s.add_argument("--stop", action="append", default=[], metavar="STR",
+                   help="stop string (repeatable; default: none)")
+    s.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
+    s.add_argument("--logprobs", type=int, help="also return the sampled token's logprob and the top N "
+                   "(default: none)")
     add_engine_args(p)
     p.add_argument("--trace", metavar="PATH", help="write the event log of the run (JSONL, .gz ok)")
     p.add_argument("--json", action="store_true", help="print one JSON object per completion")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=run)
 
 
@@ -83,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from traces.params import InvalidRequest
 
     t0 = time.perf_counter()
+    announce_load(args.model)
     try:
         llm = LLM(args.model, trace=args.trace, **engine_options(args))
     except ConfigError as e:

@@ -15,7 +15,8 @@ import shlex
 import sys
 import time
 
-from runtime.cli.config_flags import add_engine_args, engine_options, flag_error
+from runtime.cli.checks import Bounded
+from runtime.cli.config_flags import add_engine_args, announce_load, engine_options, flag_error
 from runtime.cli.errors import CLIError
 
 # (max context, max batch) by device; sized so the CUDA sweep takes well under a minute on an H200
@@ -30,18 +31,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__.split("\n\n")[2] if __doc__ else None)
     add_engine_args(p)
     g = p.add_argument_group("sweep")
-    g.add_argument("--out", default="profile.jsonl", metavar="LOG", help="event log to write (default %(default)s)")
+    g.add_argument("--out", default="profile.jsonl", metavar="LOG", help="event log to write (default: %(default)s)")
     g.add_argument("--quick", action="store_true", help="a few cases of each shape class (CI, tests)")
-    g.add_argument("--max-context", type=int, help="longest prompt a case builds (default: CPU 1024, CUDA 4096)")
-    g.add_argument("--max-batch", type=int, help="most sequences decoding together (default: CPU 32, CUDA 256)")
-    g.add_argument("--time-limit", type=float, metavar="S",
+    g.add_argument("--max-context", type=int, action=Bounded, at_least=1,
+                   help="longest prompt a case builds (default: CPU 1024, CUDA 4096)")
+    g.add_argument("--max-batch", type=int, action=Bounded, at_least=1,
+                   help="most sequences decoding together (default: CPU 32, CUDA 256)")
+    g.add_argument("--time-limit", type=float, metavar="S", action=Bounded, at_least=0,
                    help="start no new case after S seconds (default: 150 on CUDA, none on the CPU; 0 = none)")
-    g.add_argument("--quiet-wait", type=float, metavar="S",
+    g.add_argument("--quiet-wait", type=float, metavar="S", action=Bounded, at_least=0,
                    help="CPU devices: before each case wait up to S seconds for other processes to leave "
-                        "the CPU (default 60, with --quick 0; 0 = off)")
+                        "the CPU (default: 60, with --quick 0; 0 = off)")
     g.add_argument("--fit", metavar="M.json", help="fit a cost model from the log right away")
-    g.add_argument("--holdout-every", type=int, default=5, help="with --fit: hold out every Nth step")
-    g.add_argument("--no-progress", action="store_true")
+    g.add_argument("--holdout-every", type=int, default=5, action=Bounded, at_least=2,
+                   help="with --fit: hold out every Nth step (default: %(default)s)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
     p.set_defaults(func=run, profile_parser=p)
 
 
@@ -59,12 +63,6 @@ def command_line(parser: argparse.ArgumentParser, args: argparse.Namespace) -> s
     return shlex.join(words)
 
 
-def _positive(args: argparse.Namespace, name: str) -> None:
-    value = getattr(args, name)
-    if value is not None and value < 1:
-        raise CLIError(f"--{name.replace('_', '-')}: must be >= 1, got {value}")
-
-
 def _quiet_wait(args: argparse.Namespace) -> float:
     if args.quiet_wait is not None:
         return args.quiet_wait
@@ -80,6 +78,7 @@ def _engine(args: argparse.Namespace):
     from runtime.executor.setup import build_engine
 
     opts = engine_options(args)
+    announce_load(args.model)
     try:
         loaded = load_model(args.model, device=opts.get("device", "auto"), dtype=opts.get("dtype", "auto"),
                             seed=opts.get("seed", 0))
@@ -116,10 +115,6 @@ def _fit(args: argparse.Namespace, result, plan) -> None:
 
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    for name in ("max_context", "max_batch"):
-        _positive(args, name)
-    if args.holdout_every < 2:
-        raise CLIError(f"--holdout-every: must be >= 2, got {args.holdout_every}")
     from runtime.bench.profile_plan import plan_summary, sweep_plan, warmup_plan
     from runtime.bench.profile_shapes import profile
 

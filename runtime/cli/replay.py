@@ -11,16 +11,16 @@ import argparse
 import json
 from pathlib import Path
 
-from runtime.cli.config_flags import add_config_flags, engine_options
+from runtime.cli import cost_models
+from runtime.cli.config_flags import add_config_flags, announce_load, engine_options
 from runtime.cli.errors import CLIError
 from runtime.cli.workload import require_file
 
 
 def _timing(args: argparse.Namespace) -> int:
-    from simulator.cost_model import RecordedCostModel, load_cost_model
     from simulator.replay import render_timing_replay, timing_replay
 
-    model = RecordedCostModel.from_log(args.log) if args.cost_model == "recorded" else load_cost_model(args.cost_model)
+    model = cost_models.load(args.cost_model, log=args.log)
     report = timing_replay(args.log, model)
     print(f"timing-replay of {args.log} with {args.cost_model}")
     print(render_timing_replay(report))
@@ -29,6 +29,16 @@ def _timing(args: argparse.Namespace) -> int:
     if args.steps_csv:
         report.steps.to_csv(args.steps_csv, index=False)
     return 0
+
+
+def count_steps(path: str) -> int:
+    """The Step events of a log, counted without decoding them (a line starts with its ``"type"``),
+    so execute-replay's progress bar knows its total: a second or two per GB."""
+    import gzip
+
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        return sum(1 for line in f if line.startswith(b'{"type":"Step"'))
 
 
 def _execute(args: argparse.Namespace) -> int:
@@ -40,6 +50,9 @@ def _execute(args: argparse.Namespace) -> int:
 
     header = read_header(args.log)
     steps = header.extra.get("num_steps")
+    if steps is None and not args.no_progress:
+        steps = count_steps(args.log)
+    announce_load(args.model or header.extra.get("model_path"))
     with tqdm(total=steps, unit="step", desc="execute-replay", disable=args.no_progress) as bar:
         try:
             report = execute_replay(args.log, replay_executor_factory(args.model, **engine_options(args)),
@@ -61,7 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("replay", help="timing-replay a log with a cost model, or execute-replay it on the model")
     p.add_argument("log", help="a recorded event log")
     p.add_argument("--cost-model", metavar="M",
-                   help="timing-replay: cost-model JSON, a shipped name, or 'recorded' (the log's own durations)")
+                   help="timing-replay: cost-model JSON, a shipped name (e.g. qwen3-0.6b-h200), or 'recorded' "
+                        "(the log's own durations)")
     p.add_argument("--json", metavar="PATH", help="timing-replay: write the summary as JSON")
     p.add_argument("--steps-csv", metavar="PATH", help="timing-replay: write per-step recorded/predicted times")
     p.add_argument("--execute", action="store_true", help="execute-replay on the real model runtime")
@@ -69,5 +83,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_config_flags(p, ("runner",), title="execute-replay runtime (default: as recorded where the log says)",
                      defaults={"runner.dtype": "the log's"})
     p.add_argument("--keep-going", action="store_true", help="execute-replay: count every mismatching step")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="execute-replay: no progress bar on stderr")
     p.set_defaults(func=_run)

@@ -12,9 +12,9 @@ import json
 import time
 from pathlib import Path
 
+from runtime.cli import cost_models
 from runtime.cli.config_flags import add_config_flags, config_options
-from runtime.cli.errors import CLIError
-from runtime.cli.workload import add_workload_args, require_file, workload_from_args
+from runtime.cli.workload import add_workload_args, require_file, require_requests, workload_from_args
 
 # KV pool for trace workloads when neither the log nor --num-blocks says: 512k tokens at block
 # size 16, the order of an H200's pool for a sub-1B model.
@@ -53,7 +53,6 @@ def _run(args: argparse.Namespace) -> int:
 
     from analysis.frames import load_frames
     from analysis.metrics import render_summary, summarize
-    from simulator.cost_model import RecordedCostModel, load_cost_model
     from simulator.replay import log_config
     from simulator.sim import simulate
     from traces.formats import detect_format
@@ -68,12 +67,8 @@ def _run(args: argparse.Namespace) -> int:
         if header.clock == "workload":
             base = None  # a saved workload carries no engine config
     wl = workload_from_args(args, args.workload, seed=config_options(args).get("seed", 0))
-    if args.cost_model == "recorded":
-        if not is_log:
-            raise CLIError("--cost-model recorded needs a recorded log as WORKLOAD")
-        cost_model = RecordedCostModel.from_log(args.workload)
-    else:
-        cost_model = load_cost_model(args.cost_model)
+    require_requests(wl, args, args.workload)
+    cost_model = cost_models.load(args.cost_model, log=args.workload if is_log else None)
     identity = getattr(cost_model, "meta", {}).get("model_identity", "")
     config = engine_config(args, wl, base, identity)
 
@@ -108,7 +103,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(the durations of WORKLOAD, a log)")
     p.add_argument("--out", required=True, metavar="LOG", help="event log to write (.jsonl or .jsonl.gz)")
     p.add_argument("--json", metavar="PATH", help="also write config + summary as JSON")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_engine_args(p)
     add_workload_args(p)
     p.set_defaults(func=_run)

@@ -7,7 +7,9 @@ Also the workload-reading options shared with ``simulate`` (``add_workload_args`
 from __future__ import annotations
 
 import argparse
+import sys
 
+from runtime.cli.checks import Bounded
 from runtime.cli.errors import CLIError
 
 
@@ -16,6 +18,8 @@ def _window(text: str) -> tuple[float, float]:
         start, end = (float(x) for x in text.split(":"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"--time-window must be START:END in seconds, got {text!r}") from None
+    if not 0 <= start < end:
+        raise CLIError(f"--time-window: need 0 <= START < END, got {text}")
     return start, end
 
 
@@ -24,13 +28,18 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     from traces.formats import FORMATS
 
     g.add_argument("--format", dest="workload_format", default="auto", choices=["auto", *FORMATS],
-                   help="input format (default: auto, detected from the file)")
-    g.add_argument("--limit", type=int, help="first N requests (after --time-window)")
+                   help="input format (default: %(default)s, detected from the file)")
+    g.add_argument("--limit", type=int, action=Bounded, at_least=1,
+                   help="first N requests (after --time-window) (default: all)")
     g.add_argument("--time-window", type=_window, metavar="START:END",
-                   help="requests arriving in [START, END) seconds; arrivals then count from START")
-    g.add_argument("--rate-scale", type=float, default=1.0, help="multiply the arrival rate")
-    g.add_argument("--input-scale", type=float, default=1.0, help="multiply prompt lengths")
-    g.add_argument("--output-scale", type=float, default=1.0, help="multiply output lengths")
+                   help="requests arriving in [START, END) seconds; arrivals then count from START "
+                        "(default: the whole file)")
+    g.add_argument("--rate-scale", type=float, default=1.0, action=Bounded, above=0,
+                   help="multiply the arrival rate (default: %(default)s)")
+    g.add_argument("--input-scale", type=float, default=1.0, action=Bounded, above=0,
+                   help="multiply prompt lengths (default: %(default)s)")
+    g.add_argument("--output-scale", type=float, default=1.0, action=Bounded, above=0,
+                   help="multiply output lengths (default: %(default)s)")
     g.add_argument("--skip-bad-rows", action="store_true",
                    help="skip malformed rows (their count is printed) instead of stopping at the first")
 
@@ -41,14 +50,24 @@ def workload_from_args(args: argparse.Namespace, path: str, seed: int = 0):
     wl = load_workload(path, fmt=args.workload_format, limit=args.limit, time_window=args.time_window,
                        rate_scale=args.rate_scale, input_scale=args.input_scale,
                        output_scale=args.output_scale, skip_bad_rows=args.skip_bad_rows, seed=seed)
+    # notices go to stderr: stdout stays the command's output (`workload info x.csv | head -1`)
     skipped = wl.meta.get("skipped_rows", 0)
     if skipped:
         reasons = wl.meta.get("skipped_reasons", [])
-        print(f"skipped {skipped:,} bad rows" + (f" (first: {reasons[0]})" if reasons else ""))
+        print(f"skipped {skipped:,} bad rows" + (f" (first: {reasons[0]})" if reasons else ""), file=sys.stderr)
     excluded = wl.meta.get("excluded")
     if excluded:
-        print("left out of the workload: " + ", ".join(f"{n:,} {why}" for why, n in excluded.items()))
+        print("left out of the workload: " + ", ".join(f"{n:,} {why}" for why, n in excluded.items()),
+              file=sys.stderr)
     return wl
+
+
+def require_requests(wl, args: argparse.Namespace, path: str) -> None:
+    """A workload to run or save must have requests; say which slicing flag emptied it."""
+    if len(wl):
+        return
+    sliced = [flag for flag, given in (("--time-window", args.time_window), ("--limit", args.limit)) if given]
+    raise CLIError(f"{path}: no requests" + (f" (after {' and '.join(sliced)})" if sliced else ""))
 
 
 def describe(wl) -> str:
@@ -71,6 +90,7 @@ def describe(wl) -> str:
 
 def _convert(args: argparse.Namespace) -> int:
     wl = workload_from_args(args, args.source, seed=args.seed)
+    require_requests(wl, args, args.source)
     wl.save(args.out)
     print(describe(wl))
     print(f"wrote {args.out}")
@@ -78,10 +98,16 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from traces.generators import generate
+    from traces.generators import LengthDist, generate
 
-    wl = generate(args.num_requests, rate=args.rate, cv=args.cv, input_len=args.input_len,
-                  output_len=args.output_len, shared_prefix=args.shared_prefix, seed=args.seed)
+    dists = {}
+    for flag, spec in (("--input-len", args.input_len), ("--output-len", args.output_len)):
+        try:
+            dists[flag] = LengthDist.parse(spec, seed=args.seed)
+        except (ValueError, OSError) as e:  # a malformed spec, or trace:PATH unreadable
+            raise CLIError(f"{flag}: {e}") from None
+    wl = generate(args.num_requests, rate=args.rate, cv=args.cv, input_len=dists["--input-len"],
+                  output_len=dists["--output-len"], shared_prefix=args.shared_prefix, seed=args.seed)
     wl.save(args.out)
     print(describe(wl))
     print(f"wrote {args.out}")
@@ -100,27 +126,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     c = kinds.add_parser("convert", help="read a trace or log, slice/scale it, save as workload JSONL")
     c.add_argument("source", help="Azure CSV, Mooncake JSONL, a minivllm log or workload")
     c.add_argument("--out", required=True, help="workload JSONL to write")
-    c.add_argument("--seed", type=int, default=0, help="seed of the synthetic prompt tokens")
+    c.add_argument("--seed", type=int, default=0, help="seed of the synthetic prompt tokens (default: %(default)s)")
     add_workload_args(c)
     c.set_defaults(func=_convert)
 
     i = kinds.add_parser("info", help="request count, rate and length statistics")
-    i.add_argument("source")
-    i.add_argument("--seed", type=int, default=0)
+    i.add_argument("source", help="Azure CSV, Mooncake JSONL, a minivllm log or workload")
+    i.add_argument("--seed", type=int, default=0, help="seed of the synthetic prompt tokens (default: %(default)s)")
     add_workload_args(i)
     i.set_defaults(func=_info)
 
     g = kinds.add_parser("generate", help="synthetic arrivals and lengths")
-    g.add_argument("--num-requests", "-n", type=int, required=True)
-    g.add_argument("--rate", type=float, required=True, help="mean arrivals per second")
-    g.add_argument("--cv", type=float, default=1.0,
-                   help="burstiness: coefficient of variation of inter-arrival gaps (1 = Poisson)")
+    g.add_argument("--num-requests", "-n", type=int, required=True, action=Bounded, at_least=1,
+                   help="how many requests")
+    g.add_argument("--rate", type=float, required=True, action=Bounded, above=0, help="mean arrivals per second")
+    g.add_argument("--cv", type=float, default=1.0, action=Bounded, at_least=0,
+                   help="burstiness: coefficient of variation of inter-arrival gaps (1 = Poisson; "
+                        "default: %(default)s)")
     g.add_argument("--input-len", default="uniform:32:256",
-                   help="fixed:N | uniform:LO:HI | lognormal:MEAN:CV[:MAX] | trace:PATH:input|output")
-    g.add_argument("--output-len", default="uniform:16:256", help="as --input-len")
-    g.add_argument("--shared-prefix", type=int, default=0, help="tokens of a prefix common to all prompts")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--out", required=True)
+                   help="fixed:N | uniform:LO:HI | lognormal:MEAN:CV[:MAX] | trace:PATH:input|output "
+                        "(default: %(default)s)")
+    g.add_argument("--output-len", default="uniform:16:256", help="as --input-len (default: %(default)s)")
+    g.add_argument("--shared-prefix", type=int, default=0, action=Bounded, at_least=0,
+                   help="tokens of a prefix common to all prompts (default: %(default)s)")
+    g.add_argument("--seed", type=int, default=0, help="seed of arrivals, lengths and prompt tokens "
+                   "(default: %(default)s)")
+    g.add_argument("--out", required=True, help="workload JSONL to write")
     g.set_defaults(func=_generate)
 
 

@@ -55,6 +55,7 @@ def read_azure_csv(path: str | Path, *, seed: int = 0, skip_bad_rows: bool = Fal
                 skips.bad(f"{path}:{lineno}: field GeneratedTokens: must be a positive integer, got {gen!r}")
                 continue
             rows.append((when, n_in, n_out, lineno))
+    skips.require_rows(path, len(rows))
     origin = min((r[0] for r in rows), default=None)
     requests = [
         RequestSpec(arrival=(when - origin).total_seconds(),

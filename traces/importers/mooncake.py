@@ -54,6 +54,7 @@ def read_mooncake_jsonl(path: str | Path, *, seed: int = 0, skip_bad_rows: bool 
                 skips.bad(f"{path}:{lineno}: {problem}")
                 continue
             rows.append((row.timestamp, row, lineno))
+    skips.require_rows(path, len(rows))
     origin = min((r[0] for r in rows), default=0.0)
     requests = [
         RequestSpec(arrival=(ts - origin) / 1000.0,

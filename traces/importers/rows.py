@@ -25,6 +25,11 @@ class Skips:
         if len(self.reasons) < KEEP_REASONS:
             self.reasons.append(message)
 
+    def require_rows(self, path: Any, kept: int) -> None:
+        """Skipping every row leaves nothing to run: an error, not an empty workload."""
+        if self.count and not kept:
+            raise WorkloadError(f"no valid rows in {path} ({self.count:,} skipped; first: {self.reasons[0]})")
+
     def meta(self) -> dict[str, Any]:
         return {"skipped_rows": self.count, "skipped_reasons": self.reasons} if self.count else {}
 
