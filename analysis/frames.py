@@ -33,6 +33,9 @@ class LogFrames:
     header: Header | None
     requests: pd.DataFrame
     steps: pd.DataFrame
+    # a log cut off mid-write (a killed server): its complete lines were read, these bytes dropped
+    truncated: bool = False
+    dropped_bytes: int = 0
 
 
 class FrameBuilder:
@@ -130,5 +133,8 @@ def frames_from_events(events: Iterable[Event]) -> LogFrames:
 
 
 def load_frames(path: str | Path) -> LogFrames:
-    """DataFrames of a log file (JSONL or .jsonl.gz)."""
-    return frames_from_events(read_log(path))
+    """DataFrames of a log file (JSONL or .jsonl.gz); of its complete lines if it was cut off."""
+    reader = read_log(path)
+    frames = frames_from_events(reader)
+    frames.truncated, frames.dropped_bytes = reader.truncated, reader.dropped_bytes
+    return frames

@@ -8,6 +8,9 @@ happens and does not cascade.
 Any object with ``execute(plan, requests) -> StepResult`` works; the real runtime's is built by
 ``runtime.executor.setup.replay_executor_factory`` and wired in by ``minivllm replay --execute``
 (the simulator itself never imports the executor, or torch).
+
+The log must hold its prompts' token ids: one recorded with ``--trace-prompts hashes|none`` is
+refused (LogError) before the executor is built.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 from runtime.engine.types import Executor
 from simulator.policy import LoggedPolicy
 from traces.events import Event, Header
-from traces.log import read_log
+from traces.log import LogError, read_log
 
 
 @dataclass
@@ -54,8 +57,12 @@ def execute_replay(
     progress: Any = None,
 ) -> ExecuteReport:
     """Run every recorded step on an executor; compare sampled tokens with the log's."""
-    events = read_log(events_or_path) if isinstance(events_or_path, str | Path) else events_or_path
-    policy = LoggedPolicy(events)
+    is_path = isinstance(events_or_path, str | Path)
+    events = read_log(events_or_path) if is_path else events_or_path
+    try:
+        policy = LoggedPolicy(events)
+    except LogError as e:
+        raise LogError(f"{events_or_path}: {e}" if is_path else str(e)) from None
     executor = make_executor if hasattr(make_executor, "execute") else make_executor(policy.header)
     report = ExecuteReport()
     for logged in policy.steps():

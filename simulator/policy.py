@@ -5,7 +5,8 @@ of that step) with block tables rebuilt from the log's block events, fold-style:
 executor reads are those after the step's scheduling, i.e. before the frees of requests that
 finish in the step. Request objects are kept up to date from the log (prompt from ``Arrived``,
 recorded tokens appended after each step — teacher forcing, so one wrong token does not derail
-the rest), which is what an executor such as the ModelRunner reads.
+the rest), which is what an executor such as the ModelRunner reads. So the log must hold its
+prompts' token ids: one recorded with ``--trace-prompts hashes|none`` is refused.
 """
 
 from __future__ import annotations
@@ -15,7 +16,18 @@ from dataclasses import dataclass
 
 from runtime.engine.request import Request, RequestStatus
 from runtime.engine.types import Admission, StepPlan
-from traces.events import Aborted, Admitted, Arrived, BlockFreed, Event, Finished, Header, Preempted, Step
+from traces.events import (
+    Aborted,
+    Admitted,
+    Arrived,
+    BlockFreed,
+    Event,
+    Finished,
+    Header,
+    Preempted,
+    Step,
+    recorded_prompts,
+)
 from traces.log import FoldedState, LogError
 from traces.prompt import materialize
 
@@ -33,6 +45,11 @@ class LoggedPolicy:
         if not isinstance(first, Header):
             raise LogError("a log must start with a Header event")
         self.header: Header = first
+        prompts = recorded_prompts(first)
+        if prompts != "ids":  # an executor needs the very tokens the engine ran
+            raise LogError(f"this log was recorded with --trace-prompts {prompts}: its prompts hold no token "
+                           "ids, and replaying its steps on an executor needs them (record with "
+                           "--trace-prompts ids)")
         self.max_model_len = int(first.config.get("scheduler", {}).get("max_model_len", 1 << 30))
         self.state = FoldedState(first.num_blocks)
         self.requests: dict[int, Request] = {}  # unfinished
@@ -53,7 +70,7 @@ class LoggedPolicy:
             elif isinstance(ev, Arrived):
                 self.requests[ev.request_id] = Request(
                     ev.request_id, materialize(ev.prompt), ev.params, ev.time, self.max_model_len,
-                    ev.priority, self.header.eos_token_id)
+                    ev.priority, self.header.eos_token_id, ev.cache_salt)
             elif isinstance(ev, Admitted):
                 req = self._request(ev.request_id, ev)
                 req.status = RequestStatus.RUNNING

@@ -2,7 +2,7 @@ from array import array
 
 import pytest
 
-from runtime.engine.block_manager import BlockManager
+from runtime.engine.block_manager import BlockManager, chain_hash, root_hash, salted_root
 from runtime.engine.request import Request
 from traces.events import BlockAllocated, BlockCached, BlockEvicted, BlockFreed, PrefixHit, Reserved
 from traces.params import SamplingParams
@@ -257,3 +257,31 @@ def test_the_invariant_checker_catches_each_corruption(corrupt):
     corrupt(bm)
     with pytest.raises(AssertionError):
         bm.check_invariants()
+
+
+def salted(rid, tokens, salt):
+    r = req(rid, tokens)
+    r.cache_salt = salt
+    return r
+
+
+def test_a_cache_salt_shares_prefix_blocks_only_within_the_salt():
+    """Tenants with different salts never hit each other's blocks (a hit would time-leak a prompt)."""
+    prompt = range(1, 11)  # two full blocks a later request could hit
+    bm = BlockManager(40, BS, root=7)
+    admit_and_compute(bm, salted(0, prompt, "tenant-a"))
+    assert bm.probe(salted(1, prompt, "tenant-a")) == bm.tables[0][:2]
+    assert bm.probe(salted(2, prompt, "tenant-b")) == []
+    assert bm.probe(req(3, prompt)) == []  # no salt vs a salt
+    admit_and_compute(bm, req(4, prompt))
+    assert bm.probe(req(5, prompt)) == bm.tables[4][:2]
+    assert bm.probe(salted(6, prompt, "tenant-a")) == bm.tables[0][:2]  # the unsalted copy doesn't shadow it
+
+
+def test_the_salted_root_is_its_own_hash_domain():
+    roots = {salted_root(r, s) for r in (0, 1, -5) for s in ("a", "b", "a\x00", "\x00a")}
+    assert len(roots) == 12
+    # never a block hash of the unsalted chain: a salt spelling out a block's tokens gains nothing
+    block = array("i", [1, 2, 3, 4]).tobytes()
+    assert salted_root(0, block.decode("latin-1")) != chain_hash(0, block)
+    assert root_hash("m", "s") not in {salted_root(root_hash("m", ""), "s"), salted_root(root_hash("m", "s"), "")}

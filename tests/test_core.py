@@ -5,17 +5,19 @@ from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
 from runtime.engine.request import RequestStatus
 from tests.helpers import SeededTokenExecutor, run_checked
-from traces.events import Aborted, Finished, Header, Step
-from traces.log import LogWriter, fold, read_log
+from traces.events import Aborted, Arrived, BlockCached, Finished, Header, PrefixHit, Step
+from traces.log import LogWriter, encode, fold, read_log
 from traces.params import InvalidRequest, SamplingParams
+from traces.prompt import TRACE_PROMPTS, PromptIds, PromptSynthetic
 
 EX = SeededTokenExecutor()
 
 
-def engine(num_blocks=32, budget=16, events=None, eos=None, **sched):
+def engine(num_blocks=32, budget=16, events=None, eos=None, trace_prompts="ids", **sched):
     cfg = EngineConfig(cache=CacheConfig(block_size=4, num_blocks=num_blocks),
                        scheduler=SchedulerConfig(max_num_batched_tokens=budget, max_model_len=128, **sched))
-    return EngineCore(cfg, eos_token_id=eos, sink=None if events is None else events.append)
+    return EngineCore(cfg, eos_token_id=eos, sink=None if events is None else events.append,
+                      trace_prompts=trace_prompts)
 
 
 def test_request_ids_come_from_a_per_engine_counter():
@@ -143,3 +145,79 @@ def test_log_round_trips_and_folds_to_the_final_state(tmp_path):
     steps = [e for e in back if isinstance(e, Step)]
     mid = fold(back, upto_step=steps[len(steps) // 2].step)
     assert mid.step == steps[len(steps) // 2].step
+
+
+LONG = list(range(1, 30))  # seven full blocks of 4 another request could hit
+
+
+def _prefix_hits(events):
+    return [b for e in events if isinstance(e, Step) for b in e.block_events if isinstance(b, PrefixHit)]
+
+
+@pytest.mark.parametrize(("first", "second", "shared"), [
+    ("tenant-a", "tenant-a", True), ("tenant-a", "tenant-b", False), (None, "tenant-a", False),
+    ("tenant-a", None, False), (None, None, True),
+])
+def test_a_cache_salt_decides_who_shares_a_prefix(first, second, shared):
+    events = []
+    core = engine(num_blocks=32, budget=64, events=events)
+    params = SamplingParams(max_tokens=2, ignore_eos=True)
+    core.add_request(LONG, params, 0.0, cache_salt=first)
+    run_checked(core, EX, events)  # fold(log) == live state after every step
+    core.add_request(LONG, params, 1.0, cache_salt=second)
+    run_checked(core, EX, events)
+    assert bool(_prefix_hits(events)) == shared
+    arrived = [e for e in events if isinstance(e, Arrived)]
+    assert [a.cache_salt for a in arrived] == [first, second]
+    for a in arrived:  # no salt: the line is what it always was
+        assert (b'"cache_salt"' in encode(a)) == (a.cache_salt is not None)
+
+
+@pytest.mark.parametrize("salt", ["", 7, "\ud800"])
+def test_a_bad_cache_salt_is_an_invalid_request(salt):
+    events = []
+    core = engine(events=events)
+    with pytest.raises(InvalidRequest, match="cache_salt"):
+        core.add_request([1, 2], SamplingParams(), 0.0, cache_salt=salt)
+    assert not events and core.num_requests_added == 0
+
+
+@pytest.mark.parametrize("mode", TRACE_PROMPTS)
+def test_trace_prompts_decides_what_the_log_keeps_of_a_prompt(mode):
+    a = list(range(1, 12))  # two full blocks of 4 + 3 tokens
+    b = a[:8] + [50, 51]  # a's two full blocks + its own tail
+    c = [9] * 12
+    runs = {}
+    for m in ("ids", mode):
+        events = []
+        core = engine(num_blocks=32, budget=64, events=events, trace_prompts=m)
+        for i, p in enumerate((a, b, c, a)):
+            core.add_request(p, SamplingParams(max_tokens=3, ignore_eos=True), 0.1 * i,
+                             cache_salt="s" if i == 3 else None)
+        run_checked(core, EX, events)
+        runs[m] = events
+    # the engine ran on the token ids either way: everything but the prompt records is the same
+    decisions = {m: [e for e in events if not isinstance(e, Arrived)] for m, events in runs.items()}
+    assert decisions[mode] == decisions["ids"]
+    prompts = [e.prompt for e in runs[mode] if isinstance(e, Arrived)]
+    assert [p.num_tokens for p in prompts] == [11, 10, 12, 11]
+    if mode == "ids":
+        assert prompts == [PromptIds(p) for p in (a, b, c, a)]
+        return
+    assert all(isinstance(p, PromptSynthetic) for p in prompts)
+    assert len({p.unique_seed for p in prompts}) == 4  # each partial last block its own
+    ids = [p.segment_ids for p in prompts]
+    if mode == "none":
+        assert ids == [[], [], [], []]
+        return
+    assert all(p.segment_len == 4 for p in prompts) and [len(s) for s in ids] == [2, 2, 3, 2]
+    assert ids[0] == ids[1] and ids[2] != ids[0] and ids[3] != ids[0]  # equal prefix ↔ equal ids, per salt
+    assert all(0 <= x < 1 << 48 for s in ids for x in s)
+    cached = {b.hash & ((1 << 48) - 1) for e in runs[mode] if isinstance(e, Step) for b in e.block_events
+              if isinstance(b, BlockCached)}
+    assert set(ids[0] + ids[2] + ids[3]) <= cached  # the very hashes the prefix cache keyed them by
+
+
+def test_trace_prompts_must_be_a_known_mode():
+    with pytest.raises(ValueError, match="ids, hashes, none"):
+        EngineCore(EngineConfig(), trace_prompts="redacted")

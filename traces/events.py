@@ -101,9 +101,10 @@ class Header(_Event, tag="Header", omit_defaults=False):
 class Arrived(_Event, tag="Arrived"):
     time: float
     request_id: int
-    prompt: Prompt
+    prompt: Prompt  # what the engine's trace_prompts let it record: ids, block hashes or length
     params: SamplingParams
     priority: int = 0
+    cache_salt: str | None = None  # its prefix blocks are shared only with requests of the same salt
 
 
 class Admitted(_Event, tag="Admitted"):
@@ -145,6 +146,14 @@ class Aborted(_Event, tag="Aborted"):
 
 
 Event = Header | Arrived | Admitted | Preempted | Step | Finished | Aborted
+
+# Header.extra key: what the Arrived events' prompts hold (traces.prompt.TRACE_PROMPTS); absent = "ids"
+TRACE_PROMPTS_KEY = "trace_prompts"
+
+
+def recorded_prompts(header: Header) -> str:
+    """What a log's prompts hold: "ids" (token ids), "hashes" (block hashes) or "none" (lengths)."""
+    return str(header.extra.get(TRACE_PROMPTS_KEY, "ids"))
 
 
 def make_header(config: Any, *, clock: str, model_identity: str = "", eos_token_id: int | None = None,

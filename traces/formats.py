@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from traces.importers import azure, log, mooncake
+from traces.log_lines import first_line
 from traces.workload import Workload, WorkloadError
 
 
@@ -44,8 +45,11 @@ register(WorkloadFormat("mooncake", "Mooncake trace (JSONL with hash_ids)", moon
 
 def _first_line(path: Path) -> str:
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-        return f.readline().strip()
+    try:
+        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+            return f.readline().strip()
+    except EOFError:  # a gzip file cut off inside its first line (a killed writer): what there is
+        return first_line(path).decode("utf-8", errors="replace").strip()
 
 
 def detect_format(path: str | Path) -> str:

@@ -1,5 +1,9 @@
 """Event log: streaming JSON Lines writer/reader (gzip when the path ends in .gz) and ``fold``.
 
+The writer never writes a line its reader would reject (``LogWriteError`` instead), never
+replaces an older log unless told to (``if_exists``), and the reader reads the complete lines of
+a log cut off mid-write (a killed server), saying how much it dropped.
+
 ``fold(events)`` is event sourcing taken literally: it rebuilds the block state (tables, ref
 counts, free list, LRU, cache index, reservations) and the computed tokens of every request
 from the log alone, with its own small state machine, so a test can hold it against the live
@@ -8,7 +12,10 @@ engine after every step.
 
 from __future__ import annotations
 
+import errno
 import gzip
+import warnings
+import zlib
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +42,12 @@ from traces.events import (
     Reserved,
     Step,
 )
+from traces.log_check import non_finite
+from traces.log_files import IF_EXISTS, open_mode
+from traces.log_lines import LogLines
+
+__all__ = ["IF_EXISTS", "BlockState", "FoldedState", "LogError", "LogReader", "LogWriteError", "LogWriter",
+           "TruncatedLogWarning", "encode", "fold", "read_header", "read_log"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +66,14 @@ class LogError(ValueError):
     """A log file is malformed; the message names the file and line."""
 
 
+class LogWriteError(ValueError):
+    """An event the reader would reject (e.g. a NaN: JSON has none); nothing was written."""
+
+
+class TruncatedLogWarning(UserWarning):
+    """A log ends inside a line (its writer was killed): only its complete lines were read."""
+
+
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Event)
 
@@ -69,23 +90,73 @@ def _open(path: str | Path, mode: str) -> IO[bytes]:
 
 
 class LogWriter:
-    """Append events as JSON lines. Use as ``sink``: ``EngineCore(..., sink=writer)``."""
+    """Append events as JSON lines. Use as ``sink``: ``EngineCore(..., sink=writer)``.
 
-    def __init__(self, path: str | Path) -> None:
+    ``if_exists`` says what happens to a file already at ``path``: ``"overwrite"`` it (the
+    default, for outputs a command regenerates), ``"rotate"`` it to ``live.1.jsonl``, ... first
+    (``rotated_to`` says where), or raise FileExistsError (``"error"``). See ``IF_EXISTS``.
+    """
+
+    def __init__(self, path: str | Path, *, if_exists: str = "overwrite") -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = _open(self.path, "w")
+        self.rotated_to: Path | None = None
+        self._file = self._open_new(if_exists)
         self._buf = bytearray()  # encode_into appends here: no per-event bytes object
         self.count = 0
 
+    def _open_new(self, if_exists: str) -> IO[bytes]:
+        for _ in range(100):  # rotate: a file another writer creates after our rotation is rotated too
+            mode, rotated = open_mode(self.path, if_exists)
+            self.rotated_to = rotated or self.rotated_to
+            try:
+                return _open(self.path, mode)
+            except FileExistsError:
+                if if_exists != "rotate":
+                    raise FileExistsError(errno.EEXIST, "a log is already there (if_exists='error'; 'rotate' "
+                                          "would keep it under a numbered name)", str(self.path)) from None
+        raise FileExistsError(errno.EEXIST, "could not move the file there out of the way", str(self.path))
+
     def __call__(self, event: Event) -> None:
-        _encoder.encode_into(event, self._buf, -1)
-        self._buf.extend(b"\n")
+        bad = non_finite(event)
+        if bad is not None:
+            raise self._refused(event, f"{bad} is not a finite number (JSON has no NaN or infinity)")
+        buf = self._buf
+        start = len(buf)
+        try:
+            _encoder.encode_into(event, buf, -1)
+        except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as e:  # e.g. a lone surrogate
+            del buf[start:]
+            raise self._refused(event, str(e)) from None
+        if event.__class__ is Header:  # once per log: read it back in full (its config and extra are Any)
+            self._check_header(event, bytes(buf[start:]), start)
+        buf.extend(b"\n")
         self.count += 1
-        if len(self._buf) > 1 << 16:
+        if len(buf) > 1 << 16:
             self.flush()
 
     write = __call__
+
+    def _refused(self, event: Event, why: str) -> LogWriteError:
+        name = type(event).__name__
+        return LogWriteError(f"{self.path}: refusing to write {'an' if name[0] in 'AEIOU' else 'a'} {name} event "
+                             f"its reader would reject: {why}")
+
+    def _check_header(self, header: Header, line: bytes, start: int) -> None:
+        why = None
+        if header.schema_version != SCHEMA_VERSION:
+            why = f"schema_version {header.schema_version!r}; this minivllm reads {SCHEMA_VERSION}"
+        else:
+            try:
+                back = _decoder.decode(line)
+            except msgspec.DecodeError as e:
+                why = str(e)
+            else:  # JSON-equal: a tuple reads back as a list, an int key as a string
+                if msgspec.to_builtins(back, str_keys=True) != msgspec.to_builtins(header, str_keys=True):
+                    why = "it reads back as a different value"
+        if why is not None:
+            del self._buf[start:]
+            raise self._refused(header, why)
 
     def flush(self) -> None:
         if self._buf:
@@ -106,25 +177,89 @@ class LogWriter:
         self.close()
 
 
-def read_log(path: str | Path) -> Iterator[Event]:
-    """Stream events from a log; a bad line raises LogError naming file and line."""
-    with _open(path, "r") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                event = _decoder.decode(line)
-            except msgspec.DecodeError as e:  # includes ValidationError
-                raise LogError(f"{path}:{lineno}: {e}") from None
-            if lineno == 1 and isinstance(event, Header) and event.schema_version != SCHEMA_VERSION:
-                raise LogError(f"{path}:1: schema version {event.schema_version}, "
-                               f"this minivllm reads {SCHEMA_VERSION}")
-            yield event
+class LogReader:
+    """The events of a log file, streamed (an iterator: ``read_log`` returns one).
+
+    A log cut off mid-line (its writer was killed) yields its complete lines; at the end of the
+    iteration ``truncated`` is True, ``dropped_bytes`` counts the bytes after its last complete
+    line (decompressed, for gzip) and a ``TruncatedLogWarning`` naming the file goes to stderr.
+    A malformed line before the end raises LogError naming file and line.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = path
+        self.truncated = False
+        self.dropped_bytes = 0
+        self.num_lines = 0  # complete lines read so far
+        self._events = self._read()
+
+    def __iter__(self) -> LogReader:
+        return self
+
+    def __next__(self) -> Event:
+        return next(self._events)
+
+    def _read(self) -> Iterator[Event]:
+        lines = LogLines(self.path)
+        try:
+            for line in lines:
+                self.num_lines += 1
+                if line.strip():
+                    yield self._decode(line, self.num_lines)
+        except zlib.error as e:
+            raise LogError(f"{self.path}:{self.num_lines + 1}: corrupt gzip data ({e})") from None
+        tail = lines.tail
+        if tail.strip():
+            try:  # a whole last line that lacks only its newline is still a line
+                event = _decoder.decode(tail)
+            except msgspec.DecodeError as e:
+                if _is_json(tail):  # whole, but not an event: malformed, not cut off
+                    raise LogError(f"{self.path}:{self.num_lines + 1}: {e}") from None
+                self.truncated, self.dropped_bytes = True, len(tail)
+            else:
+                self.num_lines += 1
+                yield self._checked(event, self.num_lines)
+        if lines.stream_cut:
+            self.truncated = True
+        if self.truncated:
+            cut = "its gzip stream ends early" if lines.stream_cut else "it ends inside a line"
+            warnings.warn(f"{self.path}: {cut} (was its writer killed?): read its {self.num_lines:,} complete "
+                          f"lines, dropped the last {self.dropped_bytes:,} bytes", TruncatedLogWarning, stacklevel=3)
+
+    def _decode(self, line: bytes, lineno: int) -> Event:
+        try:
+            event = _decoder.decode(line)
+        except msgspec.DecodeError as e:  # includes ValidationError
+            raise LogError(f"{self.path}:{lineno}: {e}") from None
+        return self._checked(event, lineno)
+
+    def _checked(self, event: Event, lineno: int) -> Event:
+        if lineno == 1 and isinstance(event, Header) and event.schema_version != SCHEMA_VERSION:
+            raise LogError(f"{self.path}:1: schema version {event.schema_version}, "
+                           f"this minivllm reads {SCHEMA_VERSION}")
+        return event
+
+
+def _is_json(data: bytes) -> bool:
+    try:
+        msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return False
+    return True
+
+
+def read_log(path: str | Path) -> LogReader:
+    """Stream events from a log; a bad line raises LogError naming file and line, a cut-off end
+    is dropped with a warning (see ``LogReader``)."""
+    return LogReader(path)
 
 
 def read_header(path: str | Path) -> Header:
-    first = next(iter(read_log(path)), None)
+    reader = read_log(path)
+    first = next(reader, None)
     if not isinstance(first, Header):
+        if first is None and reader.truncated:
+            raise LogError(f"{path}:1: the log was cut off inside its first line")
         raise LogError(f"{path}:1: the first line must be a Header event")
     return first
 

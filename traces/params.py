@@ -6,6 +6,8 @@ an HTTP field that feeds it gives a clear message (and an HTTP 400) instead of a
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 
 
@@ -35,6 +37,12 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
         def bad(name: str, rule: str) -> InvalidRequest:
             return InvalidRequest(f"{name} {rule}, got {getattr(self, name)!r}")
 
+        for name in _FLOAT_FIELDS:  # JSON has no NaN or infinity: the log could not hold them
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise bad(name, "must be a number")
+            if not math.isfinite(value):
+                raise bad(name, "must be a finite number")
         if self.max_tokens < 1:
             raise bad("max_tokens", "must be >= 1")
         if not 0 <= self.min_tokens <= self.max_tokens:
@@ -58,5 +66,19 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
             raise bad("n", "must be >= 1")
         if any(s == "" for s in self.stop):
             raise bad("stop", "must not contain empty strings")
+        if not all(_is_utf8(s) for s in self.stop):
+            raise bad("stop", "must be valid Unicode text (no lone surrogates)")
         if any(t < 0 for t in self.stop_token_ids):
             raise bad("stop_token_ids", "must be non-negative token ids")
+
+
+_FLOAT_FIELDS = tuple(f.name for f in msgspec.structs.fields(SamplingParams) if f.type is float)
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8 (a lone surrogate from a JSON escape can't)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -47,6 +47,11 @@ class PromptSynthetic(msgspec.Struct, tag="synthetic", frozen=True, kw_only=True
 
 Prompt = PromptIds | PromptSynthetic
 
+# what a log records of a live prompt (EngineCore's trace_prompts): its token ids; its length and
+# one hash id per full block (a PromptSynthetic whose equal leading ids mean equal prefixes); or
+# its length alone
+TRACE_PROMPTS = ("ids", "hashes", "none")
+
 
 class _SegmentCache:
     """Bounded memo of synthetic segments; the same segment recurs across many requests."""

@@ -39,6 +39,7 @@ class RequestSpec(msgspec.Struct, frozen=True, kw_only=True):
     prompt: Prompt
     params: SamplingParams
     priority: int = 0
+    cache_salt: str | None = None  # shares prefix blocks only with requests of the same salt
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -131,7 +132,8 @@ class Workload:
     def events(self) -> Iterator[Header | Arrived]:
         yield self.header()
         for i, r in enumerate(self.requests):
-            yield Arrived(time=r.arrival, request_id=i, prompt=r.prompt, params=r.params, priority=r.priority)
+            yield Arrived(time=r.arrival, request_id=i, prompt=r.prompt, params=r.params, priority=r.priority,
+                          cache_salt=r.cache_salt)
 
     def save(self, path: str | Path) -> None:
         with LogWriter(path) as writer:

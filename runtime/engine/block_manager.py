@@ -3,8 +3,10 @@
 Rules
 - Blocks are free (never cached or evicted), evictable (cached, ref 0, LRU order) or in use.
 - Prefix caching covers *full* blocks only. Block i of a request is keyed by a hash chain
-  ``h_i = H(h_{i-1}, tokens of block i)`` rooted in model identity + salt; a hit is verified
-  against the block's stored token ids. A block is registered only after it is computed.
+  ``h_i = H(h_{i-1}, tokens of block i)`` rooted in model identity + salt (+ the request's own
+  cache salt, if it has one: tenants with different salts never share a block, so a prefix hit
+  can't tell one what another sent); a hit is verified against the block's stored token ids.
+  A block is registered only after it is computed.
 - Reservation ≠ allocation: admission *reserves* capacity for the cold blocks it will need;
   physical blocks are taken lazily as spans are scheduled, consuming the reservation first.
   Invariant: total reservation <= free + evictable blocks.
@@ -35,6 +37,14 @@ from traces.log import BlockState
 def root_hash(model_identity: str, salt: str) -> int:
     digest = hashlib.blake2b(f"{model_identity}\x00{salt}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little", signed=True)
+
+
+def salted_root(root: int, cache_salt: str) -> int:
+    """The chain root of a request with a cache salt: the engine's root and the salt, hashed in a
+    domain of its own (``person``) so it equals no block hash and no unsalted root."""
+    h = hashlib.blake2b(root.to_bytes(8, "little", signed=True), digest_size=8, person=b"cache_salt")
+    h.update(cache_salt.encode())
+    return int.from_bytes(h.digest(), "little", signed=True)
 
 
 def chain_hash(parent: int, content: bytes) -> int:
@@ -94,11 +104,20 @@ class BlockManager:
     def _chain(self, req: Request, num_blocks: int) -> list[int]:
         """Chain hashes of the first ``num_blocks`` full blocks of ``req`` (memoized)."""
         hashes = self._hashes.setdefault(req.request_id, [])
-        parent = hashes[-1] if hashes else self.root
+        if hashes:
+            parent = hashes[-1]
+        else:
+            parent = self.root if req.cache_salt is None else salted_root(self.root, req.cache_salt)
         for i in range(len(hashes), num_blocks):
             parent = chain_hash(parent, self._block_bytes(req, i))
             hashes.append(parent)
         return hashes
+
+    def prompt_hashes(self, req: Request) -> list[int]:
+        """Chain hashes of the full blocks of ``req``'s prompt (what a trace may record instead of
+        its tokens: equal leading hashes mean an equal prefix)."""
+        n = req.num_prompt_tokens // self.block_size
+        return self._chain(req, n)[:n]
 
     def probe(self, req: Request) -> list[int]:
         """Read-only: the cached blocks that would serve ``req``'s leading tokens.

@@ -6,6 +6,11 @@
 No torch, no clock, no global state: ``now`` is passed in by the driver (wall clock when live,
 ``env.now`` in the simulator), ids come from a per-engine counter, and every decision is emitted
 as a typed event to ``sink`` (a log writer, a list, or None).
+
+``trace_prompts`` decides what an ``Arrived`` event records of a prompt, so a trace of real
+traffic need not hold users' tokens: ``ids``; ``hashes`` (its length and one id per full block,
+the low 48 bits of the block's prefix-cache chain hash: equal leading ids ↔ equal prefixes, as
+the Mooncake traces carry); ``none`` (its length). The engine itself always runs on the ids.
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from runtime.engine.scheduler import Scheduler
 from runtime.engine.types import PLACEHOLDER, EventSink, Executor, RequestDelta, StepOutput, StepPlan, StepResult
 from traces.events import Aborted, Admitted, Arrived, Finished, Preempted, Step
 from traces.params import InvalidRequest, SamplingParams
-from traces.prompt import Prompt, PromptIds, materialize
+from traces.prompt import TRACE_PROMPTS, Prompt, PromptIds, PromptSynthetic, materialize
+
+SEGMENT_ID_BITS = 48  # a hashed block's id: what PromptSynthetic seeds its tokens with
 
 
 @dataclass(slots=True)
@@ -34,11 +41,15 @@ class _PendingStep:
 
 class EngineCore:
     def __init__(
-        self, config: EngineConfig, *, eos_token_id: int | None = None, sink: EventSink | None = None
+        self, config: EngineConfig, *, eos_token_id: int | None = None, sink: EventSink | None = None,
+        trace_prompts: str = "ids",
     ) -> None:
+        if trace_prompts not in TRACE_PROMPTS:
+            raise ValueError(f"trace_prompts must be one of {', '.join(TRACE_PROMPTS)}; got {trace_prompts!r}")
         self.config = config
         self.eos_token_id = eos_token_id
         self.sink = sink
+        self.trace_prompts = trace_prompts
         cache = config.cache
         self.block_manager = BlockManager(
             cache.num_blocks,
@@ -79,19 +90,40 @@ class EngineCore:
         params: SamplingParams,
         now: float,
         priority: int = 0,
+        cache_salt: str | None = None,
     ) -> int:
         record = prompt if isinstance(prompt, Prompt) else PromptIds(list(prompt))
         token_ids = materialize(record)
         self.validate(len(token_ids), params)
+        if cache_salt is not None:
+            _check_salt(cache_salt)
         rid = self._next_request_id
-        self._next_request_id += 1
         req = Request(rid, token_ids, params, now, self.config.scheduler.max_model_len, priority,
-                      self.eos_token_id)
+                      self.eos_token_id, cache_salt)
+        if self.sink is not None:
+            try:  # before the request joins: one its log refuses leaves the engine as it was
+                self.sink(Arrived(time=now, request_id=rid, prompt=self._recorded(record, req), params=params,
+                                  priority=priority, cache_salt=cache_salt))
+            except BaseException:
+                self.block_manager.forget(req)  # prompt hashes memoized under an id not handed out
+                raise
+        self._next_request_id += 1
         self.requests[rid] = req
         self.scheduler.add(req)
-        if self.sink is not None:
-            self.sink(Arrived(time=now, request_id=rid, prompt=record, params=params, priority=priority))
         return rid
+
+    def _recorded(self, record: Prompt, req: Request) -> Prompt:
+        """What the log keeps of a prompt (``trace_prompts``)."""
+        mode = self.trace_prompts
+        if mode == "ids" or (mode == "hashes" and isinstance(record, PromptSynthetic)):
+            return record  # a synthetic prompt holds no one's tokens
+        n, rid = req.num_prompt_tokens, req.request_id
+        if mode == "none":
+            return PromptSynthetic(num_tokens=n, unique_seed=rid)
+        mask = (1 << SEGMENT_ID_BITS) - 1
+        ids = [h & mask for h in self.block_manager.prompt_hashes(req)]
+        return PromptSynthetic(num_tokens=n, unique_seed=rid, segment_ids=ids,
+                               segment_len=self.config.cache.block_size)
 
     def abort(self, request_id: int, now: float, reason: str = "abort") -> bool:
         """Abort an unfinished request at any status; False (no-op) if unknown or done."""
@@ -250,3 +282,11 @@ class EngineCore:
         result = executor.execute(plan, self.requests)
         return StepOutput(plan, result, self.commit(plan, result, now))
 
+
+def _check_salt(cache_salt: object) -> None:
+    if not isinstance(cache_salt, str) or not cache_salt:
+        raise InvalidRequest(f"cache_salt must be a non-empty string, got {cache_salt!r}")
+    try:
+        cache_salt.encode()
+    except UnicodeEncodeError:
+        raise InvalidRequest("cache_salt must be valid Unicode text (no lone surrogates)") from None

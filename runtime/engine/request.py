@@ -32,7 +32,7 @@ class Request:
     __slots__ = (
         "request_id", "token_ids", "num_prompt_tokens", "params", "arrival_time", "priority",
         "status", "num_computed_tokens", "num_cached_tokens", "finish_reason", "admit_seq",
-        "max_total_tokens", "num_preemptions", "eos_token_id",
+        "max_total_tokens", "num_preemptions", "eos_token_id", "cache_salt",
     )
 
     def __init__(
@@ -44,6 +44,7 @@ class Request:
         max_model_len: int,
         priority: int = 0,
         eos_token_id: int | None = None,
+        cache_salt: str | None = None,
     ) -> None:
         self.request_id = request_id
         self.token_ids = prompt_token_ids
@@ -59,6 +60,7 @@ class Request:
         self.max_total_tokens = min(self.num_prompt_tokens + params.max_tokens, max_model_len)
         self.num_preemptions = 0
         self.eos_token_id = eos_token_id
+        self.cache_salt = cache_salt  # roots its prefix-hash chain: shares blocks only within the salt
 
     @property
     def num_tokens(self) -> int:

@@ -31,14 +31,16 @@ def read_log_workload(path: str | Path) -> Workload:
 
     A request that finished gets its recorded output length (``Finished.num_output_tokens``)
     as a fixed length. Aborted requests (and any finished with no output) are left out and
-    counted in ``meta["excluded"]``; unfinished ones keep their logged params.
+    counted in ``meta["excluded"]``; unfinished ones keep their logged params. A log cut off
+    mid-write gives the requests of its complete lines, and ``meta["dropped_bytes"]``.
     """
     path = Path(path)
     header: Header | None = None
     arrived: dict[int, Arrived] = {}
     outputs: dict[int, int] = {}
     aborted: set[int] = set()
-    for event in read_log(path):
+    reader = read_log(path)
+    for event in reader:
         if isinstance(event, Arrived):
             arrived[event.request_id] = event
         elif isinstance(event, Finished):
@@ -64,13 +66,15 @@ def read_log_workload(path: str | Path) -> Workload:
             params = fixed_length_params(params, outputs[rid])
         else:
             unfinished += 1
-        requests.append(RequestSpec(arrival=ev.time, prompt=ev.prompt, params=params, priority=ev.priority))
+        requests.append(RequestSpec(arrival=ev.time, prompt=ev.prompt, params=params, priority=ev.priority,
+                                    cache_salt=ev.cache_salt))
+    cut = {"dropped_bytes": reader.dropped_bytes} if reader.truncated else {}  # a log cut off mid-write
     if header.clock == WORKLOAD_CLOCK:
         info = dict(header.extra.get("workload", {}))
         source = info.pop("source", str(path))
         info.pop("num_requests", None)
-        return Workload(requests, seed=header.seed, source=source, meta=info)
-    meta: dict[str, Any] = {"format": "log", "clock": header.clock}
+        return Workload(requests, seed=header.seed, source=source, meta={**info, **cut})
+    meta: dict[str, Any] = {"format": "log", "clock": header.clock, **cut}
     if any(excluded.values()):
         meta["excluded"] = {k: v for k, v in excluded.items() if v}
     if unfinished:
