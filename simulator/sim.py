@@ -107,7 +107,8 @@ class Simulation:
             if spec.arrival > env.now:
                 yield env.at(spec.arrival, URGENT)
             try:
-                core.add_request(spec.prompt, spec.params, now=spec.arrival, priority=spec.priority)
+                core.add_request(spec.prompt, spec.params, now=spec.arrival, priority=spec.priority,
+                                 cache_salt=spec.cache_salt)
             except InvalidRequest as e:
                 result.rejected.append((i, str(e)))
                 continue

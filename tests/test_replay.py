@@ -176,8 +176,6 @@ def test_a_salted_log_is_a_workload_that_keeps_its_salts(salted_log, tmp_path):
     assert [r.cache_salt for r in read_log_workload(tmp_path / "w.jsonl")] == [r.cache_salt for r in wl]
 
 
-@pytest.mark.xfail(strict=True, reason="simulator/sim.py must pass spec.cache_salt to core.add_request "
-                                       "(Simulation._arrivals): outside this change's files")
 def test_resimulating_a_salted_log_reproduces_it(salted_log):
     path, events, _, _, executor, _ = salted_log
     sim: list = []
