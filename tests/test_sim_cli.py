@@ -141,6 +141,9 @@ def test_count_steps_counts_the_step_events(tmp_path):
         for ev in read_log(live):
             w(ev)
     assert steps > 10 and count_steps(str(live)) == count_steps(str(gz)) == steps
+    cut = tmp_path / "cut.jsonl.gz"  # a killed writer's gzip stream: the steps before the cut
+    cut.write_bytes(gz.read_bytes()[: gz.stat().st_size // 2])
+    assert 0 < count_steps(str(cut)) < steps
 
 
 def test_simulate_is_byte_identical_across_processes(tmp_path):

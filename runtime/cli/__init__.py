@@ -18,6 +18,7 @@ import sys
 
 from runtime.cli.config_flags import check_config_flags, flag_error
 from runtime.cli.errors import CLIError
+from runtime.cli.notices import as_notices
 
 # module name -> subcommand(s) it registers; imported lazily so `minivllm --help` stays fast
 COMMAND_MODULES = [
@@ -65,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)  # a range check on a flag (runtime/cli/checks.py) raises CLIError
         check_config_flags(args)  # before any model load
-        rc = int(args.func(args) or 0)
+        with as_notices():
+            rc = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows up here, not in the interpreter's exit
         return rc
     except CLIError as e:
