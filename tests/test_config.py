@@ -35,3 +35,14 @@ def test_replace_nested_fields_is_validated():
     assert (cfg.scheduler.max_num_seqs, cfg.cache.num_blocks, cfg.seed) == (8, 7, 3)
     with pytest.raises(ConfigError, match="cache.block_size"):
         cfg.replace(**{"cache.block_size": 3})
+
+
+def test_from_dict_fills_missing_sections_and_keeps_top_level_fields():
+    """A config file or a log header may carry only what differs from the defaults."""
+    assert EngineConfig.from_dict({}) == EngineConfig()
+    assert EngineConfig.from_dict({"scheduler": {"max_num_seqs": 4}}) == EngineConfig(
+        scheduler=SchedulerConfig(max_num_seqs=4))
+    assert EngineConfig.from_dict({"cache": {"num_blocks": 7}}) == EngineConfig(cache=CacheConfig(num_blocks=7))
+    cfg = EngineConfig(model_identity="m@1", seed=3)
+    assert EngineConfig.from_dict(cfg.to_dict()) == cfg
+    assert EngineConfig.from_dict({"seed": 5}).seed == 5

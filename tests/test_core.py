@@ -221,3 +221,28 @@ def test_trace_prompts_decides_what_the_log_keeps_of_a_prompt(mode):
 def test_trace_prompts_must_be_a_known_mode():
     with pytest.raises(ValueError, match="ids, hashes, none"):
         EngineCore(EngineConfig(), trace_prompts="redacted")
+
+
+def test_abort_and_finish_end_requests_with_their_reasons_and_times():
+    """The request state machine's two exits, as the log and the Request object report them."""
+    events = []
+    core = engine(events=events)
+    a, b, c, d = (core.add_request([1 + i, 2, 3], SamplingParams(max_tokens=10), 0.0) for i in range(4))
+    core.step(0.0, EX)
+    reqs = [core.requests[r] for r in (a, b, c, d)]
+    assert core.abort(a, 1.5) and core.finish(b, 2.5)
+    assert core.abort(c, 3.5, reason="client disconnected") and core.finish(d, 4.5, reason="stop string")
+    assert [(r.status, r.finish_reason) for r in reqs] == [
+        (RequestStatus.ABORTED, "abort"), (RequestStatus.FINISHED, "stop"),
+        (RequestStatus.ABORTED, "client disconnected"), (RequestStatus.FINISHED, "stop string")]
+    ended = [(type(e), e.request_id, e.time, e.reason) for e in events if isinstance(e, Aborted | Finished)]
+    assert ended == [(Aborted, a, 1.5, "abort"), (Finished, b, 2.5, "stop"),
+                     (Aborted, c, 3.5, "client disconnected"), (Finished, d, 4.5, "stop string")]
+    assert not core.has_unfinished()
+
+
+def test_an_idle_engine_steps_to_an_empty_plan_without_calling_the_executor():
+    core = engine()
+    ex = SeededTokenExecutor()
+    out = core.step(0.0, ex)
+    assert out.plan.empty and out.result is None and out.deltas == [] and ex.calls == 0

@@ -66,3 +66,33 @@ def test_status_and_token_accounting():
     assert req.num_remaining_tokens == 1 and req.output_token_ids == [7]
     assert req.prompt_token_ids == [1, 2, 3]
     assert RequestStatus.ABORTED.done and RequestStatus.FINISHED.done
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "eos", "matters"),
+    [
+        ({}, None, False),  # only length limits: known in advance
+        ({"ignore_eos": True}, 0, False),
+        ({}, 0, True),  # may stop on eos
+        ({"stop_token_ids": (9,)}, None, True),
+        ({"stop": ("x",)}, None, True),  # a stop string (the detokenizer ends the request)
+        ({"repetition_penalty": 1.2}, None, True),  # penalties read the history
+        ({"frequency_penalty": 0.5}, None, True),
+        ({"presence_penalty": 0.5}, None, True),
+    ],
+)
+def test_next_token_matters_when_its_value_can_change_what_happens_next(kwargs, eos, matters):
+    """Overlapped steps (StepLoop) plan the next step before this token is known: only allowed when
+    its value can't end the request or feed the sampler."""
+    req = make(SamplingParams(max_tokens=10, **kwargs), eos=eos)
+    assert req.next_token_matters() is matters
+
+
+@pytest.mark.parametrize("stop", [{"stop_token_ids": (9,)}, {}])
+def test_a_stop_token_matters_from_the_min_tokens_th_output_on(stop):
+    req = make(SamplingParams(max_tokens=10, min_tokens=3, **stop), eos=0)
+    seen = []
+    for token in range(5):  # the next token is output 1, 2, 3, 4, 5
+        seen.append(req.next_token_matters())
+        req.token_ids.append(5 + token)
+    assert seen == [False, False, True, True, True]

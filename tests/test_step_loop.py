@@ -5,6 +5,8 @@ inputs of the previous launch's samples."""
 
 from __future__ import annotations
 
+import contextlib
+
 import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,7 +21,7 @@ from tests.helpers import SeededTokenExecutor
 from tests.model_helpers import make_tiny, one_thread
 from tests.test_core_properties import build, configs, requests
 from traces.log import read_log
-from traces.params import SamplingParams
+from traces.params import InvalidRequest, SamplingParams
 
 TIMES = ("time", "start", "end")
 
@@ -120,3 +122,103 @@ def test_real_runner_overlap_matches_sequential(tmp_path):
     assert tokens_ovl == tokens_seq
     assert log_ovl == log_seq
     assert any(e["type"] == "Preempted" for e in log_seq)
+
+
+# --- StepLoop's contract with its caller (LLMEngine): what step() / drain() return, and step times -----
+
+
+def _core(n=3, events=None):
+    config = EngineConfig(cache=CacheConfig(block_size=4, num_blocks=64), scheduler=SchedulerConfig())
+    core, _ = build(config, [(0, 5, 4, 0, True)] * n, [] if events is None else events)
+    return core
+
+
+class _Clock:
+    """Each reading is one later than the last: step times are readings, so they show which one."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += 1.0
+        return self.t
+
+
+def test_step_loop_overlaps_by_default_with_an_overlapping_executor():
+    loop = StepLoop(_core(), OverlappingSeeded(), _Clock())
+    assert loop.step() == [] and loop.busy  # launched, nothing completed yet
+    outs = loop.step()
+    assert len(outs) == 1 and outs[0].plan.step == 0 and outs[0].result is not None and loop.busy
+
+
+@pytest.mark.parametrize("overlapping", [True, False], ids=["overlap-off", "no-launch"])
+def test_a_sequential_step_loop_completes_every_step_in_the_call(overlapping):
+    """overlap=False, or an executor without launch/collect: one completed step per call, never busy."""
+    core = _core()
+    executor = OverlappingSeeded() if overlapping else SeededTokenExecutor()
+    loop = StepLoop(core, executor, _Clock(), overlap=not overlapping)
+    steps = []
+    while core.has_unfinished():
+        (out,) = loop.step()
+        assert not loop.busy and out.result is not None and out.plan.step == len(steps)
+        steps.append(out)
+    assert len(steps) == 4  # the prefill samples token 1, 3 decodes the rest
+
+
+def test_an_idle_step_loop_returns_one_empty_step():
+    """LLMEngine tells idle from stalled by this empty step (requests left or not)."""
+    loop = StepLoop(_core(n=0), OverlappingSeeded(), _Clock())
+    (out,) = loop.step()
+    assert out.plan.empty and out.result is None and out.deltas == [] and not loop.busy
+
+
+def test_drain_completes_the_step_in_flight():
+    core = _core(n=1)
+    loop = StepLoop(core, OverlappingSeeded(), _Clock())
+    assert loop.drain() == []
+    assert loop.step() == []
+    (out,) = loop.drain()
+    assert out.plan.step == 0 and [d.new_token_ids for d in out.deltas] == [[out.result.token_ids[0][0]]]
+    assert not loop.busy and loop.drain() == []
+    assert core.requests[0].num_output_tokens == 1
+
+
+def test_overlapped_steps_tile_the_timeline():
+    """A step starts when planned or when the previous one ended (the later), ends when collected."""
+    events = []
+    core = _core(events=events)
+    loop = StepLoop(core, OverlappingSeeded(), _Clock())
+    outs = []
+    while core.has_unfinished() or loop.busy:
+        outs += loop.step()
+    steps = [e for e in events if type(e).__name__ == "Step"]
+    assert len(steps) == len(outs) == 4
+    for step, out in zip(steps, outs):
+        assert step.end > step.start and step.end - step.start == out.result.duration
+        assert step.end == int(step.end)  # a clock reading: when its tokens were collected
+    assert all(b.start == a.end for a, b in zip(steps, steps[1:]))  # each planned before the previous ended
+
+
+stopping_requests = st.lists(
+    st.tuples(st.integers(1, 30), st.integers(1, 20), st.integers(0, 6), st.sets(st.integers(0, 49), max_size=3),
+              st.booleans()),  # prompt length, max_tokens, min_tokens, stop token ids, ignore eos
+    min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=configs, reqs=stopping_requests, seed=st.integers(0, 5))
+def test_overlap_with_stop_tokens_and_min_tokens_equals_sequential(config, reqs, seed):
+    """Stop token ids and min_tokens decide which steps may overlap (Request.next_token_matters):
+    a step is overlapped only when no token it samples can stop its request."""
+    logs = []
+    for overlap in (False, True):
+        events = []
+        core = EngineCore(config, eos_token_id=0, sink=events.append)
+        for i, (n, max_tokens, min_tokens, stop_ids, ignore_eos) in enumerate(reqs):
+            params = SamplingParams(max_tokens=max_tokens, min_tokens=min(min_tokens, max_tokens),
+                                    stop_token_ids=tuple(sorted(stop_ids)), ignore_eos=ignore_eos)
+            with contextlib.suppress(InvalidRequest):  # too big for this pool / budget
+                core.add_request([100 + 7 * i + j for j in range(n)], params, now=0.0)
+        run_loop(core, OverlappingSeeded(seed=seed, vocab=50, eos_id=0, eos_every=11), overlap)
+        logs.append(untimed(events))
+    assert logs[0] == logs[1]
