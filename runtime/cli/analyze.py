@@ -23,8 +23,11 @@ def load(path: str):
 
     frames = load_frames(path)
     if frames.header is None:
-        empty = Path(path).stat().st_size == 0
-        raise CLIError(f"{path}: " + ("empty file" if empty else "no Header line: not a minivllm event log"))
+        if Path(path).stat().st_size == 0:
+            raise CLIError(f"{path}: empty file")
+        if frames.truncated:
+            raise CLIError(f"{path}: the log was cut off inside its first line")
+        raise CLIError(f"{path}: no Header line: not a minivllm event log")
     if not len(frames.requests):
         raise CLIError(f"{path}: no requests in the log ({len(frames.steps):,} steps): nothing to analyze")
     return frames
