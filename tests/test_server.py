@@ -7,7 +7,6 @@ streamed and non-streamed answers to the same prompt must be identical.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import threading
 import time
 
@@ -15,51 +14,11 @@ import httpx
 import openai
 import pytest
 
-from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
-from runtime.engine.core import EngineCore
-from runtime.engine.types import StepResult
-from runtime.serving.async_engine import AsyncLLMEngine, EngineOverloaded, SlowClient
-from runtime.serving.llm_engine import LLMEngine
+from runtime.serving.async_engine import EngineOverloaded, SlowClient
 from runtime.serving.server.app import create_app
 from runtime.serving.server.launch import ServerThread
+from tests.test_server_harness import make_engine, wait_idle
 from traces.params import SamplingParams
-
-EOS = 2
-
-
-class PromptSeededExecutor:
-    """Token at position p = f(prompt tokens, p): identical answers for identical prompts."""
-
-    def __init__(self, vocab: int, gate: threading.Event | None = None, delay: float = 0.0) -> None:
-        self.vocab, self.gate, self.delay = vocab, gate, delay
-
-    def token(self, req, position: int) -> int:
-        d = hashlib.blake2b(req.token_ids[: req.num_prompt_tokens].tobytes() + position.to_bytes(4, "little"),
-                            digest_size=4).digest()
-        return 3 + int.from_bytes(d, "little") % (self.vocab - 3)  # never eos / specials 0..2
-
-    def execute(self, plan, requests):
-        if self.gate is not None:
-            self.gate.wait()
-        if self.delay:
-            time.sleep(self.delay)
-        toks = [[self.token(requests[s.request_id], s.start + s.num_tokens)] for s in plan.spans if s.sample]
-        return StepResult(toks, 0.001)
-
-    # overlapping executor: the server tests run with async scheduling (aborts drain the step in flight)
-    launch = execute
-
-    def collect(self, handle):
-        return handle
-
-
-def make_engine(tokenizer, gate=None, max_pending=64, output_queue_size=4096, num_blocks=256, delay=0.0):
-    cfg = EngineConfig(cache=CacheConfig(block_size=16, num_blocks=num_blocks),
-                       scheduler=SchedulerConfig(max_num_batched_tokens=256, max_model_len=1024))
-    core = EngineCore(cfg, eos_token_id=EOS)
-
-    engine = LLMEngine.from_core(core, PromptSeededExecutor(len(tokenizer), gate, delay), tokenizer, overlap=True)
-    return AsyncLLMEngine(engine, max_pending=max_pending, output_queue_size=output_queue_size)
 
 
 @pytest.fixture(scope="module")
@@ -70,16 +29,6 @@ def served(smollm2_tokenizer):
         client = openai.OpenAI(base_url=http.url + "/v1", api_key="unused", max_retries=0)
         yield engine, http, client
     engine.shutdown()
-
-
-def wait_idle(engine, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while engine.engine.busy or not engine.commands.empty():
-        assert time.monotonic() < deadline, "engine did not go idle"
-        time.sleep(0.01)
-    bm = engine.core.block_manager
-    bm.check_invariants()
-    assert bm.num_used_blocks == 0 and bm.total_reserved == 0, "leaked KV blocks"
 
 
 def test_completion_stream_equals_non_stream(served, smollm2_tokenizer):

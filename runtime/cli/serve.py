@@ -3,20 +3,49 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
+from runtime.cli.checks import Bounded
 from runtime.cli.config_flags import add_engine_args, engine_options, flag_error
+from runtime.cli.errors import CLIError
+from traces.log import IF_EXISTS
+from traces.prompt import TRACE_PROMPTS
+
+API_KEY_ENV = "VLLM_API_KEY"  # vLLM's: scripts written for it keep working
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from runtime.serving.server.app import DEFAULT_MAX_REQUEST_BYTES
+
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (completions, chat, SSE, /metrics)")
     add_engine_args(p)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--served-model-name", help="model id clients send (default: the model file's name)")
-    p.add_argument("--trace", metavar="PATH", help="record the event log of everything served (JSONL, .gz ok)")
-    p.add_argument("--max-pending", type=int, default=1024, help="queued requests before answering 429")
+    g = p.add_argument_group("server")
+    g.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    g.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
+    g.add_argument("--served-model-name", help="model id clients send (default: the model file's name)")
+    g.add_argument("--api-key", default=None,
+                   help=f"require 'Authorization: Bearer KEY' on /v1/* (/health, /ready, /metrics stay open) "
+                        f"(default: ${API_KEY_ENV} if set, else no key)")
+    g.add_argument("--max-pending", type=int, default=1024, action=Bounded, at_least=1, metavar="N",
+                   help="queued requests before answering 429 (default: %(default)s)")
+    g.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES, action=Bounded, at_least=1,
+                   metavar="N", help="largest request body; a larger one gets 413 (default: %(default)s = 8 MiB)")
+    t = p.add_argument_group("event log")
+    t.add_argument("--trace", metavar="PATH",
+                   help="record the event log of everything served (JSONL, .gz ok) (default: no log)")
+    t.add_argument("--trace-prompts", choices=TRACE_PROMPTS, default="ids",
+                   help="what the log keeps of each prompt: its token ids, its block hashes (enough to "
+                        "replay prefix caching, not the text) or its length only (default: %(default)s)")
+    t.add_argument("--trace-if-exists", choices=IF_EXISTS, default="rotate",
+                   help="an earlier log at PATH: rotate it to PATH's next numbered name, refuse to start, "
+                        "or overwrite it (default: %(default)s)")
     p.set_defaults(func=run)
+
+
+def resolve_api_key(flag: str | None) -> str | None:
+    """--api-key, else $VLLM_API_KEY, else None (no key)."""
+    return flag or os.environ.get(API_KEY_ENV) or None
 
 
 def build_app(args: argparse.Namespace):
@@ -26,12 +55,13 @@ def build_app(args: argparse.Namespace):
     from runtime.serving.llm_engine import LLMEngine
     from runtime.serving.server.app import create_app
 
-    if args.max_pending < 1:
-        raise flag_error(ValueError("max_pending must be >= 1"), {"max_pending": "--max-pending"})
     try:
-        llm_engine = LLMEngine(args.model, trace=args.trace, **engine_options(args))
+        llm_engine = LLMEngine(args.model, trace=args.trace, trace_prompts=args.trace_prompts,
+                               if_exists=args.trace_if_exists, **engine_options(args))
     except ConfigError as e:
         raise flag_error(e) from None
+    except FileExistsError as e:
+        raise CLIError(f"--trace-if-exists error: {e} (rotate or overwrite it, or choose another --trace)") from None
     tokenizer = llm_engine.tokenizer
     if tokenizer is None:
         raise flag_error(ValueError("--model: this model has no tokenizer; the server needs one"))
@@ -39,7 +69,8 @@ def build_app(args: argparse.Namespace):
     engine = AsyncLLMEngine(llm_engine, max_pending=args.max_pending,
                             on_step=(lambda _: writer.flush()) if writer is not None else None)
     name = args.served_model_name or llm_engine.parts.loaded.identity.split("@")[0].removesuffix(".gguf")
-    app = create_app(engine, tokenizer, name)
+    app = create_app(engine, tokenizer, name, api_key=resolve_api_key(args.api_key),
+                     max_request_bytes=args.max_request_bytes)
     engine.start()
 
     def close() -> None:
@@ -53,10 +84,13 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     app, engine, close = build_app(args)
+    # the model name and the log's path only: never a prompt
     print(f"minivllm: serving {app.state.server.model_name!r} on http://{args.host}:{args.port}/v1"
-          + (f"; recording {args.trace}" if args.trace else ""), file=sys.stderr)
+          + (f"; recording {args.trace} (prompts: {args.trace_prompts})" if args.trace else "")
+          + ("; API key required" if app.state.api_key_required else ""), file=sys.stderr)
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+        # no access log: it is off at "warning" anyway, and a request line is nothing we need to keep
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
     finally:
         close()
     return 0

@@ -49,8 +49,8 @@ class EngineParts:
                                       "num_blocks": runner.num_blocks},
                            })
 
-    def core(self, sink: EventSink | None = None) -> EngineCore:
-        return EngineCore(self.config, eos_token_id=self.loaded.eos_token_id, sink=sink)
+    def core(self, sink: EventSink | None = None, trace_prompts: str = "ids") -> EngineCore:
+        return EngineCore(self.config, eos_token_id=self.loaded.eos_token_id, sink=sink, trace_prompts=trace_prompts)
 
     @property
     def overlap(self) -> bool:

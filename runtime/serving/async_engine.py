@@ -8,7 +8,11 @@
   aborted (its KV freed) rather than stalling the engine thread or buffering without limit.
 - Cancellation: a consumer that stops iterating (client disconnect, timeout) aborts its request;
   aborts are applied by the engine thread between steps (after completing a step in flight, when
-  steps overlap) and are idempotent.
+  steps overlap) and are idempotent. A request cancelled before the engine took it in is still
+  added, then aborted: every accepted request is in the log (Arrived, then Finished or Aborted),
+  and the abort counters count exactly the log's ``Aborted`` events.
+- Arrival: ``submit`` takes the time the server received the request (engine clock); the log's
+  Arrived time and TTFT start there, not when the engine thread picked the request up.
 - Steps, detokenization and stop strings are the LLMEngine's (runtime/serving/llm_engine.py), all
   on the engine thread: with overlap the next step is planned and launched before the previous
   one's tokens are back.
@@ -40,6 +44,10 @@ class EngineDead(RuntimeError):
     """The engine thread has stopped (HTTP 503)."""
 
 
+CLIENT_DISCONNECTED = "client disconnected"
+CLIENT_TOO_SLOW = "client too slow"
+
+
 @dataclass
 class _Handle:
     prompt_token_ids: list[int]
@@ -47,9 +55,12 @@ class _Handle:
     priority: int
     loop: asyncio.AbstractEventLoop
     out: asyncio.Queue
+    arrival_time: float | None = None
+    cache_salt: str | None = None
     request_id: int | None = None
     done: bool = False
     cancelled: threading.Event = field(default_factory=threading.Event)
+    abort_reason: str = CLIENT_DISCONNECTED
 
 
 class AsyncLLMEngine:
@@ -88,16 +99,23 @@ class AsyncLLMEngine:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    @property
+    def max_pending(self) -> int:
+        return self.commands.maxsize
+
     # --- client side (asyncio) -------------------------------------------------------------------
 
-    def submit(self, prompt_token_ids: Sequence[int], params: SamplingParams, priority: int = 0) -> RequestStream:
+    def submit(self, prompt_token_ids: Sequence[int], params: SamplingParams, priority: int = 0, *,
+               arrival_time: float | None = None, cache_salt: str | None = None) -> RequestStream:
         """Queue a request (call from the event loop). Raises InvalidRequest, EngineOverloaded or
-        EngineDead at once, so an HTTP handler can answer 400/429/503 before it starts streaming."""
+        EngineDead at once, so an HTTP handler can answer 400/429/503 before it starts streaming.
+        ``arrival_time``: engine clock (``now()``) when the request came in (default: when added)."""
         if not self.alive:
-            raise EngineDead(f"engine is not running: {self.error!r}" if self.error else "engine is not running")
+            raise EngineDead(f"engine is not running: {type(self.error).__name__}" if self.error
+                             else "engine is not running")
         self.core.validate(len(prompt_token_ids), params)
         handle = _Handle(list(prompt_token_ids), params, priority, asyncio.get_running_loop(),
-                         asyncio.Queue(maxsize=self.output_queue_size))
+                         asyncio.Queue(maxsize=self.output_queue_size), arrival_time, cache_salt)
         try:
             self.commands.put_nowait(("add", handle))
         except queue.Full:
@@ -115,10 +133,8 @@ class AsyncLLMEngine:
             stream.cancel()
 
     def _cancel(self, handle: _Handle) -> None:
-        if handle.done:
+        if handle.done or handle.cancelled.is_set():
             return
-        if not handle.cancelled.is_set():
-            self.stats.client_aborts += 1
         handle.cancelled.set()
         with contextlib.suppress(queue.Full):
             self.commands.put_nowait(("abort", handle))
@@ -135,12 +151,13 @@ class AsyncLLMEngine:
         except BaseException as e:  # surface to every waiting client, then stop
             self.error = e
             for handle in list(self._handles.values()):
-                self._push(handle, EngineDead(f"engine failed: {e!r}"))
+                self._push(handle, EngineDead(f"engine failed: {type(e).__name__}"))
             raise
         finally:
             self._abort_all("shutdown")
 
     def _handle_outputs(self, deltas: list[OutputDelta]) -> None:
+        gone = []
         for delta in deltas:
             handle = self._handles.get(delta.request_id)
             if handle is None:
@@ -148,7 +165,13 @@ class AsyncLLMEngine:
             if delta.finished:
                 handle.done = True
                 del self._handles[delta.request_id]
+            elif handle.cancelled.is_set():  # its abort command was lost to a full queue: abort here
+                gone.append(handle)
+                continue
             self._push(handle, delta)
+        for handle in gone:
+            if not handle.done:
+                self._abort(handle)
         if self.on_step is not None:
             self.on_step(deltas)
 
@@ -161,25 +184,34 @@ class AsyncLLMEngine:
             if cmd == "add":
                 self._add(handle)
             elif cmd == "abort" and handle.request_id is not None and not handle.done:
-                handle.done = True
-                self._handles.pop(handle.request_id, None)
-                self.engine.abort(handle.request_id, "client disconnected")
+                self._abort(handle)
             try:
                 cmd, handle = self.commands.get_nowait()
             except queue.Empty:
                 return
 
     def _add(self, handle: _Handle) -> None:
-        if handle.cancelled.is_set():
-            return
         try:
-            rid = self.engine.add_request(handle.prompt_token_ids, handle.params, priority=handle.priority)
+            rid = self.engine.add_request(handle.prompt_token_ids, handle.params, priority=handle.priority,
+                                          arrival_time=handle.arrival_time, cache_salt=handle.cache_salt)
         except ValueError as e:  # validated up front; the pool may have changed since (defensive)
             handle.done = True
             self._push(handle, e)
             return
         handle.request_id = rid
         self._handles[rid] = handle
+        if handle.cancelled.is_set():  # the client left while it queued: logged as aborted, like any other
+            self._abort(handle)
+
+    def _abort(self, handle: _Handle) -> None:
+        """Abort on the engine (engine thread); the client-abort counters count what the log shows."""
+        handle.done = True
+        self._handles.pop(handle.request_id, None)
+        if self.engine.abort(handle.request_id, handle.abort_reason):
+            if handle.abort_reason == CLIENT_TOO_SLOW:
+                self.stats.slow_client_aborts += 1
+            else:
+                self.stats.client_aborts += 1
 
     def _push(self, handle: _Handle, item: Any) -> None:
         def put() -> None:
@@ -189,8 +221,8 @@ class AsyncLLMEngine:
                 handle.out.put_nowait(item)
             except asyncio.QueueFull:
                 # the consumer fell output_queue_size items behind: drop it, free its KV
+                handle.abort_reason = CLIENT_TOO_SLOW
                 handle.cancelled.set()
-                self.stats.slow_client_aborts += 1
                 with contextlib.suppress(queue.Full):
                     self.commands.put_nowait(("abort", handle))
                 while not handle.out.empty():  # the consumer sees the error next, not stale tokens

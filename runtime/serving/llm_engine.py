@@ -31,8 +31,10 @@ from runtime.engine.request import Request
 from runtime.engine.step_loop import StepLoop
 from runtime.engine.types import Executor, StepOutput
 from runtime.serving.detokenizer import DetokenizerDelta, apply_delta, make_detokenizer
+from traces.events import TRACE_PROMPTS_KEY
 from traces.log import LogWriter
 from traces.params import InvalidRequest, SamplingParams
+from traces.prompt import TRACE_PROMPTS
 
 PromptInput = str | Sequence[int]
 
@@ -64,15 +66,41 @@ class EngineStats:
     """Counters a server exports (ints: their updates are atomic under the GIL)."""
 
     requests_finished: dict[str, int] = field(default_factory=dict)
-    prompt_tokens: int = 0
+    requests_aborted: dict[str, int] = field(default_factory=dict)  # by abort reason (each one logged)
+    prompt_tokens: int = 0  # at add_request
+    prefilled_prompt_tokens: int = 0  # at a request's first token (vLLM's prompt_tokens)
     generation_tokens: int = 0
     steps: int = 0
     preemptions: int = 0
+    prefix_query_tokens: int = 0  # tokens looked up in the prefix cache at each admission
     prefix_hit_tokens: int = 0
-    # counted by the server's front door
+    # counted by AsyncLLMEngine: 429s at its door; client aborts when the engine aborts (as logged)
     rejected_overloaded: int = 0
     slow_client_aborts: int = 0
     client_aborts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One request's timeline (engine-clock seconds), reported once when it ends."""
+
+    request_id: int
+    finish_reason: str  # "stop", "length", … or "abort"
+    arrival_time: float
+    scheduled_time: float | None  # start of the step that first admitted it
+    first_token_time: float | None
+    end_time: float
+    num_prompt_tokens: int
+    num_output_tokens: int
+
+
+@dataclass(slots=True)
+class StepTimings:
+    """What an observer (the server's histograms) sees of one step, or of an abort between steps."""
+
+    first_token_latencies: list[float] = field(default_factory=list)  # arrival -> first token
+    token_gaps: list[float] = field(default_factory=list)  # previous token -> this one, per request
+    ended: list[RequestRecord] = field(default_factory=list)
 
 
 class _NoText:
@@ -90,25 +118,38 @@ class _Active:
     request: Request  # the core's (it outlives the core's table, for the last delta's counts)
     detokenizer: Any
     arrival_time: float
+    scheduled_time: float | None = None
     first_token_time: float | None = None
+    last_token_time: float = 0.0
     num_output_tokens: int = 0
+
+    def record(self, reason: str, end: float) -> RequestRecord:
+        r = self.request
+        return RequestRecord(r.request_id, reason, self.arrival_time, self.scheduled_time, self.first_token_time,
+                             end, r.num_prompt_tokens, self.num_output_tokens)
 
 
 class LLMEngine:
     """``model``: None (default SmolLM2), an HF folder, a .gguf file or ``random:<shape>``;
-    ``trace``: write the run's event log there; ``options``: engine config fields by name
-    (runtime/executor/setup.py), e.g. ``max_num_seqs=8, policy="priority"``."""
+    ``trace``: write the run's event log there (``if_exists``: what to do with a file already
+    there, ``traces.log.IF_EXISTS``; ``trace_prompts``: what the log keeps of each prompt, token
+    ids, block hashes or its length only, ``traces.prompt.TRACE_PROMPTS``); ``options``: engine
+    config fields by name (runtime/executor/setup.py), e.g. ``max_num_seqs=8, policy="priority"``."""
 
-    def __init__(self, model: str | None = None, *, trace: str | None = None,
-                 clock: Callable[[], float] = time.monotonic, **options: Any) -> None:
+    def __init__(self, model: str | None = None, *, trace: str | None = None, trace_prompts: str = "ids",
+                 if_exists: str = "overwrite", clock: Callable[[], float] = time.monotonic,
+                 **options: Any) -> None:
         from runtime.executor.setup import build_engine  # the real executor: torch
 
+        if trace_prompts not in TRACE_PROMPTS:  # before a log is opened (and an older one rotated)
+            raise ValueError(f"trace_prompts must be one of {', '.join(TRACE_PROMPTS)}; got {trace_prompts!r}")
         parts = build_engine(model, **options)
-        writer = LogWriter(trace) if trace else None
+        writer = LogWriter(trace, if_exists=if_exists) if trace else None
         if writer is not None:
-            writer(parts.header("wall"))
-        self._setup(parts.core(writer), parts.runner, parts.loaded.tokenizer, overlap=parts.overlap, clock=clock,
-                    extra_eos=parts.loaded.spec.eos_token_ids[1:], writer=writer)
+            header = parts.header("wall")
+            writer(msgspec.structs.replace(header, extra={**header.extra, TRACE_PROMPTS_KEY: trace_prompts}))
+        self._setup(parts.core(writer, trace_prompts=trace_prompts), parts.runner, parts.loaded.tokenizer,
+                    overlap=parts.overlap, clock=clock, extra_eos=parts.loaded.spec.eos_token_ids[1:], writer=writer)
         self.parts = parts
 
     @classmethod
@@ -133,6 +174,8 @@ class LLMEngine:
         self._extra_eos = tuple(extra_eos)  # more end-of-turn ids (e.g. Qwen's <|endoftext|>)
         self._active: dict[int, _Active] = {}
         self._ready: list[OutputDelta] = []  # deltas of a step completed outside ``step`` (abort)
+        # called on the stepping thread with each step's timings (the server's latency histograms)
+        self.observer: Callable[[StepTimings], None] | None = None
         self.loop = StepLoop(core, executor, self.now, overlap=overlap)
 
     def now(self) -> float:
@@ -160,13 +203,15 @@ class LLMEngine:
         return params
 
     def add_request(self, prompt: PromptInput, params: SamplingParams | None = None, *, priority: int = 0,
-                    arrival_time: float | None = None, **sampling: Any) -> int:
+                    arrival_time: float | None = None, cache_salt: str | None = None, **sampling: Any) -> int:
         """Queue a request and return its id. ``sampling``: SamplingParams fields (``max_tokens=…``,
-        ``temperature=…``) over ``params``; ``arrival_time``: engine-clock seconds (default: now)."""
+        ``temperature=…``) over ``params``; ``arrival_time``: engine-clock seconds (default: now; a
+        server passes when it received the request); ``cache_salt``: prefix-cache entries are shared
+        only between requests with the same salt."""
         ids = self.encode(prompt)
         params = self.sampling_params(params, **sampling)
         now = self.now() if arrival_time is None else arrival_time
-        rid = self.core.add_request(ids, params, now, priority)
+        rid = self.core.add_request(ids, params, now, priority, cache_salt=cache_salt)
         detok = _NoText() if self.tokenizer is None else make_detokenizer(self.tokenizer, ids, params)
         self._active[rid] = _Active(self.core.requests[rid], detok, now)
         self.stats.prompt_tokens += len(ids)
@@ -186,8 +231,14 @@ class LLMEngine:
         self._ready += self._deliver(self.loop.drain())
         if request_id not in self._active:  # it finished in that step
             return False
-        del self._active[request_id]
-        return self.core.abort(request_id, self.now(), reason)
+        active = self._active.pop(request_id)
+        now = self.now()
+        if not self.core.abort(request_id, now, reason):
+            return False
+        self.stats.requests_aborted[reason] = self.stats.requests_aborted.get(reason, 0) + 1
+        if self.observer is not None:
+            self.observer(StepTimings(ended=[active.record("abort", now)]))
+        return True
 
     def has_unfinished(self) -> bool:
         return bool(self._active)
@@ -216,16 +267,21 @@ class LLMEngine:
         for out in outputs:
             if out.result is None:
                 continue
-            stats.steps += 1
-            stats.preemptions += len(out.plan.preempted)
-            stats.prefix_hit_tokens += sum(a.num_cached_tokens for a in out.plan.admitted)
+            timings = StepTimings()
             now = self.now()
+            self._count_step(out, now)
             for d in out.deltas:
                 req = self._active.get(d.request_id)
                 if req is None:
                     continue
-                if req.first_token_time is None:
-                    req.first_token_time = now
+                if d.new_token_ids:
+                    if req.first_token_time is None:
+                        req.first_token_time = now
+                        stats.prefilled_prompt_tokens += req.request.num_prompt_tokens
+                        timings.first_token_latencies.append(now - req.arrival_time)
+                    else:
+                        timings.token_gaps.append(now - req.last_token_time)
+                    req.last_token_time = now
                 req.num_output_tokens += len(d.new_token_ids)
                 stats.generation_tokens += len(d.new_token_ids)
                 text, finish, stop_hit = apply_delta(req.detokenizer, d.new_token_ids, d.finish_reason)
@@ -234,11 +290,29 @@ class LLMEngine:
                 if finish is not None:
                     del self._active[d.request_id]
                     stats.requests_finished[finish] = stats.requests_finished.get(finish, 0) + 1
+                    timings.ended.append(req.record(finish, now))
                 r = req.request
                 deltas.append(OutputDelta(d.request_id, text, d.new_token_ids, finish, r.num_prompt_tokens,
                                           req.num_output_tokens, d.logprobs, req.arrival_time,
                                           req.first_token_time, r.num_cached_tokens, r.num_preemptions))
+            if self.observer is not None:
+                self.observer(timings)
         return deltas
+
+    def _count_step(self, out: StepOutput, now: float) -> None:
+        stats = self.stats
+        stats.steps += 1
+        stats.preemptions += len(out.plan.preempted)
+        start = now - out.result.duration  # the step's start: when its admissions left the queue
+        for a in out.plan.admitted:
+            stats.prefix_hit_tokens += a.num_cached_tokens
+            req = self._active.get(a.request_id)
+            if req is None:
+                continue
+            # looked up: the whole sequence so far (prompt, plus outputs when resuming a preempted one)
+            stats.prefix_query_tokens += req.request.num_prompt_tokens + req.num_output_tokens
+            if req.scheduled_time is None:
+                req.scheduled_time = start
 
     def close(self) -> None:
         """Flush and close the log (if any). Unfinished requests stay unfinished in it."""

@@ -1,7 +1,18 @@
-"""Prometheus metrics of one server: engine counters read at scrape time + latency histograms.
+"""Prometheus metrics of one server: ``minivllm_*`` and the ``vllm:*`` names dashboards built for
+vLLM read, with vLLM v1's meaning, buckets and labels (``model_name``, ``engine``; see vLLM's
+vllm/v1/metrics/loggers.py).
 
-Everything lives in the app's own CollectorRegistry (no process-global state), so two apps in one
-process (tests) don't collide.
+Counters and gauges are read from the engine at scrape time; the latency histograms are fed on the
+engine thread by ``LLMEngine.observer`` (every step's first tokens, token gaps, ended requests), so
+a request whose client went away is still measured. Everything lives in the app's own
+CollectorRegistry (no process-global state): two apps in one process (tests) don't collide.
+
+vLLM semantics kept: ``vllm:prompt_tokens`` counts a prompt once its prefill is done (first
+token); ``vllm:request_success{finished_reason}`` counts stop / length and ``abort`` (every abort
+the log records); ``vllm:inter_token_latency_seconds`` is one observation per token gap;
+``vllm:request_queue_time_seconds`` runs from arrival to the start of the step that first
+scheduled the request; ``vllm:kv_cache_usage_perc`` is referenced blocks / all blocks (0..1;
+cached-but-free blocks count as free); prefix-cache queries and hits are in tokens, per admission.
 """
 
 from __future__ import annotations
@@ -10,15 +21,41 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from runtime.serving.async_engine import AsyncLLMEngine
+from runtime.serving.llm_engine import StepTimings
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120)
+# vLLM's
+_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+_ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0)
+_REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                    240.0, 480.0, 960.0, 1920.0, 7680.0)
+_VLLM_LABELS = ["model_name", "engine"]
+_ENGINE_INDEX = "0"  # one engine (vLLM labels each data-parallel engine)
+
+
+def build_1_2_5_buckets(max_value: int) -> list[int]:
+    """1, 2, 5, 10, 20, 50, … up to ``max_value`` (vLLM's token-count buckets)."""
+    buckets, scale = [], 1
+    while True:
+        for m in (1, 2, 5):
+            if m * scale > max_value:
+                return buckets
+            buckets.append(m * scale)
+        scale *= 10
 
 
 class _EngineCollector:
-    def __init__(self, engine: AsyncLLMEngine) -> None:
+    def __init__(self, engine: AsyncLLMEngine, model_name: str) -> None:
         self.engine = engine
+        self.labels = [model_name, _ENGINE_INDEX]
 
     def collect(self):
+        yield from self._minivllm()
+        yield from self._vllm()
+
+    def _minivllm(self):
         e = self.engine
         s = e.stats
         core = e.core
@@ -35,9 +72,15 @@ class _EngineCollector:
         for reason, n in sorted(s.requests_finished.items()):
             finished.add_metric([reason], n)
         yield finished
+        aborted = CounterMetricFamily("minivllm_requests_aborted", "Aborted requests by reason (as logged)",
+                                      labels=["reason"])
+        for reason, n in sorted(s.requests_aborted.items()):
+            aborted.add_metric([reason], n)
+        yield aborted
         yield counter("requests_rejected_overloaded", "Requests refused with 429 (queue full)",
                       s.rejected_overloaded)
-        yield counter("client_aborts", "Requests aborted because the client went away", s.client_aborts)
+        yield counter("client_aborts", "Requests aborted because the client went away (each one logged)",
+                      s.client_aborts)
         yield counter("slow_client_cancellations", "Requests aborted because the client read too slowly",
                       s.slow_client_aborts)
         yield counter("prompt_tokens", "Prompt tokens received", s.prompt_tokens)
@@ -54,22 +97,87 @@ class _EngineCollector:
         yield gauge("kv_blocks_reserved", "Blocks promised to admitted requests", bm.total_reserved)
         yield gauge("engine_alive", "1 while the engine thread runs", 1.0 if e.alive else 0.0)
 
+    def _vllm(self):
+        s = self.engine.stats
+        core = self.engine.core
+        bm = core.block_manager
+
+        def family(cls, name: str, doc: str, value: float):
+            metric = cls(f"vllm:{name}", doc, labels=_VLLM_LABELS)
+            metric.add_metric(self.labels, value)
+            return metric
+
+        yield family(GaugeMetricFamily, "num_requests_running", "Number of requests in model execution batches.",
+                     core.num_running)
+        yield family(GaugeMetricFamily, "num_requests_waiting", "Number of requests waiting to be processed.",
+                     core.num_waiting)
+        yield family(GaugeMetricFamily, "kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+                     bm.num_used_blocks / bm.num_blocks if bm.num_blocks else 0.0)
+        yield family(CounterMetricFamily, "prompt_tokens", "Number of prefill tokens processed.",
+                     s.prefilled_prompt_tokens)
+        yield family(CounterMetricFamily, "generation_tokens", "Number of generation tokens processed.",
+                     s.generation_tokens)
+        yield family(CounterMetricFamily, "num_preemptions", "Cumulative number of preemption from the engine.",
+                     s.preemptions)
+        yield family(CounterMetricFamily, "prefix_cache_queries",
+                     "Prefix cache queries, in terms of number of queried tokens.", s.prefix_query_tokens)
+        yield family(CounterMetricFamily, "prefix_cache_hits",
+                     "Prefix cache hits, in terms of number of cached tokens.", s.prefix_hit_tokens)
+        success = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",
+                                      labels=[*_VLLM_LABELS, "finished_reason"])
+        reasons = {"stop": 0, "length": 0, "abort": sum(s.requests_aborted.values())}
+        for reason, n in s.requests_finished.items():
+            reasons[reason] = reasons.get(reason, 0) + n
+        for reason, n in sorted(reasons.items()):
+            success.add_metric([*self.labels, reason], n)
+        yield success
+
 
 class ServerMetrics:
-    def __init__(self, engine: AsyncLLMEngine) -> None:
-        self.registry = CollectorRegistry()
-        self.registry.register(_EngineCollector(engine))
-        self.ttft = Histogram("minivllm_time_to_first_token_seconds", "Arrival to first token",
-                              buckets=_LATENCY_BUCKETS, registry=self.registry)
-        self.e2e = Histogram("minivllm_e2e_request_latency_seconds", "Arrival to last token",
-                             buckets=_LATENCY_BUCKETS, registry=self.registry)
-        self.tpot = Histogram("minivllm_time_per_output_token_seconds", "Mean inter-token time per request",
-                              buckets=_LATENCY_BUCKETS, registry=self.registry)
+    """The registry /metrics serves; ``observe`` is the engine's observer (engine thread)."""
 
-    def observe(self, arrival: float, first_token: float | None, end: float, num_output_tokens: int) -> None:
-        if first_token is None:
-            return
-        self.ttft.observe(first_token - arrival)
-        self.e2e.observe(end - arrival)
-        if num_output_tokens > 1:
-            self.tpot.observe((end - first_token) / (num_output_tokens - 1))
+    def __init__(self, engine: AsyncLLMEngine, model_name: str) -> None:
+        self.registry = registry = CollectorRegistry()
+        registry.register(_EngineCollector(engine, model_name))
+        self.ttft = Histogram("minivllm_time_to_first_token_seconds", "Arrival to first token",
+                              buckets=_LATENCY_BUCKETS, registry=registry)
+        self.e2e = Histogram("minivllm_e2e_request_latency_seconds", "Arrival to last token",
+                             buckets=_LATENCY_BUCKETS, registry=registry)
+        self.tpot = Histogram("minivllm_time_per_output_token_seconds", "Mean inter-token time per request",
+                              buckets=_LATENCY_BUCKETS, registry=registry)
+
+        def vllm(name: str, doc: str, buckets) -> Histogram:
+            h = Histogram(f"vllm:{name}", doc, _VLLM_LABELS, buckets=buckets, registry=registry)
+            return h.labels(model_name, _ENGINE_INDEX)
+
+        tokens = build_1_2_5_buckets(engine.core.config.scheduler.max_model_len)
+        self.v_ttft = vllm("time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                           _TTFT_BUCKETS)
+        self.v_itl = vllm("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                          _ITL_BUCKETS)
+        self.v_e2e = vllm("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+                          _REQUEST_BUCKETS)
+        self.v_queue = vllm("request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+                            _REQUEST_BUCKETS)
+        self.v_prompt = vllm("request_prompt_tokens", "Number of prefill tokens processed.", tokens)
+        self.v_generation = vllm("request_generation_tokens", "Number of generation tokens processed.", tokens)
+        engine.engine.observer = self.observe
+
+    def observe(self, timings: StepTimings) -> None:
+        for ttft in timings.first_token_latencies:
+            self.ttft.observe(ttft)
+            self.v_ttft.observe(ttft)
+        for gap in timings.token_gaps:
+            self.v_itl.observe(gap)
+        for r in timings.ended:
+            if r.finish_reason == "abort":
+                continue  # latency and size of completed requests only
+            if r.scheduled_time is not None:
+                self.v_queue.observe(r.scheduled_time - r.arrival_time)
+            e2e = r.end_time - r.arrival_time
+            self.e2e.observe(e2e)
+            self.v_e2e.observe(e2e)
+            self.v_prompt.observe(r.num_prompt_tokens)
+            self.v_generation.observe(r.num_output_tokens)
+            if r.num_output_tokens > 1 and r.first_token_time is not None:
+                self.tpot.observe((r.end_time - r.first_token_time) / (r.num_output_tokens - 1))

@@ -2,15 +2,29 @@
 
 Unknown fields are rejected (HTTP 400 naming the field) rather than silently ignored, except the
 ones OpenAI clients send routinely and that change nothing here (``user``, ``stream_options``…).
+Floats must be finite (JSON has no NaN or Infinity, but Python's parser lets them through) and
+integers fit 64 bits (the log and the sampler hold them).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from traces.params import SamplingParams
+from traces.params import InvalidRequest, SamplingParams
+
+Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
+
+
+class FieldError(InvalidRequest):
+    """A bad request field; ``param`` names it as OpenAI's error body does (``messages[0].content``).
+    The message must not quote prompt text."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(f"{param}: {message}")
+        self.param = param
 
 
 class StreamOptions(BaseModel):
@@ -18,7 +32,7 @@ class StreamOptions(BaseModel):
 
 
 class _SamplingFields(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     model: str | None = None
     max_tokens: int | None = Field(default=None, ge=1)
@@ -28,19 +42,30 @@ class _SamplingFields(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: Int64 | None = None
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     user: str | None = None
-    # extensions (vLLM-style)
-    top_k: int = Field(default=0, ge=0)
+    # extensions (vLLM's)
+    top_k: int = Field(default=0, ge=-1, le=2**31 - 1)  # 0 or -1 (vLLM's "off"): no top-k
     min_p: float = Field(default=0.0, ge=0.0, le=1.0)
     repetition_penalty: float = Field(default=1.0, gt=0.0)
     min_tokens: int = Field(default=0, ge=0)
     ignore_eos: bool = False
-    stop_token_ids: list[int] | None = None
+    stop_token_ids: list[TokenId] | None = None
     include_stop_str_in_output: bool = False
-    priority: int = 0
+    priority: Int64 = 0
+    cache_salt: str | None = Field(default=None, min_length=1)  # prefix-cache isolation between tenants
+
+    @field_validator("cache_salt")
+    @classmethod
+    def _encodable(cls, value: str | None) -> str | None:
+        if value is not None and not value.isascii():
+            try:
+                value.encode()
+            except UnicodeEncodeError:  # a JSON escape can hold a lone surrogate: no hash can take it
+                raise ValueError("must be valid Unicode text (no lone surrogates)") from None
+        return value
 
     def sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
@@ -49,7 +74,7 @@ class _SamplingFields(BaseModel):
             min_tokens=self.min_tokens,
             temperature=self.temperature,
             top_p=self.top_p,
-            top_k=self.top_k,
+            top_k=max(self.top_k, 0),
             min_p=self.min_p,
             presence_penalty=self.presence_penalty,
             frequency_penalty=self.frequency_penalty,
@@ -70,12 +95,20 @@ class CompletionRequest(_SamplingFields):
     suffix: None = None
     best_of: Literal[1] | None = None
 
+    @property
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens
+
+    @property
+    def max_tokens_param(self) -> str:
+        return "max_tokens"
+
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: str | list[dict] | None = None
+    content: str | list[dict[str, Any]] | None = None
 
 
 class ChatCompletionRequest(_SamplingFields):
@@ -84,14 +117,33 @@ class ChatCompletionRequest(_SamplingFields):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
 
+    @property
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
 
-def message_text(message: ChatMessage) -> str:
+    @property
+    def max_tokens_param(self) -> str:
+        """The field that set the output budget (named by a too-long error)."""
+        return "max_completion_tokens" if self.max_completion_tokens else "max_tokens"
+
+
+_KNOWN_PART_TYPES = frozenset({"image_url", "input_audio", "file", "refusal", "input_image", "image", "audio",
+                               "video_url", "audio_url"})
+
+
+def message_text(message: ChatMessage, index: int) -> str:
     """Content as plain text (OpenAI allows a list of parts; only text parts are supported)."""
     if message.content is None or isinstance(message.content, str):
         return message.content or ""
     texts = []
-    for part in message.content:
-        if part.get("type") != "text":
-            raise ValueError(f"messages: content part of type {part.get('type')!r} is not supported")
-        texts.append(str(part.get("text", "")))
+    for j, part in enumerate(message.content):
+        kind = part.get("type")
+        if kind != "text":
+            shown = f" {kind!r}" if kind in _KNOWN_PART_TYPES else ""  # never echo free text from the client
+            raise FieldError(f"messages[{index}].content[{j}].type",
+                             f"content parts of type{shown} are not supported; only 'text' parts are")
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise FieldError(f"messages[{index}].content[{j}].text", "must be a string")
+        texts.append(text)
     return "".join(texts)

@@ -1,0 +1,156 @@
+"""Request bodies -> prompt token ids, without blocking the event loop, refusing what cannot fit
+before paying for it.
+
+- On the loop, cheap checks only: the prompt's shape, the batch against the queue, and a lower
+  bound on its token count (characters / the most characters one token covers), so a 10 MB prompt
+  is refused without being tokenized.
+- Tokenizing and chat templating run in a worker thread (``asyncio.to_thread``; HF tokenizers
+  release the GIL): /health answers while a big prompt is encoded.
+- A prompt too long by itself names ``prompt`` (completions) or ``messages`` (chat); one that fits
+  but not with its output budget names ``max_tokens`` (or ``max_completion_tokens``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from runtime.serving.async_engine import AsyncLLMEngine
+from runtime.serving.server.protocol import ChatCompletionRequest, FieldError, message_text
+from traces.params import InvalidRequest, SamplingParams
+
+try:  # jinja2 comes with transformers' chat templates
+    from jinja2 import TemplateError as _TemplateError
+except ImportError:  # pragma: no cover
+    _TemplateError = ValueError
+
+_ONE_TOKEN = SamplingParams(max_tokens=1)
+
+
+def max_chars_per_token(tokenizer: Any) -> int | None:
+    """Most characters of text one token can stand for, or None if unknown. A vocabulary string is
+    at least as long as the text it covers (byte-level BPE spells each byte as one character); a
+    normalizer may shorten text first, so then allow twice that."""
+    try:
+        longest = max(map(len, tokenizer.get_vocab()), default=0)
+    except (AttributeError, TypeError):
+        return None
+    normalizer = getattr(getattr(tokenizer, "backend_tokenizer", None), "normalizer", None)
+    return longest * (1 if normalizer is None else 2) or None
+
+
+def _check_text(text: str, param: str) -> None:
+    """JSON escapes can smuggle in lone surrogates, which no tokenizer can encode."""
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            raise FieldError(param, "must be valid Unicode text (no lone surrogates)") from None
+
+
+class Prompts:
+    def __init__(self, tokenizer: Any, engine: AsyncLLMEngine) -> None:
+        self.tokenizer = tokenizer
+        self.vocab_size = len(tokenizer)
+        self.engine = engine
+        self.core = engine.core
+        self.max_model_len = self.core.config.scheduler.max_model_len
+        self.chars_per_token = max_chars_per_token(tokenizer)
+
+    # --- completions ------------------------------------------------------------------------------
+
+    async def completion(self, prompt: str | list, n: int) -> list[list[int]]:
+        if isinstance(prompt, str):
+            texts, ids = [prompt], None
+        elif prompt and all(isinstance(p, str) for p in prompt):
+            texts, ids = list(prompt), None
+        elif prompt and all(isinstance(p, int) for p in prompt):
+            texts, ids = None, [prompt]
+        else:
+            texts, ids = None, [list(p) for p in prompt]
+        items = texts if texts is not None else ids
+        if not items or any(len(p) == 0 for p in items):
+            raise FieldError("prompt", "must not be empty")
+        self._check_batch(len(items), n)
+        if texts is not None:
+            for text in texts:
+                self._check_length(self._lower_bound(len(text)), "prompt", f"{len(text)} characters")
+            return await asyncio.to_thread(self._encode_all, texts)
+        for p in ids:
+            self._check_length(len(p), "prompt", "")
+        return await asyncio.to_thread(self._check_ids, ids)
+
+    def _encode_all(self, texts: list[str]) -> list[list[int]]:
+        out = []
+        for text in texts:
+            _check_text(text, "prompt")
+            out.append(list(self.tokenizer(text)["input_ids"]))
+        return out
+
+    def _check_ids(self, prompts: list[list[int]]) -> list[list[int]]:
+        for p in prompts:
+            if not all(0 <= t < self.vocab_size for t in p):  # no token id in the message: it is prompt content
+                raise FieldError("prompt", f"a token id is outside the vocabulary [0, {self.vocab_size})")
+        return prompts
+
+    # --- chat -------------------------------------------------------------------------------------
+
+    async def chat(self, req: ChatCompletionRequest) -> list[int]:
+        self._check_batch(1, req.n)
+        messages = [{"role": m.role, "content": message_text(m, i)} for i, m in enumerate(req.messages)]
+        # the template may drop earlier assistant text (reasoning); every other message is kept
+        kept = sum(len(m["content"]) for m in messages if m["role"] != "assistant")
+        self._check_length(self._lower_bound(kept), "messages", f"{kept} characters of content")
+        return await asyncio.to_thread(self._template, messages)
+
+    def _template(self, messages: list[dict]) -> list[int]:
+        for i, m in enumerate(messages):
+            _check_text(m["content"], f"messages[{i}].content")
+        try:
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        except _TemplateError as e:  # the template's own raise_exception(): its text, not the prompt's
+            raise FieldError("messages", f"rejected by the model's chat template: {e}") from None
+        if hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return list(ids)
+
+    # --- limits -----------------------------------------------------------------------------------
+
+    def _check_batch(self, num_prompts: int, n: int) -> None:
+        if num_prompts * n > self.engine.max_pending:
+            raise FieldError("prompt" if num_prompts > 1 else "n",
+                             f"{num_prompts} prompt(s) x n={n} requests exceed the server's queue "
+                             f"(max_pending={self.engine.max_pending})")
+
+    def _lower_bound(self, chars: int) -> int:
+        """Fewest tokens ``chars`` characters can make (0 if the tokenizer doesn't tell)."""
+        return -(-chars // self.chars_per_token) if self.chars_per_token else 0
+
+    def _check_length(self, num_tokens: int, param: str, basis: str) -> None:
+        """Refuse a prompt of (at least) ``num_tokens`` that could never run, whatever max_tokens."""
+        try:
+            self.core.validate(max(num_tokens, 1), _ONE_TOKEN)
+        except InvalidRequest as e:
+            raise FieldError(param, f"too long: {basis} make at least {num_tokens} tokens ({e})" if basis
+                             else str(e)) from None
+
+    def fit(self, prompt: Sequence[int], params: SamplingParams, param: str, budget_param: str,
+            budget_given: bool) -> SamplingParams:
+        """``params`` for this prompt: checked against the context and the KV pool; an unset
+        max_tokens (default 16) shrinks to what the context leaves, as vLLM's unset one does."""
+        n = len(prompt)
+        self._check_length(n, param, "")
+        room = self.max_model_len - n
+        if not budget_given and params.max_tokens > room:
+            params = msgspec.structs.replace(params, max_tokens=room, min_tokens=min(params.min_tokens, room))
+        if n + params.max_tokens > self.max_model_len:
+            raise FieldError(budget_param, f"the prompt ({n} tokens) + {budget_param} ({params.max_tokens}) "
+                                           f"exceeds the model's context length (max_model_len={self.max_model_len})")
+        try:
+            self.core.validate(n, params)
+        except InvalidRequest as e:
+            raise FieldError(budget_param, str(e)) from None
+        return params

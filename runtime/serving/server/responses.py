@@ -1,0 +1,130 @@
+"""Engine output -> OpenAI response bodies: whole (collected) or as SSE chunks.
+
+Per-token logprob text is decoded through a cache (a vocabulary's worth at most); a whole response
+that carries logprobs is built in a worker thread, so a big batch never holds the event loop.
+A stream that fails after it started ends with an OpenAI error body as its last event, then
+``[DONE]`` (vLLM's behaviour; the ``openai`` client raises it as an APIError).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.serving.async_engine import RequestStream
+from runtime.serving.llm_engine import OutputDelta
+from runtime.serving.server.errors import classify, log_unexpected
+
+
+async def merge_streams(streams: Sequence[RequestStream]) -> AsyncIterator[tuple[int, OutputDelta]]:
+    """Interleave several request streams as their items arrive; cancel them all on exit."""
+    pending = {asyncio.ensure_future(s.__anext__()): i for i, s in enumerate(streams)}
+    try:
+        while pending:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for fut in sorted(done, key=pending.__getitem__):
+                i = pending.pop(fut)
+                try:
+                    item = fut.result()
+                except StopAsyncIteration:
+                    continue
+                yield i, item
+                if item.finish_reason is None:
+                    pending[asyncio.ensure_future(streams[i].__anext__())] = i
+    finally:
+        for fut in pending:
+            fut.cancel()
+        for s in streams:
+            s.cancel()
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+@dataclass
+class Collected:
+    """Everything the engine sent for one choice."""
+
+    text: list[str] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[dict[int, float]] | None = None
+    finish_reason: str | None = None
+
+
+async def collect(streams: Sequence[RequestStream]) -> list[Collected]:
+    out = [Collected() for _ in streams]
+    async for i, d in merge_streams(streams):
+        c = out[i]
+        c.text.append(d.text)
+        c.token_ids += d.token_ids
+        if d.logprobs is not None:
+            c.logprobs = (c.logprobs or []) + d.logprobs
+        if d.finish_reason is not None:
+            c.finish_reason = d.finish_reason
+    return out
+
+
+class Render:
+    """Logprobs in the completions and chat shapes."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.token_text = functools.lru_cache(maxsize=1 << 17)(lambda t: tokenizer.decode([t]))
+
+    def completion_logprobs(self, token_ids: list[int], logprobs: list[dict[int, float]] | None) -> dict | None:
+        if logprobs is None:
+            return None
+        text = self.token_text
+        return {
+            "tokens": [text(t) for t in token_ids],
+            "token_logprobs": [lp.get(t) for t, lp in zip(token_ids, logprobs)],
+            "top_logprobs": [{text(k): v for k, v in lp.items()} for lp in logprobs],
+            "text_offset": [],
+        }
+
+    def chat_logprobs(self, token_ids: list[int], logprobs: list[dict[int, float]] | None, top: int) -> dict | None:
+        if logprobs is None:
+            return None
+        text = self.token_text
+        content = []
+        for t, lp in zip(token_ids, logprobs):
+            ranked = sorted(lp.items(), key=lambda kv: -kv[1])[:top]
+            content.append({
+                "token": text(t), "logprob": lp.get(t), "bytes": list(text(t).encode()),
+                "top_logprobs": [{"token": text(k), "logprob": v, "bytes": list(text(k).encode())}
+                                 for k, v in ranked],
+            })
+        return {"content": content}
+
+
+async def build(make: Callable[[], dict], heavy: bool) -> dict:
+    """``make()`` in a worker thread when it decodes many tokens (logprobs), else inline."""
+    return await asyncio.to_thread(make) if heavy else make()
+
+
+async def sse_events(streams: Sequence[RequestStream], base: dict, prompt_tokens: int, include_usage: bool,
+                     choice: Callable[[int, OutputDelta], dict], first: Sequence[dict] = ()) -> AsyncIterator[str]:
+    """SSE payloads: ``first`` chunks, one chunk per delta that carries something, usage, [DONE];
+    on a failure after the start, an error event then [DONE]."""
+    try:
+        for chunk in first:
+            yield json.dumps(chunk)
+        completion_tokens = 0
+        async for i, d in merge_streams(streams):
+            completion_tokens += len(d.token_ids)
+            if not d.text and d.finish_reason is None and d.logprobs is None:
+                continue  # text held back (partial character or possible stop string): nothing to send yet
+            yield json.dumps({**base, "choices": [choice(i, d)]})
+        if include_usage:
+            yield json.dumps({**base, "choices": [], "usage": usage(prompt_tokens, completion_tokens)})
+    except Exception as exc:  # the status line is gone: say it in the stream (client disconnects aren't Exceptions)
+        status, body = classify(exc)
+        if status >= 500 and body["error"]["code"] == "internal_error":
+            log_unexpected(exc, "a stream")
+        yield json.dumps(body, ensure_ascii=True)
+    yield "[DONE]"

@@ -1,0 +1,152 @@
+"""Issue 10, point 6: /metrics exports the vLLM names dashboards read, with vLLM's meaning and a
+``model_name`` label, next to the minivllm_* ones; abort counters agree with the log's Aborted
+events, even for streams cut before the engine took them in."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from runtime.serving.async_engine import CLIENT_DISCONNECTED
+from runtime.serving.server.metrics import build_1_2_5_buckets
+from tests.test_server_harness import assert_still_serving, serve, wait_idle
+from traces.events import Aborted, Admitted, Arrived
+
+VLLM_NAMES = (
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+    "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_count",
+    "vllm:inter_token_latency_seconds_count", "vllm:e2e_request_latency_seconds_count",
+    "vllm:request_success_total", "vllm:num_preemptions_total", "vllm:prefix_cache_queries_total",
+    "vllm:prefix_cache_hits_total", "vllm:request_prompt_tokens_sum", "vllm:request_generation_tokens_sum",
+    "vllm:request_queue_time_seconds_count",
+)
+
+
+def scrape(url: str) -> dict[tuple[str, tuple], float]:
+    """{(sample name, sorted labels): value} of /metrics."""
+    out = {}
+    for family in text_string_to_metric_families(httpx.get(url + "/metrics").text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def value(samples: dict, name: str, **labels) -> float:
+    matches = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= set(ls)]
+    assert len(matches) == 1, (name, labels, matches)
+    return matches[0]
+
+
+def test_buckets_as_vllm_builds_them():
+    assert build_1_2_5_buckets(100) == [1, 2, 5, 10, 20, 50, 100]
+    assert build_1_2_5_buckets(1024)[-1] == 1000
+
+
+def test_vllm_metrics_count_what_was_served(smollm2_tokenizer):
+    with serve(smollm2_tokenizer, name="smol") as s:
+        prompt = [7] * 40  # two full KV blocks: the repeat hits the prefix cache
+        for _ in range(2):
+            s.client.completions.create(model="smol", prompt=prompt, max_tokens=5)
+        chat = s.client.chat.completions.create(model="smol", messages=[{"role": "user", "content": "hi"}],
+                                                max_tokens=3)
+        wait_idle(s.engine)
+        m = scrape(s.url)
+        for name in VLLM_NAMES:
+            assert any(n == name and ("model_name", "smol") in ls for n, ls in m), name
+        prompt_tokens = 2 * 40 + chat.usage.prompt_tokens
+        assert value(m, "vllm:prompt_tokens_total") == prompt_tokens
+        assert value(m, "vllm:generation_tokens_total") == 13
+        assert value(m, "vllm:request_success_total", finished_reason="length") == 3
+        assert value(m, "vllm:request_success_total", finished_reason="abort") == 0
+        assert value(m, "vllm:time_to_first_token_seconds_count") == 3
+        assert value(m, "vllm:inter_token_latency_seconds_count") == 4 + 4 + 2  # one per token gap
+        assert value(m, "vllm:e2e_request_latency_seconds_count") == 3
+        assert value(m, "vllm:request_queue_time_seconds_count") == 3
+        assert value(m, "vllm:request_prompt_tokens_sum") == prompt_tokens
+        assert value(m, "vllm:request_generation_tokens_sum") == 13
+        assert value(m, "vllm:request_prompt_tokens_bucket", le="1000.0") == 3
+        assert value(m, "vllm:prefix_cache_queries_total") == prompt_tokens
+        assert value(m, "vllm:prefix_cache_hits_total") >= 32  # the repeat's two full blocks
+        assert value(m, "vllm:num_preemptions_total") == 0
+        assert value(m, "vllm:num_requests_running") == value(m, "vllm:num_requests_waiting") == 0
+        assert value(m, "vllm:kv_cache_usage_perc") == 0.0
+        assert value(m, "minivllm_generation_tokens_total") == 13  # the old names stay
+        assert_still_serving(s, "smol")
+
+
+def test_kv_cache_usage_is_a_fraction_while_running(smollm2_tokenizer):
+    gate = threading.Event()
+    with serve(smollm2_tokenizer, gate=gate) as s:
+        worker = threading.Thread(target=lambda: s.client.completions.create(model="m", prompt=[5] * 100,
+                                                                           max_tokens=2))
+        worker.start()
+        deadline = time.monotonic() + 10
+        while s.engine.core.num_running == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        m = scrape(s.url)
+        gate.set()
+        worker.join()
+        bm = s.engine.core.block_manager
+        assert value(m, "vllm:num_requests_running") == 1
+        assert 0 < value(m, "vllm:kv_cache_usage_perc") <= 1
+        assert value(m, "vllm:kv_cache_usage_perc") == pytest.approx(7 / bm.num_blocks)  # 100 tokens: 7 blocks
+        assert_still_serving(s)
+
+
+def test_abort_counts_agree_with_the_log_after_a_disconnect_storm(smollm2_tokenizer):
+    events = []
+    gate = threading.Event()  # the engine thread is stuck in a step: the storm's requests only queue
+    with serve(smollm2_tokenizer, gate=gate, sink=events.append, max_pending=256) as s:
+        holder = threading.Thread(target=lambda: httpx.post(s.url + "/v1/completions",
+                                                            json={"prompt": "hold", "max_tokens": 2}, timeout=60))
+        holder.start()
+        deadline = time.monotonic() + 10
+        while not any(isinstance(e, Arrived) for e in events):  # taken in: the engine is now stuck in its step
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+
+        def cut(path: str, body: dict) -> None:
+            with httpx.stream("POST", s.url + path, json={**body, "stream": True}, timeout=30) as r:
+                assert r.status_code == 200
+                next(r.iter_lines())  # the stream started (chat's role chunk needs no engine): hang up
+
+        storm = [threading.Thread(target=cut, args=("/v1/chat/completions", {
+                     "messages": [{"role": "user", "content": f"question {i}"}], "max_tokens": 50}))
+                 for i in range(12)]
+        for t in storm:
+            t.start()
+        for t in storm:
+            t.join()
+        time.sleep(0.5)  # the server has seen every hang-up (cancelled before the engine took them in)
+        gate.set()
+        holder.join()
+        wait_idle(s.engine)
+
+        # and some cut mid-stream, after the engine took them in
+        s.engine.engine.executor.delay = 0.02
+        for i in range(3):
+            with httpx.stream("POST", s.url + "/v1/completions", timeout=30,
+                              json={"prompt": f"story {i}", "max_tokens": 500, "stream": True}) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data:"):
+                        break
+        s.engine.engine.executor.delay = 0.0
+        wait_idle(s.engine)
+
+        aborted = [e for e in events if isinstance(e, Aborted)]
+        assert len(aborted) == 15 and {e.reason for e in aborted} == {CLIENT_DISCONNECTED}
+        # the storm's requests are in the log, never scheduled: Arrived then Aborted
+        admitted = {e.request_id for e in events if isinstance(e, Admitted)}
+        arrived = {e.request_id for e in events if isinstance(e, Arrived)}
+        assert not {e.request_id for e in aborted[:12]} & admitted
+        assert {e.request_id for e in aborted} <= arrived
+        m = scrape(s.url)
+        assert value(m, "minivllm_client_aborts_total") == len(aborted) == s.engine.stats.client_aborts
+        assert value(m, "minivllm_requests_aborted_total", reason=CLIENT_DISCONNECTED) == len(aborted)
+        assert value(m, "vllm:request_success_total", finished_reason="abort") == len(aborted)
+        assert_still_serving(s)
