@@ -149,9 +149,12 @@ def test_no_prefix_caching_means_no_hits_and_no_cached_blocks():
 # --- prefix-cache reuse, bookkeeping and the invariant checker (docs/MUTATION.md) ----------------
 
 
-def test_a_follow_up_turn_reuses_the_kv_of_the_previous_answer():
+@pytest.mark.parametrize(("turn1_len", "cached"), [(6, 12), (7, 16)])
+def test_a_follow_up_turn_reuses_the_kv_of_the_previous_answer(turn1_len, cached):
     """Multi-turn chat: prompt 2 = prompt 1 + answer 1 + new text. The blocks holding answer 1 were
-    filled by decode steps, after admission hashed the prompt; they must be found all the same."""
+    filled by decode steps, after admission hashed the prompt; they must be found all the same, the
+    last one too when the answer's last computed token fills it (turn 1 of 7 tokens: 16 computed).
+    Turn 1's last sampled token never goes through the model: 6 + 10 tokens leave 15 computed, 3 blocks."""
     from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
     from runtime.engine.core import EngineCore
     from tests.helpers import SeededTokenExecutor
@@ -161,7 +164,7 @@ def test_a_follow_up_turn_reuses_the_kv_of_the_previous_answer():
     cfg = EngineConfig(cache=CacheConfig(block_size=BS, num_blocks=32), scheduler=SchedulerConfig(max_model_len=64))
     core = EngineCore(cfg, sink=events.append)
     ex = SeededTokenExecutor()
-    turn1 = list(range(1, 7))  # 6 tokens; the answer fills blocks 1..3
+    turn1 = list(range(1, 1 + turn1_len))
     answer = []
     core.add_request(turn1, SamplingParams(max_tokens=10, ignore_eos=True), 0.0)
     while core.has_unfinished():
@@ -170,8 +173,7 @@ def test_a_follow_up_turn_reuses_the_kv_of_the_previous_answer():
     assert len(answer) == 10
     core.add_request(turn1 + answer + [900, 901, 902], SamplingParams(max_tokens=1), 1.0)
     core.step(1.0, ex)
-    # 15 of turn 1's 16 tokens were computed (its last sampled token never went through the model): 3 blocks
-    assert [e.num_cached_tokens for e in events if isinstance(e, Admitted)] == [0, 12]
+    assert [e.num_cached_tokens for e in events if isinstance(e, Admitted)] == [0, cached]
 
 
 def test_requests_computed_in_the_same_step_cache_their_distinct_tails():

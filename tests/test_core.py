@@ -4,6 +4,7 @@ import pytest
 from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
 from runtime.engine.request import RequestStatus
+from runtime.engine.types import StepResult
 from tests.helpers import SeededTokenExecutor, run_checked
 from traces.events import Aborted, Arrived, BlockCached, Finished, Header, PrefixHit, Step
 from traces.log import LogWriter, encode, fold, read_log
@@ -246,3 +247,100 @@ def test_an_idle_engine_steps_to_an_empty_plan_without_calling_the_executor():
     ex = SeededTokenExecutor()
     out = core.step(0.0, ex)
     assert out.plan.empty and out.result is None and out.deltas == [] and ex.calls == 0
+
+
+class TwoTokenExecutor:
+    """Two tokens per sampling span (a speculative / jump-forward executor), each with its logprob;
+    the token at position p is 10 + p, then 20 + p."""
+
+    def execute(self, plan, requests):
+        tokens = [[10 + s.start + s.num_tokens, 20 + s.start + s.num_tokens] for s in plan.spans if s.sample]
+        logprobs = [[{t: -0.5 * t} for t in pair] for pair in tokens]
+        return StepResult(tokens, 0.5, logprobs)
+
+
+def test_several_tokens_per_span_are_committed_and_cut_at_a_stop_with_their_logprobs():
+    events = []
+    core = engine(events=events)
+    a = core.add_request([1, 2, 3], SamplingParams(max_tokens=10, stop_token_ids=(15,)), 0.0)
+    b = core.add_request([4, 5, 6], SamplingParams(max_tokens=5), 0.0)
+    ra, rb = core.requests[a], core.requests[b]
+    deltas = []
+    t = 0.0
+    while core.has_unfinished():
+        out = core.step(t, TwoTokenExecutor())
+        deltas += [(d.request_id, d.new_token_ids, d.finish_reason, d.logprobs) for d in out.deltas]
+        t += 1.0
+
+    def lp(*ts):
+        return [{x: -0.5 * x} for x in ts]
+
+    assert deltas == [
+        (a, [13, 23], None, lp(13, 23)), (b, [13, 23], None, lp(13, 23)),
+        (a, [15], "stop", lp(15)),  # the stop token ends it: the token after it is dropped
+        (b, [15, 25], None, lp(15, 25)),
+        (b, [17], "length", lp(17)),  # 5 tokens: the 6th is dropped
+    ]
+    assert ra.output_token_ids == [13, 23, 15] and rb.output_token_ids == [13, 23, 15, 25, 17]
+    assert [e.tokens for e in events if isinstance(e, Step)] == [[[13, 23], [13, 23]], [[15], [15, 25]], [[17]]]
+    fin = [(e.request_id, e.reason, e.num_output_tokens, e.time) for e in events if isinstance(e, Finished)]
+    assert fin == [(a, "stop", 3, 1.5), (b, "length", 5, 2.5)]
+
+
+def test_every_request_ends_with_one_finishing_delta_and_a_finished_request():
+    """The last delta of each request carries its finish reason (what LLMEngine reports), the same
+    as the log's Finished event and the Request's own state."""
+    events = []
+    core = engine(num_blocks=64, events=events, eos=3)
+    ex = SeededTokenExecutor(seed=2, eos_id=3, eos_every=4)
+    reqs = {}
+    for i in range(8):
+        rid = core.add_request([5 + i, 6, 7], SamplingParams(max_tokens=2 + i, stop_token_ids=(11,) if i % 2 else ()),
+                               0.0)
+        reqs[rid] = core.requests[rid]
+    deltas = {rid: [] for rid in reqs}
+    t = 0.0
+    while core.has_unfinished():
+        out = core.step(t, ex)
+        for d in out.deltas:
+            deltas[d.request_id].append(d.finish_reason)
+        t += 1.0
+    finished = {e.request_id: e.reason for e in events if isinstance(e, Finished)}
+    assert {rid: ds[-1] for rid, ds in deltas.items()} == finished
+    assert all(r is None for ds in deltas.values() for r in ds[:-1])
+    assert {rid: (r.status, r.finish_reason) for rid, r in reqs.items()} == {
+        rid: (RequestStatus.FINISHED, reason) for rid, reason in finished.items()}
+    assert set(finished.values()) == {"stop", "length"}
+
+
+def test_steps_are_logged_with_their_start_and_end():
+    events = []
+    core = engine(events=events)
+    core.add_request([1, 2, 3], SamplingParams(max_tokens=1), 0.0)
+    out = core.step(2.0, SeededTokenExecutor(duration=0.25))
+    step, fin = (e for e in events if isinstance(e, Step | Finished))
+    assert (step.start, step.end, fin.time) == (2.0, 2.25, 2.25) and out.result.duration == 0.25
+
+
+@pytest.mark.parametrize("prefix", [True, False])
+def test_model_identity_and_hash_salt_root_the_prefix_cache(prefix):
+    """Same identity and salt: same block hashes, prompts share KV; another model or salt: none in
+    common. With prefix caching off nothing is cached or hit."""
+
+    def run(identity, salt):
+        events = []
+        cfg = EngineConfig(cache=CacheConfig(block_size=4, num_blocks=32, enable_prefix_caching=prefix, hash_salt=salt),
+                           scheduler=SchedulerConfig(max_model_len=128), model_identity=identity)
+        core = EngineCore(cfg, sink=events.append)
+        for t in range(2):  # the second, identical prompt can hit the first's blocks
+            core.add_request(list(range(1, 11)), SamplingParams(max_tokens=1), float(t))
+            core.step(float(t), EX)
+        blocks = [b for e in events for b in getattr(e, "block_events", ())]
+        return {b.hash for b in blocks if isinstance(b, BlockCached)}, sum(isinstance(b, PrefixHit) for b in blocks)
+
+    (h1, hits), (h1_again, _), (h2, _), (h3, _) = run("m1", ""), run("m1", ""), run("m2", ""), run("m1", "tenant")
+    if not prefix:
+        assert h1 == h2 == h3 == set() and hits == 0
+        return
+    assert hits == 2 and len(h1) == 2 and h1 == h1_again
+    assert not h1 & h2 and not h1 & h3 and not h2 & h3
