@@ -64,3 +64,20 @@ def test_bad_model_path(capsys):
     with pytest.raises(SystemExit):
         main(["generate", "x", "--model", "/no/such/model", "--device", "cpu"])
     assert "/no/such/model" in capsys.readouterr().err
+
+
+def test_trace_if_exists(tiny, tmp_path, capsys):
+    trace = tmp_path / "run.jsonl"
+    argv = _base(tiny) + ["hi", "--max-tokens", "2", "--trace", str(trace)]
+    assert main(argv) == 0
+    first = trace.read_bytes()
+    assert main(argv) == 0  # default: rotate, the older log kept under the next number
+    assert (tmp_path / "run.1.jsonl").read_bytes() == first
+    assert f"moved the log already at {trace} to {tmp_path / 'run.1.jsonl'}" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(argv + ["--trace-if-exists", "error"])
+    assert exc.value.code == 2
+    assert f"--trace: {trace}: a log is already there" in capsys.readouterr().err
+    assert main(argv + ["--trace-if-exists", "overwrite"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.1.jsonl", "run.jsonl"]
+    assert isinstance(next(iter(read_log(trace))), Header)

@@ -1,5 +1,6 @@
 """``minivllm generate "prompt" ...``: offline generation with the real model; a progress bar for
-batches, the completions on stdout, and ``--trace run.jsonl`` for the event log of the run."""
+batches, the completions on stdout, and ``--trace run.jsonl`` for the event log of the run (a log
+already there is kept as run.1.jsonl, ... unless ``--trace-if-exists`` says error or overwrite)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from runtime.cli.config_flags import add_engine_args, announce_load, engine_options, flag_error
 from runtime.cli.errors import CLIError
+from traces.log import IF_EXISTS
 
 SAMPLING_FLAGS = {
     "max_tokens": "--max-tokens", "min_tokens": "--min-tokens", "temperature": "--temperature",
@@ -52,6 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default: none)")
     add_engine_args(p)
     p.add_argument("--trace", metavar="PATH", help="write the event log of the run (JSONL, .gz ok)")
+    p.add_argument("--trace-if-exists", choices=IF_EXISTS, default="rotate",
+                   help="a log already at --trace: rotate keeps it as PATH.N (run.1.jsonl, ...), error stops, "
+                        "overwrite replaces it (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON object per completion")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=run)
@@ -85,9 +91,22 @@ def _sampling_params(args: argparse.Namespace):
         raise flag_error(e, SAMPLING_FLAGS) from None
 
 
+def _check_trace(args: argparse.Namespace) -> None:
+    """What would stop the log from being opened, before the (slow) model load."""
+    if not args.trace:
+        return
+    trace = Path(args.trace)
+    if trace.is_dir():
+        raise CLIError(f"--trace: {trace} is a folder; give a file name (run.jsonl)")
+    if args.trace_if_exists == "error" and trace.exists():
+        raise CLIError(f"--trace: {trace}: a log is already there (--trace-if-exists error; "
+                       "rotate keeps it under a numbered name)")
+
+
 def run(args: argparse.Namespace) -> int:
     prompts = _read_prompts(args)
     params = _sampling_params(args)
+    _check_trace(args)
     from runtime.engine.config import ConfigError
     from runtime.serving.llm import LLM
     from traces.params import InvalidRequest
@@ -95,9 +114,15 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     announce_load(args.model)
     try:
-        llm = LLM(args.model, trace=args.trace, **engine_options(args))
+        llm = LLM(args.model, trace=args.trace, if_exists=args.trace_if_exists, **engine_options(args))
     except ConfigError as e:
         raise flag_error(e) from None
+    except FileExistsError as e:  # --trace-if-exists error, and a log appeared during the load
+        raise CLIError(f"--trace: {e.filename}: a log is already there (--trace-if-exists error; "
+                       "rotate keeps it under a numbered name)") from None
+    rotated = llm.engine.writer.rotated_to if llm.engine.writer is not None else None
+    if rotated is not None:
+        print(f"--trace: moved the log already at {args.trace} to {rotated}", file=sys.stderr)
     load_s = time.perf_counter() - t0
     show = not args.no_progress
     t1 = time.perf_counter()
