@@ -46,3 +46,28 @@ def test_from_dict_fills_missing_sections_and_keeps_top_level_fields():
     cfg = EngineConfig(model_identity="m@1", seed=3)
     assert EngineConfig.from_dict(cfg.to_dict()) == cfg
     assert EngineConfig.from_dict({"seed": 5}).seed == 5
+
+
+@pytest.mark.parametrize(
+    ("factory", "message"),
+    [
+        (lambda: CacheConfig(block_size=0), "cache.block_size must be a positive integer, got 0"),
+        (lambda: CacheConfig(block_size=12), "cache.block_size must be a power of two, got 12"),
+        (lambda: CacheConfig(num_blocks=-1), "cache.num_blocks must be a positive integer, got -1"),
+        (lambda: CacheConfig(enable_prefix_caching="yes"), "cache.enable_prefix_caching must be a bool, got 'yes'"),
+        (lambda: CacheConfig(hash_salt=3), "cache.hash_salt must be a string, got 3"),
+        (lambda: SchedulerConfig(max_num_batched_tokens=True),
+         "scheduler.max_num_batched_tokens must be a positive integer, got True"),
+        (lambda: SchedulerConfig(max_num_seqs=1.5), "scheduler.max_num_seqs must be a positive integer, got 1.5"),
+        (lambda: SchedulerConfig(max_model_len=0), "scheduler.max_model_len must be a positive integer, got 0"),
+        (lambda: SchedulerConfig(reserve_full_prompt=None), "scheduler.reserve_full_prompt must be a bool, got None"),
+        (lambda: EngineConfig(cache={}), "cache must be a CacheConfig, got {}"),
+        (lambda: EngineConfig(scheduler="fcfs"), "scheduler must be a SchedulerConfig, got 'fcfs'"),
+        (lambda: EngineConfig(seed=False), "seed must be an integer, got False"),
+    ],
+)
+def test_a_bad_value_gets_a_one_line_message_naming_field_rule_and_value(factory, message):
+    """What a CLI flag or an HTTP parameter that feeds the config shows the user."""
+    with pytest.raises(ConfigError) as err:
+        factory()
+    assert str(err.value) == message

@@ -60,6 +60,8 @@ def test_stop_token_ids_max_tokens_and_max_model_len():
 def test_status_and_token_accounting():
     req = make(SamplingParams())
     assert req.status is RequestStatus.WAITING and not req.status.done
+    # what LLM outputs report for a request aborted before it was ever admitted
+    assert (req.num_cached_tokens, req.num_preemptions, req.finish_reason, req.priority) == (0, 0, None, 0)
     assert (req.num_prompt_tokens, req.num_tokens, req.num_remaining_tokens) == (3, 3, 3)
     req.num_computed_tokens = 3
     req.token_ids.append(7)

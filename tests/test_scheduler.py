@@ -301,3 +301,13 @@ def test_a_request_reports_the_prompt_tokens_its_admission_found_cached():
     core.step(1, EX)
     assert core.requests[b].num_cached_tokens == 8
     assert [e.num_cached_tokens for e in events if isinstance(e, Admitted)] == [0, 8]
+
+
+def test_priority_ties_are_admitted_in_arrival_order_not_submission_order():
+    """Requests can be submitted with earlier arrival times than ones already queued (a replayed
+    trace, a batch taken in late): among equal priorities the earlier arrival goes first."""
+    core = engine(budget=64, max_seqs=1, policy="priority")
+    late = core.add_request(prompt(3), SamplingParams(max_tokens=1), 5.0, priority=1)
+    early = core.add_request(prompt(3, 50), SamplingParams(max_tokens=1), 1.0, priority=1)
+    assert spans(core.step(0, EX))[0][0] == early
+    assert spans(core.step(1, EX))[0][0] == late
