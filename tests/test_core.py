@@ -28,18 +28,35 @@ def test_request_ids_come_from_a_per_engine_counter():
 
 
 @pytest.mark.parametrize(
-    ("prompt", "params", "match"),
+    ("prompt", "params", "message"),
     [
-        ([], SamplingParams(), "at least one token"),
-        (list(range(200)), SamplingParams(), "max_model_len"),
-        (list(range(100)), SamplingParams(max_tokens=20), "cache.num_blocks"),
+        ([], SamplingParams(), "prompt must contain at least one token"),
+        (list(range(200)), SamplingParams(), "prompt has 200 tokens; max_model_len is 128"),
+        (list(range(128)), SamplingParams(), "prompt has 128 tokens; max_model_len is 128"),  # no room to sample
+        (list(range(100)), SamplingParams(max_tokens=21),
+         "prompt + max_tokens = 121 tokens need 31 KV blocks; the pool has 20 (cache.num_blocks)"),
     ],
 )
-def test_requests_that_can_never_run_are_rejected(prompt, params, match):
+def test_requests_that_can_never_run_are_rejected(prompt, params, message):
+    """Rejected up front, with a message an HTTP client can act on (the API's 400 error)."""
     core = engine(num_blocks=20)
-    with pytest.raises(InvalidRequest, match=match):
+    with pytest.raises(InvalidRequest) as err:
         core.add_request(prompt, params, 0.0)
+    assert str(err.value) == message
     assert not core.has_unfinished()
+
+
+def test_the_largest_servable_requests_are_accepted():
+    core = engine(num_blocks=32)  # 128 tokens of KV: max_model_len
+    core.add_request([7], SamplingParams(max_tokens=1), 0.0)
+    core.add_request(list(range(127)), SamplingParams(max_tokens=1000), 0.0)  # capped at max_model_len
+    chunked_off = engine(budget=16, enable_chunked_prefill=False)
+    chunked_off.add_request(list(range(12)), SamplingParams(max_tokens=4), 0.0)  # 16 = the budget
+    with pytest.raises(InvalidRequest) as err:
+        chunked_off.add_request(list(range(12)), SamplingParams(max_tokens=5), 0.0)
+    assert str(err.value) == ("prompt + max_tokens = 17 tokens exceed scheduler.max_num_batched_tokens=16, which must "
+                              "hold a whole (re)computed prompt when chunked prefill is off")
+    run_checked(core, EX, None)
 
 
 @pytest.mark.parametrize("when", ["waiting", "prefilling", "decoding", "preempted"])
@@ -344,3 +361,24 @@ def test_model_identity_and_hash_salt_root_the_prefix_cache(prefix):
         return
     assert hits == 2 and len(h1) == 2 and h1 == h1_again
     assert not h1 & h2 and not h1 & h3 and not h2 & h3
+
+
+def test_arrived_records_the_priority_default_zero():
+    events = []
+    core = engine(events=events, policy="priority")
+    core.add_request([1, 2], SamplingParams(max_tokens=1), 0.0)
+    core.add_request([3, 4], SamplingParams(max_tokens=1), 0.0, priority=-1)
+    assert [(e.request_id, e.priority) for e in events if isinstance(e, Arrived)] == [(0, 0), (1, -1)]
+    assert [s.request_id for s in core.step(0.0, EX).plan.spans] == [1, 0]
+
+
+def test_a_synthetic_prompt_is_logged_as_given_and_run_on_its_tokens():
+    """The simulator and workload replays hand the engine Prompt records: the log keeps the compact
+    record, the engine runs on the tokens it stands for."""
+    events = []
+    core = engine(events=events)
+    prompt = PromptSynthetic(num_tokens=9, unique_seed=4)
+    rid = core.add_request(prompt, SamplingParams(max_tokens=2), 0.0)
+    assert core.requests[rid].num_prompt_tokens == 9
+    assert [e.prompt for e in events if isinstance(e, Arrived)] == [prompt]
+    run_checked(core, EX, events)
