@@ -64,6 +64,7 @@ def test_from_dict_fills_missing_sections_and_keeps_top_level_fields():
         (lambda: EngineConfig(cache={}), "cache must be a CacheConfig, got {}"),
         (lambda: EngineConfig(scheduler="fcfs"), "scheduler must be a SchedulerConfig, got 'fcfs'"),
         (lambda: EngineConfig(seed=False), "seed must be an integer, got False"),
+        (lambda: SchedulerConfig(policy="lifo"), "scheduler.policy must be one of 'fcfs', 'priority', got 'lifo'"),
     ],
 )
 def test_a_bad_value_gets_a_one_line_message_naming_field_rule_and_value(factory, message):
