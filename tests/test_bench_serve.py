@@ -82,3 +82,27 @@ def test_live_runner_stamps_workload_arrivals():
     arrived = [e for e in events if isinstance(e, Arrived)]
     t0 = arrived[0].time
     assert [round(e.time - t0, 6) for e in arrived] == [round(s.arrival - wl.requests[0].arrival, 6) for s in wl]
+
+
+def test_bench_serve_launch_and_bench_live_on_a_tiny_model(tmp_path, capsys):
+    """One command starts the server, replays, stops it and leaves a log that analyze reads; bench
+    live runs the same workload in process."""
+    from analysis.frames import load_frames
+    from runtime.cli import main
+    from tests.model_helpers import make_tiny
+
+    tiny = make_tiny("llama", tmp_path / "m", tokenizer=True)
+    flags = ["--synthetic", "6", "--rate", "20", "--input-len", "uniform:4:24", "--output-len", "fixed:5",
+             "--prompt-vocab", "300", "--no-progress"]
+    log = tmp_path / "server.jsonl"
+    assert main(["bench", "serve", *flags, "--json", str(tmp_path / "s.json"), "--server-trace", str(log),
+                 "--server-log", str(tmp_path / "server.out"), "--launch", "--model", str(tiny.folder),
+                 "--device", "cpu", "--num-blocks", "256"]) == 0
+    out = capsys.readouterr().out
+    assert "6/6 requests" in out
+    frames = load_frames(log)
+    assert len(frames.requests) == 6 and (frames.requests["num_output_tokens"] == 5).all()
+    live = tmp_path / "live.jsonl"
+    assert main(["bench", "live", *flags, "--trace", str(live), "--model", str(tiny.folder), "--device", "cpu",
+                 "--num-blocks", "256"]) == 0
+    assert (load_frames(live).requests["num_output_tokens"] == 5).all()

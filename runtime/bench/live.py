@@ -12,14 +12,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from traces.prompt import materialize
+from runtime.bench.serve_client import prompt_ids
 from traces.workload import Workload
 
 
-def replay_live(engine: Any, workload: Workload, *, on_finish: Callable[[int], None] | None = None,
-                sleep: Callable[[float], None] = time.sleep) -> int:
+def replay_live(engine: Any, workload: Workload, *, vocab: int | None = None,
+                on_finish: Callable[[int], None] | None = None, sleep: Callable[[float], None] = time.sleep) -> int:
     """Replay ``workload`` on ``engine`` (an ``LLMEngine``) in real time; returns the steps run.
-    ``on_finish(n)``: called with the number of requests that finished in a step."""
+    ``vocab``: fold prompt ids into it (``serve_client.prompt_ids``); ``on_finish(n)``: called
+    with the number of requests that finished in a step."""
     specs = workload.requests
     base = specs[0].arrival if specs else 0.0
     t0 = engine.now()
@@ -28,7 +29,7 @@ def replay_live(engine: Any, workload: Workload, *, on_finish: Callable[[int], N
         now = engine.now() - t0
         while i < len(specs) and specs[i].arrival - base <= now:
             spec = specs[i]
-            engine.add_request(materialize(spec.prompt).tolist(), spec.params, priority=spec.priority,
+            engine.add_request(prompt_ids(spec, vocab), spec.params, priority=spec.priority,
                                arrival_time=t0 + spec.arrival - base)
             i += 1
         if engine.busy:

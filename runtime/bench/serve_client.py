@@ -78,12 +78,19 @@ class Slo:
         return all(limit is None or (value is not None and value * 1e3 <= limit) for limit, value in checks)
 
 
-def request_bodies(workload: Workload, model: str, *, ignore_eos: bool = True,
+def prompt_ids(spec: Any, vocab: int | None = None) -> list[int]:
+    """A workload request's prompt ids, folded into ``[0, vocab)`` when given (equal ids stay equal,
+    so shared prefixes stay shared) for a model whose vocabulary is smaller than the trace's."""
+    ids = materialize(spec.prompt).tolist()
+    return [t % vocab for t in ids] if vocab else ids
+
+
+def request_bodies(workload: Workload, model: str, *, ignore_eos: bool = True, vocab: int | None = None,
                    decode: Callable[[list[int]], str] | None = None) -> list[dict[str, Any]]:
     """One streaming completion body per request; ``decode``: send text instead of token ids."""
     bodies = []
     for spec in workload:
-        ids = materialize(spec.prompt).tolist()
+        ids = prompt_ids(spec, vocab)
         p = spec.params
         body: dict[str, Any] = {"model": model, "prompt": decode(ids) if decode else ids, "max_tokens": p.max_tokens,
                                 "temperature": p.temperature, "stream": True,
@@ -165,10 +172,11 @@ async def _run(base_url: str, bodies: Sequence[dict], records: list[RequestRecor
 
 
 def run(base_url: str, workload: Workload, model: str, *, api_key: str | None = None, ignore_eos: bool = True,
-        decode: Callable[[list[int]], str] | None = None, timeout: float = 600.0, max_connections: int = 4096,
+        vocab: int | None = None, decode: Callable[[list[int]], str] | None = None, timeout: float = 600.0,
+        max_connections: int = 4096,
         progress: Callable[[RequestRecord], None] | None = None) -> tuple[list[RequestRecord], float]:
     """Replay ``workload`` against ``base_url`` (``http://host:port/v1``); (records, wall seconds)."""
-    bodies = request_bodies(workload, model, ignore_eos=ignore_eos, decode=decode)
+    bodies = request_bodies(workload, model, ignore_eos=ignore_eos, vocab=vocab, decode=decode)
     records = [RequestRecord(i, spec.arrival - workload.requests[0].arrival, spec.num_prompt_tokens,
                              spec.params.max_tokens) for i, spec in enumerate(workload)]
     wall = asyncio.run(_run(base_url, bodies, records, api_key, timeout, max_connections, progress))

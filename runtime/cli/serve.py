@@ -7,7 +7,7 @@ import os
 import sys
 
 from runtime.cli.checks import Bounded
-from runtime.cli.config_flags import add_engine_args, engine_options, flag_error
+from runtime.cli.config_flags import add_engine_args, announce_load, engine_options, flag_error
 from runtime.cli.errors import CLIError
 from traces.log import IF_EXISTS
 from traces.prompt import TRACE_PROMPTS
@@ -27,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--api-key", default=None,
                    help=f"require 'Authorization: Bearer KEY' on /v1/* (/health, /ready, /metrics stay open) "
                         f"(default: ${API_KEY_ENV} if set, else no key)")
+    g.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None,
+                   help="before /ready answers 200, run the step shapes serving can hit, so no kernel compiles "
+                        "while serving (default: on CUDA; the CPU path compiles nothing)")
     g.add_argument("--max-pending", type=int, default=1024, action=Bounded, at_least=1, metavar="N",
                    help="queued requests before answering 429 (default: %(default)s)")
     g.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES, action=Bounded, at_least=1,
@@ -43,6 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _announce_ready(report) -> None:
+    done = f"warmed up in {report.seconds:.1f} s ({report.steps} steps); " if report is not None else ""
+    print(f"minivllm: {done}ready", file=sys.stderr, flush=True)
+
+
 def resolve_api_key(flag: str | None) -> str | None:
     """--api-key, else $VLLM_API_KEY, else None (no key)."""
     return flag or os.environ.get(API_KEY_ENV) or None
@@ -55,9 +63,10 @@ def build_app(args: argparse.Namespace):
     from runtime.serving.llm_engine import LLMEngine
     from runtime.serving.server.app import create_app
 
+    announce_load(args.model)
     try:
         llm_engine = LLMEngine(args.model, trace=args.trace, trace_prompts=args.trace_prompts,
-                               if_exists=args.trace_if_exists, **engine_options(args))
+                               if_exists=args.trace_if_exists, tokenizer=args.tokenizer, **engine_options(args))
     except ConfigError as e:
         raise flag_error(e) from None
     except FileExistsError as e:
@@ -66,7 +75,11 @@ def build_app(args: argparse.Namespace):
     if tokenizer is None:
         raise flag_error(ValueError("--model: this model has no tokenizer; the server needs one"))
     writer = llm_engine.writer
-    engine = AsyncLLMEngine(llm_engine, max_pending=args.max_pending,
+    warmup = args.warmup if args.warmup is not None else llm_engine.parts.runner.device.type == "cuda"
+    if warmup:
+        print("minivllm: warming up (every kernel specialisation and graph serving can hit) …",
+              file=sys.stderr, flush=True)
+    engine = AsyncLLMEngine(llm_engine, max_pending=args.max_pending, warmup=warmup, on_ready=_announce_ready,
                             on_step=(lambda _: writer.flush()) if writer is not None else None)
     name = args.served_model_name or llm_engine.parts.loaded.identity.split("@")[0].removesuffix(".gguf")
     app = create_app(engine, tokenizer, name, api_key=resolve_api_key(args.api_key),

@@ -25,6 +25,7 @@ from runtime.executor.attention import AttentionBackend, get_backend
 from runtime.executor.block_table_rows import BlockTableRows
 from runtime.executor.config import RunnerConfig
 from runtime.executor.cuda_graphs import DecodeGraphs
+from runtime.executor.jit_counter import JIT
 from runtime.executor.kv_cache import allocate_kv
 from runtime.executor.model.loader import LoadedModel
 from runtime.executor.model_inputs import host_inputs, to_device
@@ -79,6 +80,8 @@ class ModelRunner:
         self.record_steps = record_steps
         self.graphs: DecodeGraphs | None = None
         self.piecewise: PiecewiseGraphs | None = None  # prefill / mixed steps
+        if self.device.type == "cuda":
+            JIT.install()  # count kernel compilations from here on (servers report the ones after warm-up)
         if self.device.type == "cuda" and self.backend.name == "triton" and not config.enforce_eager:
             self.graphs = DecodeGraphs(self.model, self.kv_caches, self.backend, max_batch=max_num_seqs,
                                        max_model_len=max_model_len, block_size=block_size, device=self.device)
@@ -94,6 +97,13 @@ class ModelRunner:
         self._previous_ids: torch.Tensor | None = None
         self._previous_rows: dict[int, int] = {}
         self.table_rows = BlockTableRows(-(-max_model_len // block_size), max_num_seqs)
+
+    def reset(self) -> None:
+        """Forget every request (a warm-up's): sampling streams, the last launch's ids, block-table rows.
+        The next engine then sees the runner as freshly built (same tokens, same log)."""
+        self._rngs.clear()
+        self._previous_ids, self._previous_rows = None, {}
+        self.table_rows = BlockTableRows(self.table_rows.array.shape[1], self.table_rows.array.shape[0])
 
     # --- randomness ---------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from runtime.engine.step_loop import StepLoop
 from runtime.engine.types import EventSink, Executor
 from runtime.executor.config import RunnerConfig
 from runtime.executor.kv_cache import plan_num_blocks
-from runtime.executor.model.loader import LoadedModel, load_model
+from runtime.executor.model.loader import LoadedModel, load_model, load_tokenizer
 from runtime.executor.model_runner import ModelRunner
 from traces.events import Header, make_header
 
@@ -81,14 +81,17 @@ def split_options(options: dict[str, Any]) -> tuple[dict, dict, dict, dict]:
     return runner, cache, sched, top
 
 
-def build_engine(model: str | None = None, *, loaded: LoadedModel | None = None, sync_timing: bool = False,
-                 record_steps: bool = False, **options: Any) -> EngineParts:
-    """Load ``model`` (or reuse ``loaded``), size and allocate the KV pool, derive the EngineConfig."""
+def build_engine(model: str | None = None, *, loaded: LoadedModel | None = None, tokenizer: str | None = None,
+                 sync_timing: bool = False, record_steps: bool = False, **options: Any) -> EngineParts:
+    """Load ``model`` (or reuse ``loaded``), size and allocate the KV pool, derive the EngineConfig.
+    ``tokenizer``: a folder or .gguf whose tokenizer replaces the model's (or stands in for none)."""
     runner_opts, cache_opts, sched_opts, top = split_options(options)
     rc = RunnerConfig(**runner_opts)
     cache = CacheConfig(**cache_opts)  # validated before the (possibly large) model load
     if loaded is None:
         loaded = load_model(model, device=rc.device, dtype=rc.dtype, seed=top.get("seed", 0))
+    if tokenizer is not None:
+        loaded.tokenizer = load_tokenizer(tokenizer)
     if "max_model_len" not in sched_opts:
         sched_opts["max_model_len"] = min(SchedulerConfig().max_model_len, loaded.spec.max_position_embeddings)
     elif sched_opts["max_model_len"] > loaded.model.rotary.max_positions:

@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.executor.jit_counter import JIT
 from runtime.serving.llm_engine import LLMEngine, OutputDelta
+from runtime.serving.warmup import WarmupReport, warm_up
 from traces.params import SamplingParams
 
 
@@ -65,9 +68,17 @@ class _Handle:
 
 class AsyncLLMEngine:
     def __init__(self, engine: LLMEngine, *, max_pending: int = 1024, output_queue_size: int = 4096,
-                 on_step: Callable[[list[OutputDelta]], None] | None = None) -> None:
-        """``on_step``: called on the engine thread after every step (e.g. flush the log)."""
+                 on_step: Callable[[list[OutputDelta]], None] | None = None, warmup: bool = False,
+                 on_ready: Callable[[WarmupReport | None], None] | None = None) -> None:
+        """``on_step``: called on the engine thread after every step (e.g. flush the log);
+        ``warmup``: run runtime/serving/warmup.py on the engine thread before taking requests
+        (``ready`` is set after it; ``on_ready`` gets its report)."""
         self.engine = engine
+        self.warmup = warmup
+        self.on_ready = on_ready
+        self.ready = threading.Event()
+        self.warmup_report: WarmupReport | None = None
+        self.jit_at_ready = 0
         self.core = engine.core
         self.stats = engine.stats
         self.output_queue_size = output_queue_size
@@ -141,9 +152,22 @@ class AsyncLLMEngine:
 
     # --- engine thread -----------------------------------------------------------------------------
 
+    def _warm_up(self) -> None:
+        if self.warmup:
+            self.warmup_report = warm_up(self.engine)
+        # exempt the start-up heap (torch, transformers, the model) from later collections: a full
+        # collection over it costs tens of ms, inside some step
+        gc.collect()
+        gc.freeze()
+        self.jit_at_ready = JIT.count
+        self.ready.set()
+        if self.on_ready is not None:
+            self.on_ready(self.warmup_report)
+
     def _run(self) -> None:
         engine = self.engine
         try:
+            self._warm_up()
             while not self._stopping.is_set():
                 self._drain_commands(block=not engine.busy)
                 if engine.busy:
@@ -155,6 +179,7 @@ class AsyncLLMEngine:
             raise
         finally:
             self._abort_all("shutdown")
+            gc.unfreeze()  # frozen objects are never freed
 
     def _handle_outputs(self, deltas: list[OutputDelta]) -> None:
         gone = []

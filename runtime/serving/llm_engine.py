@@ -151,6 +151,7 @@ class LLMEngine:
         self._setup(parts.core(writer, trace_prompts=trace_prompts), parts.runner, parts.loaded.tokenizer,
                     overlap=parts.overlap, clock=clock, extra_eos=parts.loaded.spec.eos_token_ids[1:], writer=writer)
         self.parts = parts
+        self.vocab_size = parts.loaded.spec.vocab_size
 
     @classmethod
     def from_core(cls, core: EngineCore, executor: Executor, tokenizer: Any = None, *, overlap: bool = False,
@@ -167,6 +168,7 @@ class LLMEngine:
         self.core = core
         self.executor = executor
         self.tokenizer = tokenizer
+        self.vocab_size: int | None = len(tokenizer) if tokenizer is not None else None
         self.writer = writer
         self.stats = EngineStats()
         self._clock = clock
@@ -189,7 +191,12 @@ class LLMEngine:
             if self.tokenizer is None:
                 raise InvalidRequest("prompt: this model has no tokenizer; pass token ids")
             return list(self.tokenizer(prompt)["input_ids"])
-        return [int(t) for t in prompt]
+        ids = [int(t) for t in prompt]
+        vocab = self.vocab_size
+        if vocab is not None and ids and not (0 <= min(ids) and max(ids) < vocab):
+            bad = next(t for t in ids if not 0 <= t < vocab)
+            raise InvalidRequest(f"prompt: token id {bad} is outside the vocabulary [0, {vocab})")
+        return ids
 
     def sampling_params(self, params: SamplingParams | None = None, **fields: Any) -> SamplingParams:
         """``params`` (default: ``SamplingParams()``) with ``fields`` replaced, plus the model's extra

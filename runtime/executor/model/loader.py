@@ -124,6 +124,22 @@ def _load_tokenizer(folder: Path) -> Any | None:
     return AutoTokenizer.from_pretrained(str(folder))
 
 
+def load_tokenizer(path: str | Path) -> Any:
+    """A tokenizer from an HF folder (or a model's converted GGUF folder) for a model that has none
+    of its own or should use another: e.g. real-shape random weights served over HTTP."""
+    path = Path(path).expanduser()
+    if path.suffix == ".gguf" and path.is_file():
+        from runtime.executor.model.gguf import converted_folder
+
+        folder = converted_folder(path, file_identity(path))
+    else:
+        folder = path
+    tokenizer = _load_tokenizer(folder) if folder.is_dir() else None
+    if tokenizer is None:
+        raise ModelLoadError(f"{path}: no tokenizer here (an HF folder with tokenizer.json, or a .gguf file)")
+    return tokenizer
+
+
 def build_model(spec: ModelSpec, max_positions: int, dtype: torch.dtype, device: torch.device) -> CausalLM:
     """An uninitialised model of ``spec``'s architecture on ``device`` (built on the meta device:
     no wasted random init)."""

@@ -130,7 +130,11 @@ def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str, *, api_k
 
     @app.get("/ready")
     async def ready() -> JSONResponse:
-        return await health()
+        """200 once warmed up (every kernel compiled, every graph captured); 503 before, as vLLM."""
+        if not engine.alive:
+            return await health()
+        ok = engine.ready.is_set()
+        return JSONResponse({"status": "ready" if ok else "warming up"}, status_code=200 if ok else 503)
 
     @app.get("/metrics")
     async def metrics() -> Response:

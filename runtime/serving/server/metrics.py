@@ -20,6 +20,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from runtime.executor.jit_counter import JIT
 from runtime.serving.async_engine import AsyncLLMEngine
 from runtime.serving.llm_engine import StepTimings
 
@@ -96,6 +97,10 @@ class _EngineCollector:
         yield gauge("kv_blocks_cached_free", "Unreferenced blocks kept for prefix reuse", len(bm.evictable))
         yield gauge("kv_blocks_reserved", "Blocks promised to admitted requests", bm.total_reserved)
         yield gauge("engine_alive", "1 while the engine thread runs", 1.0 if e.alive else 0.0)
+        yield gauge("engine_ready", "1 once warmed up (/ready answers 200)", 1.0 if e.ready.is_set() else 0.0)
+        yield counter("jit_compilations", "Triton kernel specialisations compiled by this process", JIT.count)
+        yield counter("jit_compilations_while_serving", "Of those, compiled after the server became ready "
+                      "(each one a stall in some step)", JIT.count - e.jit_at_ready if e.ready.is_set() else 0)
 
     def _vllm(self):
         s = self.engine.stats

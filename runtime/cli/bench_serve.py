@@ -1,0 +1,211 @@
+"""``minivllm bench serve`` (a workload replayed against a server, with its arrival times, as users
+load it) and ``minivllm bench live`` (the same workload on the engine in process, no HTTP).
+
+    minivllm bench serve WORKLOAD --url http://127.0.0.1:8000/v1 --slo ttft_ms=1000,tpot_ms=50
+    minivllm bench serve WORKLOAD --launch --model random:qwen3-0.6b --tokenizer TOK --dtype bfloat16
+    minivllm bench serve --synthetic 200 --rate 8 --input-len uniform:64:512 --output-len fixed:128 ...
+    minivllm bench live WORKLOAD --model ... --trace live.jsonl
+
+WORKLOAD is anything ``simulate`` reads (Azure CSV, Mooncake JSONL, a recorded log or a saved
+workload); ``--synthetic N`` draws Poisson/gamma arrivals instead. ``--launch`` starts
+``minivllm serve`` with every flag after it (the engine flags), records its event log
+(``--server-trace``), waits for ``/ready``, replays, and stops it: one command, a live log ready for
+``analyze``, ``simulate`` and ``replay``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from runtime.cli.checks import Bounded
+from runtime.cli.errors import CLIError
+from runtime.cli.workload import add_workload_args, workload_from_args
+
+
+def _workload(args: argparse.Namespace):
+    from traces.generators import generate
+
+    if (args.workload is None) == (args.synthetic is None):
+        raise CLIError("give a WORKLOAD file or --synthetic N (one of them)")
+    if args.synthetic is not None:
+        wl = generate(args.synthetic, rate=args.rate, cv=args.cv, input_len=args.input_len,
+                      output_len=args.output_len, seed=args.workload_seed)
+        return wl.scale_rate(args.rate_scale) if args.rate_scale != 1.0 else wl
+    return workload_from_args(args, args.workload, seed=args.workload_seed)
+
+
+def _add_workload_source(p: argparse.ArgumentParser) -> None:
+    p.add_argument("workload", nargs="?", help="Azure CSV, Mooncake JSONL, a minivllm log or workload "
+                                               "(default: --synthetic)")
+    add_workload_args(p)
+    g = p.add_argument_group("synthetic workload (instead of WORKLOAD)")
+    g.add_argument("--synthetic", type=int, action=Bounded, at_least=1, metavar="N",
+                   help="N requests with Poisson/gamma arrivals (default: off)")
+    g.add_argument("--rate", type=float, default=4.0, action=Bounded, above=0,
+                   help="with --synthetic: mean arrivals per second (default: %(default)s)")
+    g.add_argument("--cv", type=float, default=1.0, action=Bounded, at_least=0,
+                   help="with --synthetic: burstiness, 1 = Poisson (default: %(default)s)")
+    g.add_argument("--input-len", default="uniform:32:512",
+                   help="with --synthetic: fixed:N | uniform:LO:HI | lognormal:MEAN:CV[:MAX] (default: %(default)s)")
+    g.add_argument("--output-len", default="uniform:32:256",
+                   help="with --synthetic: as --input-len (default: %(default)s)")
+    g.add_argument("--prompt-vocab", type=int, action=Bounded, at_least=2, metavar="N",
+                   help="fold prompt token ids into [0, N), for a model with a smaller vocabulary than the "
+                        "trace's synthetic prompts (32,000) (default: as they are)")
+    g.add_argument("--workload-seed", type=int, default=0,
+                   help="seed of synthetic prompts and arrivals (default: %(default)s)")
+
+
+def _model_name(url: str, api_key: str | None) -> str:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        models = httpx.get(url.rstrip("/") + "/models", headers=headers, timeout=10).json()["data"]
+        return models[0]["id"]
+    except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
+        raise CLIError(f"--url: cannot list the server's models at {url}/models ({type(e).__name__}); "
+                       "is it running? (or pass --served-model-name)") from None
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from runtime.bench import serve_client
+    from runtime.bench.server_process import ServerProcess
+    from runtime.serving.server.launch import free_port
+
+    try:
+        slo = serve_client.Slo.parse(args.slo) if args.slo else None
+    except ValueError as e:
+        raise CLIError(f"--slo: {e}") from None
+    wl = _workload(args)
+    if not len(wl):
+        raise CLIError("the workload has no requests")
+    server = None
+    url = args.url
+    if args.launch is not None:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}/v1"
+        Path(args.server_trace).parent.mkdir(parents=True, exist_ok=True)
+        server = ServerProcess([*args.launch, "--trace-if-exists", "overwrite"], port=port,
+                               trace=args.server_trace, log_file=args.server_log)
+        print(f"starting: {' '.join(server.cmd)}", file=sys.stderr)
+        with tqdm(desc="waiting for /ready", unit="s", disable=args.no_progress, bar_format="{desc}: {n:.0f} s") as bar:
+            try:
+                server.wait_ready(args.ready_timeout, on_wait=lambda s: (setattr(bar, "n", s), bar.refresh()))
+            except RuntimeError as e:
+                raise CLIError(f"--launch: {e}; see {args.server_log}") from None
+    try:
+        model = args.served_model_name or _model_name(url, args.api_key)
+        print(f"replaying {len(wl):,} requests ({wl.duration:,.1f} s of arrivals) against {url} ({model})",
+              file=sys.stderr)
+        bar = tqdm(total=len(wl), unit="req", desc="bench serve", disable=args.no_progress, mininterval=0.5)
+        failed = [0]
+
+        def progress(record) -> None:
+            failed[0] += record.error is not None
+            bar.update(1)
+            if failed[0]:
+                bar.set_postfix(errors=failed[0], refresh=False)
+
+        with bar:
+            records, wall = serve_client.run(url, wl, model, api_key=args.api_key, ignore_eos=not args.no_ignore_eos,
+                                             vocab=args.prompt_vocab, timeout=args.timeout, progress=progress)
+    finally:
+        if server is not None:
+            server.stop()
+    summary = serve_client.summarize(records, wall, slo)
+    print(serve_client.render(summary))
+    if server is not None:
+        print(f"server log: {args.server_trace} (minivllm analyze {args.server_trace})")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        doc = {"benchmark": "serve", "url": url, "model": model, "workload": wl.source or "synthetic",
+               "launch": args.launch, "summary": summary,
+               "requests": [{"arrival": r.arrival, "sent": r.sent, "prompt_tokens": r.prompt_tokens,
+                             "output_tokens": r.output_tokens, "ttft": r.ttft, "e2e": r.e2e, "error": r.error}
+                            for r in records]}
+        Path(args.json).write_text(json.dumps(doc, indent=2))
+        print(f"wrote {args.json}")
+    return 0 if summary["completed"] else 1
+
+
+def _live(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from analysis.frames import load_frames
+    from analysis.metrics import render_summary, summarize
+    from runtime.bench.live import replay_live
+    from runtime.cli.config_flags import announce_load, engine_options, flag_error
+    from runtime.engine.config import ConfigError
+    from runtime.serving.llm_engine import LLMEngine
+    from runtime.serving.warmup import warm_up
+
+    wl = _workload(args)
+    if not len(wl):
+        raise CLIError("the workload has no requests")
+    Path(args.trace).parent.mkdir(parents=True, exist_ok=True)
+    announce_load(args.model)
+    try:
+        engine = LLMEngine(args.model, trace=args.trace, if_exists="overwrite", tokenizer=args.tokenizer,
+                           **engine_options(args))
+    except ConfigError as e:
+        raise flag_error(e) from None
+    if args.warmup or (args.warmup is None and engine.parts.runner.device.type == "cuda"):
+        report = warm_up(engine)
+        print(f"warmed up in {report.seconds:.1f} s ({report.steps} steps)", file=sys.stderr)
+    with tqdm(total=len(wl), unit="req", desc="bench live", disable=args.no_progress, mininterval=0.5) as bar:
+        steps = replay_live(engine, wl, vocab=args.prompt_vocab, on_finish=bar.update)
+    engine.close()
+    summary = summarize(load_frames(args.trace))
+    print(render_summary(summary, title=f"bench live: {steps:,} steps"))
+    print(f"engine log: {args.trace}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"benchmark": "live", "summary": summary}, indent=2, default=str))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def add_parsers(kinds: argparse._SubParsersAction) -> None:
+    from runtime.cli.config_flags import add_engine_args
+
+    sv = kinds.add_parser("serve", help="replay a workload against an OpenAI server with its arrival times: "
+                                        "client TTFT/TPOT/ITL, goodput", description=__doc__.split("\n\n")[0])
+    _add_workload_source(sv)
+    g = sv.add_argument_group("server")
+    g.add_argument("--url", default="http://127.0.0.1:8000/v1", help="the server's /v1 base (default: %(default)s)")
+    g.add_argument("--served-model-name", help="model id to send (default: the server's first /v1/models entry)")
+    g.add_argument("--api-key", help="bearer token (default: none)")
+    g.add_argument("--launch", nargs=argparse.REMAINDER, metavar="ENGINE_FLAGS",
+                   help="start `minivllm serve ENGINE_FLAGS` on a free port first, stop it after; must come last "
+                        "(default: use --url)")
+    g.add_argument("--server-trace", default="out/bench_serve/live.jsonl",
+                   help="with --launch: the server's event log (default: %(default)s)")
+    g.add_argument("--server-log", default="out/bench_serve/server.log",
+                   help="with --launch: the server's output (default: %(default)s)")
+    g.add_argument("--ready-timeout", type=float, default=900.0, action=Bounded, above=0,
+                   help="with --launch: seconds to wait for /ready (default: %(default)s)")
+    c = sv.add_argument_group("client")
+    c.add_argument("--slo", metavar="TERMS", help="goodput SLO, e.g. ttft_ms=1000,tpot_ms=50 (default: none)")
+    c.add_argument("--no-ignore-eos", action="store_true",
+                   help="let requests stop at eos (default: ignore it, so outputs have the workload's lengths)")
+    c.add_argument("--timeout", type=float, default=600.0, action=Bounded, above=0,
+                   help="seconds one request may take (default: %(default)s)")
+    c.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    c.add_argument("--json", metavar="PATH", help="also write the summary and every request as JSON")
+    sv.set_defaults(func=_serve)
+
+    lv = kinds.add_parser("live", help="the same replay on the engine in process (no HTTP): engine-side latency")
+    _add_workload_source(lv)
+    add_engine_args(lv)
+    lv.add_argument("--trace", default="out/bench_live/live.jsonl", help="the run's event log (default: %(default)s)")
+    lv.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None,
+                    help="warm up first, as the server does (default: on CUDA)")
+    lv.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    lv.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
+    lv.set_defaults(func=_live)
