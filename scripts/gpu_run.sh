@@ -11,6 +11,10 @@
 #   costmodel  minivllm profile: step-shape sweep + fitted H200 cost model
 #   kernel     bench decode-kernel
 #   probe      torch-profiler table of one 2048-token prefill step
+#   serve      the OpenAI server on Qwen3-0.6B shapes (random weights, SmolLM2's tokenizer from .gpu/tokenizer):
+#              bench serve of 800 Azure conv requests (arrivals 6x compressed), 3 s idle, a second burst;
+#              then bench live (the same 800 in process); .gpu/ holds the tokenizer and the trace slice
+#              (scripts/gpu_wheels.sh makes it) and travels with carry
 # The packages the machine lacks travel as wheels in .whl/: run scripts/gpu_wheels.sh here first and
 # carry .whl in the device call.
 set -uo pipefail
@@ -48,6 +52,29 @@ for stage in "$@"; do
                  --fit "$OUT/qwen3-0.6b-h200.json" ;;
     kernel) minivllm bench decode-kernel --json "$OUT/decode_kernel.json" ;;
     probe) python3 -m runtime.bench.prefill_probe ;;
+    serve) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16
+                --max-model-len 8192 ${SERVE_FLAGS:-})
+           BS=(.gpu/conv_head1200.csv --rate-scale 6 --slo ttft_ms=1000,tpot_ms=50 --no-progress)
+           minivllm serve "${SRV[@]}" --port 8011 --trace "$OUT/serve_live.jsonl" > "$OUT/server.log" 2>&1 &
+           pid=$!
+           python3 -c "import time, httpx
+for _ in range(900):
+    try:
+        if httpx.get('http://127.0.0.1:8011/ready', timeout=2).status_code == 200: break
+    except httpx.HTTPError: pass
+    time.sleep(0.5)"
+           minivllm bench serve "${BS[@]}" --limit 800 --url http://127.0.0.1:8011/v1 --json "$OUT/serve_burst1.json"
+           sleep 3
+           minivllm bench serve "${BS[@]}" --limit 200 --workload-seed 1 --url http://127.0.0.1:8011/v1 \
+             --json "$OUT/serve_burst2.json"
+           python3 -c "import httpx; print('\n'.join(l for l in httpx.get('http://127.0.0.1:8011/metrics').text.splitlines()
+                         if l.startswith(('minivllm_jit', 'minivllm_engine_'))))"
+           kill -INT $pid; wait $pid; tail -n 5 "$OUT/server.log"
+           minivllm analyze "$OUT/serve_live.jsonl" 2>&1 | head -n 30
+           python3 -m runtime.bench.step_times "$OUT/serve_live.jsonl"
+           minivllm bench live .gpu/conv_head1200.csv --limit 800 --rate-scale 6 "${SRV[@]}" --no-progress \
+             --trace "$OUT/live_inproc.jsonl" --json "$OUT/live_inproc.json"
+           python3 -m runtime.bench.step_times "$OUT/live_inproc.jsonl" ;;
     modeltests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_model_gpu.py tests/test_fused_norm_rope_gpu.py 2>&1 | tail -n 30 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac || status=1

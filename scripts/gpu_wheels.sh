@@ -13,3 +13,17 @@ for py in 3.10 3.11 3.12 3.13; do
     --python-version "$py" --no-deps -d .whl "${PACKAGES[@]}" 2>&1 | grep -v "^WARNING" || true
 done
 ls .whl | wc -l
+# the tokenizer of the default model (random-weight real shapes are served with it) and a trace slice
+mkdir -p .gpu/tokenizer
+python3 - <<'PY'
+import shutil
+from runtime.executor.model.gguf import converted_folder
+from runtime.executor.model.loader import default_model_path, file_identity
+
+path = default_model_path()
+folder = converted_folder(path, file_identity(path))
+for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+    if (folder / name).exists():
+        shutil.copy(folder / name, ".gpu/tokenizer/")
+PY
+head -n 1201 ../shared/traces/AzureLLMInferenceTrace_conv.csv > .gpu/conv_head1200.csv

@@ -193,7 +193,7 @@ class LLMEngine:
             return list(self.tokenizer(prompt)["input_ids"])
         ids = [int(t) for t in prompt]
         vocab = self.vocab_size
-        if vocab is not None and ids and not (0 <= min(ids) and max(ids) < vocab):
+        if vocab is not None and ids and not (min(ids) >= 0 and max(ids) < vocab):
             bad = next(t for t in ids if not 0 <= t < vocab)
             raise InvalidRequest(f"prompt: token id {bad} is outside the vocabulary [0, {vocab})")
         return ids
