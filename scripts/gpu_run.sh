@@ -55,7 +55,7 @@ for stage in "$@"; do
     serve) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16
                 --max-model-len 8192 ${SERVE_FLAGS:-})
            BS=(.gpu/conv_head1200.csv --rate-scale 6 --slo ttft_ms=1000,tpot_ms=50 --no-progress)
-           minivllm serve "${SRV[@]}" --port 8011 --trace "$OUT/serve_live.jsonl" > "$OUT/server.log" 2>&1 &
+           python3 -m runtime serve "${SRV[@]}" --port 8011 --trace "$OUT/serve_live.jsonl" > "$OUT/server.log" 2>&1 &
            pid=$!
            python3 -c "import time, httpx
 for _ in range(900):
@@ -69,7 +69,7 @@ for _ in range(900):
              --json "$OUT/serve_burst2.json"
            python3 -c "import httpx; print('\n'.join(l for l in httpx.get('http://127.0.0.1:8011/metrics').text.splitlines()
                          if l.startswith(('minivllm_jit', 'minivllm_engine_'))))"
-           kill -INT $pid; wait $pid; tail -n 5 "$OUT/server.log"
+           kill -TERM $pid; wait $pid; echo "server exit status $?"; tail -n 5 "$OUT/server.log"
            minivllm analyze "$OUT/serve_live.jsonl" 2>&1 | head -n 30
            python3 -m runtime.bench.step_times "$OUT/serve_live.jsonl"
            minivllm bench live .gpu/conv_head1200.csv --limit 800 --rate-scale 6 "${SRV[@]}" --no-progress \
