@@ -54,7 +54,7 @@ for stage in "$@"; do
     probe) python3 -m runtime.bench.prefill_probe ;;
     serve) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16
                 --max-model-len 8192 ${SERVE_FLAGS:-})
-           BS=(.gpu/conv_head1200.csv --rate-scale 6 --slo ttft_ms=1000,tpot_ms=50 --no-progress)
+           BS=(.gpu/conv_head1200.csv --rate-scale "${RATE_SCALE:-6}" --slo ttft_ms=1000,tpot_ms=50 --no-progress)
            python3 -m runtime serve "${SRV[@]}" --port 8011 --trace "$OUT/serve_live.jsonl" > "$OUT/server.log" 2>&1 &
            pid=$!
            python3 -c "import time, httpx
@@ -72,7 +72,7 @@ for _ in range(900):
            kill -TERM $pid; wait $pid; echo "server exit status $?"; tail -n 5 "$OUT/server.log"
            minivllm analyze "$OUT/serve_live.jsonl" 2>&1 | head -n 30
            python3 -m runtime.bench.step_times "$OUT/serve_live.jsonl"
-           minivllm bench live .gpu/conv_head1200.csv --limit 800 --rate-scale 6 "${SRV[@]}" --no-progress \
+           minivllm bench live .gpu/conv_head1200.csv --limit 800 --rate-scale "${RATE_SCALE:-6}" "${SRV[@]}" --no-progress \
              --trace "$OUT/live_inproc.jsonl" --json "$OUT/live_inproc.json"
            python3 -m runtime.bench.step_times "$OUT/live_inproc.jsonl" ;;
     modeltests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_model_gpu.py tests/test_fused_norm_rope_gpu.py 2>&1 | tail -n 30 ;;
