@@ -140,7 +140,7 @@ def serve_and_record(out: Path, workload: list[DemoRequest], engine_flags: list[
     from runtime.serving.server.launch import ServerThread
 
     log = out / "live.jsonl"
-    argv = ["serve", "--trace", str(log), *engine_flags]
+    argv = ["serve", "--trace", str(log), "--trace-if-exists", "overwrite", *engine_flags]  # the demo owns out/
     print(f"\n$ minivllm {shlex.join(argv)}   # in a thread, with {len(workload)} openai clients", flush=True)
     args = build_parser().parse_args(argv)
     app, _, close = build_app(args)
