@@ -101,7 +101,7 @@ def test_serve_flags_reach_the_engine_and_its_log(tiny, tmp_path):
     rotated = tmp_path / "live.1.jsonl"
     assert rotated.exists() and isinstance(list(read_log(rotated))[0], Header)
     new = list(read_log(log))
-    assert new[0].extra["trace_prompts"] == "ids"
+    assert "trace_prompts" not in new[0].extra  # ids, the default: the Header is what it always was
     assert isinstance(next(e for e in new if isinstance(e, Arrived)).prompt, PromptIds)
 
     with pytest.raises(CLIError, match="--trace-if-exists"):

@@ -147,7 +147,9 @@ class LLMEngine:
         writer = LogWriter(trace, if_exists=if_exists) if trace else None
         if writer is not None:
             header = parts.header("wall")
-            writer(msgspec.structs.replace(header, extra={**header.extra, TRACE_PROMPTS_KEY: trace_prompts}))
+            if trace_prompts != "ids":  # the default is not written: an ids log reads as it always did
+                header = msgspec.structs.replace(header, extra={**header.extra, TRACE_PROMPTS_KEY: trace_prompts})
+            writer(header)
         self._setup(parts.core(writer, trace_prompts=trace_prompts), parts.runner, parts.loaded.tokenizer,
                     overlap=parts.overlap, clock=clock, extra_eos=parts.loaded.spec.eos_token_ids[1:], writer=writer)
         self.parts = parts
