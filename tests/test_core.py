@@ -6,7 +6,7 @@ from runtime.engine.core import EngineCore
 from runtime.engine.request import RequestStatus
 from runtime.engine.types import StepResult
 from tests.helpers import SeededTokenExecutor, run_checked
-from traces.events import Aborted, Arrived, BlockCached, Finished, Header, PrefixHit, Step
+from traces.events import Aborted, Arrived, BlockCached, Finished, Header, PrefixHit, Rejected, Step
 from traces.log import LogWriter, encode, fold, read_log
 from traces.params import InvalidRequest, SamplingParams
 from traces.prompt import TRACE_PROMPTS, PromptIds, PromptSynthetic
@@ -44,6 +44,44 @@ def test_requests_that_can_never_run_are_rejected(prompt, params, message):
         core.add_request(prompt, params, 0.0)
     assert str(err.value) == message
     assert not core.has_unfinished()
+
+
+def test_a_refused_request_is_logged_as_rejected_and_takes_no_id():
+    """The log counts what the engine refused (an analysis that silently drops the longest requests
+    reports a flattering TTFT); the accepted requests' ids and events are what they were without it."""
+    events = []
+    core = engine(num_blocks=20, events=events)
+    params = SamplingParams(max_tokens=21)
+    with pytest.raises(InvalidRequest) as err:
+        core.add_request(list(range(100)), params, 1.5, priority=3)
+    assert core.add_request([1, 2], SamplingParams(), 2.0) == 0
+    rejected = events[0]
+    assert rejected == Rejected(time=1.5, num_prompt_tokens=100, params=params, reason=str(err.value), priority=3,
+                                prompt=PromptIds(list(range(100))))
+    assert [type(e) for e in events] == [Rejected, Arrived] and events[1].request_id == 0
+    assert fold(read_back(events)).computed == {0: 0}  # fold passes over it
+
+
+def read_back(events):
+    """``events`` after a trip through a log file's encoding."""
+    import msgspec
+
+    from traces.events import Event
+
+    return [Header(num_blocks=20)] + [msgspec.json.decode(encode(e), type=Event) for e in events]
+
+
+@pytest.mark.parametrize(("mode", "n", "kept"), [("ids", 200, False), ("ids", 128, True), ("hashes", 200, False),
+                                                 ("none", 200, False)])
+def test_a_rejected_prompt_is_kept_only_where_an_arrived_one_would_be(mode, n, kept):
+    """ids logs keep a refused prompt up to max_model_len tokens (a huge one is its length alone);
+    hashes / none logs never keep anyone's token ids."""
+    events = []
+    core = engine(events=events, trace_prompts=mode)
+    with pytest.raises(InvalidRequest):
+        core.add_request(list(range(n)), SamplingParams(), 0.0)
+    (rejected,) = events
+    assert rejected.num_prompt_tokens == n and (rejected.prompt is not None) == kept
 
 
 def test_the_largest_servable_requests_are_accepted():
@@ -195,9 +233,10 @@ def test_a_cache_salt_decides_who_shares_a_prefix(first, second, shared):
 def test_a_bad_cache_salt_is_an_invalid_request(salt):
     events = []
     core = engine(events=events)
-    with pytest.raises(InvalidRequest, match="cache_salt"):
+    with pytest.raises(InvalidRequest, match="cache_salt") as err:
         core.add_request([1, 2], SamplingParams(), 0.0, cache_salt=salt)
-    assert not events and core.num_requests_added == 0
+    assert core.num_requests_added == 0
+    assert [(type(e), e.reason) for e in events] == [(Rejected, str(err.value))]  # the salt itself isn't logged
 
 
 @pytest.mark.parametrize("mode", TRACE_PROMPTS)

@@ -32,6 +32,7 @@ from traces.events import (
     Header,
     Preempted,
     PrefixHit,
+    Rejected,
     Reserved,
     Span,
     Step,
@@ -99,6 +100,8 @@ EVENTS = {
                           block_events=st.lists(block_events, max_size=3)),
     "Aborted": st.builds(Aborted, time=floats, request_id=ints, reason=strs,
                          block_events=st.lists(block_events, max_size=3)),
+    "Rejected": st.builds(Rejected, time=floats, num_prompt_tokens=ints, params=params(), reason=strs,
+                          priority=ints, prompt=st.none() | prompts),
 }
 assert set(EVENTS) == {t.__name__ for t in Event.__args__}, "an event type without a strategy"
 

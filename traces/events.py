@@ -145,7 +145,22 @@ class Aborted(_Event, tag="Aborted"):
     block_events: list[BlockEvent] = []
 
 
-Event = Header | Arrived | Admitted | Preempted | Step | Finished | Aborted
+class Rejected(_Event, tag="Rejected"):
+    """A request ``add_request`` refused (InvalidRequest): never served, given no request id, so
+    the log of the requests it did take is what it was without it. Analysis counts these: leaving
+    out the longest requests would flatter every latency percentile."""
+
+    time: float
+    num_prompt_tokens: int
+    params: SamplingParams
+    reason: str  # the InvalidRequest message (what the client was told)
+    priority: int = 0
+    # the prompt as given, only in an ids log and only up to max_model_len tokens (a huge refused
+    # prompt is its length alone)
+    prompt: Prompt | None = None
+
+
+Event = Header | Arrived | Admitted | Preempted | Step | Finished | Aborted | Rejected
 
 # Header.extra key: what the Arrived events' prompts hold (traces.prompt.TRACE_PROMPTS); absent = "ids"
 TRACE_PROMPTS_KEY = "trace_prompts"

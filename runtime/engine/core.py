@@ -23,7 +23,7 @@ from runtime.engine.config import EngineConfig
 from runtime.engine.request import Request, RequestStatus
 from runtime.engine.scheduler import Scheduler
 from runtime.engine.types import PLACEHOLDER, EventSink, Executor, RequestDelta, StepOutput, StepPlan, StepResult
-from traces.events import Aborted, Admitted, Arrived, Finished, Preempted, Step
+from traces.events import Aborted, Admitted, Arrived, Finished, Preempted, Rejected, Step
 from traces.params import InvalidRequest, SamplingParams
 from traces.prompt import TRACE_PROMPTS, Prompt, PromptIds, PromptSynthetic, materialize
 
@@ -94,9 +94,13 @@ class EngineCore:
     ) -> int:
         record = prompt if isinstance(prompt, Prompt) else PromptIds(list(prompt))
         token_ids = materialize(record)
-        self.validate(len(token_ids), params)
-        if cache_salt is not None:
-            _check_salt(cache_salt)
+        try:
+            self.validate(len(token_ids), params)
+            if cache_salt is not None:
+                _check_salt(cache_salt)
+        except InvalidRequest as e:  # logged, so a report counts it instead of silently dropping it
+            self._reject(record, len(token_ids), params, now, priority, str(e))
+            raise
         rid = self._next_request_id
         req = Request(rid, token_ids, params, now, self.config.scheduler.max_model_len, priority,
                       self.eos_token_id, cache_salt)
@@ -111,6 +115,17 @@ class EngineCore:
         self.requests[rid] = req
         self.scheduler.add(req)
         return rid
+
+    def _reject(self, record: Prompt, num_tokens: int, params: SamplingParams, now: float, priority: int,
+                reason: str) -> None:
+        """Write the ``Rejected`` event of a refused request (no id is handed out for it)."""
+        if self.sink is None:
+            return
+        mode = self.trace_prompts
+        synthetic = isinstance(record, PromptSynthetic)
+        keep = (mode == "ids" and num_tokens <= self.config.scheduler.max_model_len) or (mode == "hashes" and synthetic)
+        self.sink(Rejected(time=now, num_prompt_tokens=num_tokens, params=params, reason=reason, priority=priority,
+                           prompt=record if keep else None))
 
     def _recorded(self, record: Prompt, req: Request) -> Prompt:
         """What the log keeps of a prompt (``trace_prompts``)."""
