@@ -8,6 +8,14 @@ status (finished | aborted | unfinished), num_preemptions.
 ``steps``: step, start, end, duration, num_spans, prefill_tokens (Σ chunk over spans > 1
 token), decode_seqs (spans of 1 token), num_tokens, num_sampled, num_admitted, num_preempted.
 
+``gaps``: one row per gap between two consecutive token deliveries of a request (a delivery =
+the end of a step that sampled for it; several tokens of one span are one delivery): request_id,
+step (the step that ended the gap), prev_step, start (the previous delivery), gap (seconds).
+A preemption's recompute is inside a gap: the user waits through it.
+
+``rejected``: one row per request the engine refused (``Rejected``; never served, no id): time,
+num_prompt_tokens, max_tokens, priority, reason.
+
 Built in one streaming pass (``FrameBuilder`` is also a log sink), so a multi-million-step log
 needs memory for the columns only.
 """
@@ -15,14 +23,15 @@ needs memory for the columns only.
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from traces.events import Aborted, Admitted, Arrived, Event, Finished, Header, Preempted, Step
+from traces.events import Aborted, Admitted, Arrived, Event, Finished, Header, Preempted, Rejected, Step
 from traces.log import read_log
 
 _NAN = math.nan
@@ -33,6 +42,8 @@ class LogFrames:
     header: Header | None
     requests: pd.DataFrame
     steps: pd.DataFrame
+    gaps: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(_GAP_COLUMNS)))
+    rejected: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(_REJECTED_COLUMNS)))
     # a log cut off mid-write (a killed server): its complete lines were read, these bytes dropped
     truncated: bool = False
     dropped_bytes: int = 0
@@ -49,12 +60,17 @@ class FrameBuilder:
             "step", "start", "end", "num_spans", "prefill_tokens", "decode_seqs", "num_tokens", "num_sampled")}
         self._admitted_per_step: dict[int, int] = {}
         self._preempted_per_step: dict[int, int] = {}
+        self._last_token: dict[int, tuple[float, int]] = {}  # unfinished request -> (time, step) of its last delivery
+        self._gaps = {"request_id": array("q"), "step": array("q"), "prev_step": array("q"), "start": array("d"),
+                      "gap": array("d")}  # typed arrays: a long log has a gap per token
+        self._rejected: list[tuple] = []
 
     # row layout of a request: see _REQ_COLUMNS
     def __call__(self, ev: Event) -> None:
         if isinstance(ev, Step):
             c = self._cols
             first = self._first_token
+            last, g = self._last_token, self._gaps
             end = ev.end
             pt = ds = nt = sampled = 0
             for s in ev.spans:
@@ -66,8 +82,17 @@ class FrameBuilder:
                     pt += n
                 if s.sample:
                     sampled += 1
-                    if s.request_id not in first:
-                        first[s.request_id] = end
+                    rid = s.request_id
+                    prev = last.get(rid)
+                    if prev is not None:
+                        g["request_id"].append(rid)
+                        g["step"].append(ev.step)
+                        g["prev_step"].append(prev[1])
+                        g["start"].append(prev[0])
+                        g["gap"].append(end - prev[0])
+                    elif rid not in first:
+                        first[rid] = end
+                    last[rid] = (end, ev.step)
             c["step"].append(ev.step)
             c["start"].append(ev.start)
             c["end"].append(end)
@@ -90,6 +115,7 @@ class FrameBuilder:
                 row[11] += 1
             self._preempted_per_step[ev.step] = self._preempted_per_step.get(ev.step, 0) + 1
         elif isinstance(ev, Finished | Aborted):
+            self._last_token.pop(ev.request_id, None)
             row = self._req.get(ev.request_id)
             if row is not None:
                 row[7] = ev.time
@@ -99,6 +125,8 @@ class FrameBuilder:
                     row[10] = "finished"
                 else:
                     row[10] = "aborted"
+        elif isinstance(ev, Rejected):
+            self._rejected.append((ev.time, ev.num_prompt_tokens, ev.params.max_tokens, ev.priority, ev.reason))
         elif isinstance(ev, Header) and self.header is None:
             self.header = ev
 
@@ -117,12 +145,18 @@ class FrameBuilder:
             steps["num_preempted"] = steps["step"].map(self._preempted_per_step).fillna(0).astype(np.int64)
         else:
             steps = pd.DataFrame(columns=[*self._cols, "duration", "num_admitted", "num_preempted"])
-        return LogFrames(self.header, requests, steps)
+        gaps = pd.DataFrame({k: np.frombuffer(v, dtype=np.int64 if v.typecode == "q" else np.float64).copy()
+                             for k, v in self._gaps.items()})
+        rejected = pd.DataFrame(self._rejected, columns=list(_REJECTED_COLUMNS))
+        return LogFrames(self.header, requests, steps, gaps, rejected)
 
 
 _REQ_COLUMNS = ("request_id", "arrival", "num_prompt_tokens", "max_tokens", "priority", "admitted",
                 "num_cached_tokens", "finish", "num_output_tokens", "finish_reason", "status",
                 "num_preemptions")
+
+_GAP_COLUMNS = ("request_id", "step", "prev_step", "start", "gap")
+_REJECTED_COLUMNS = ("time", "num_prompt_tokens", "max_tokens", "priority", "reason")
 
 
 def frames_from_events(events: Iterable[Event]) -> LogFrames:

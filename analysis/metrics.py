@@ -5,8 +5,12 @@ Definitions (times in seconds on the log's clock):
   TPOT   (finish - first_token) / (num_output_tokens - 1), requests with >= 2 output tokens
   E2E    finish - arrival (finished requests)
   queue  admitted - arrival (first admission)
+  ITL    every gap between two consecutive token deliveries of a request (analysis/stalls.py)
   throughput   output tokens / makespan, makespan = last step end - first arrival
   prefix hit rate   Σ cached tokens at first admission / Σ prompt tokens of admitted requests
+
+Percentiles are over the served requests (``requests`` counts those); refused ones (``Rejected``
+events) are counted beside them (``rejected``, ``rejected_share``: analysis/rejected.py).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.frames import LogFrames
+from analysis.rejected import rejected_summary, render_rejected
+from analysis.stalls import DEFAULT_STALL_S, gap_stats, render_stalls, stalls
 
 PERCENTILES = (50, 90, 99)
 
@@ -37,11 +43,12 @@ def latencies(requests: pd.DataFrame) -> pd.DataFrame:
 def percentiles(values: pd.Series, ps: tuple[int, ...] = PERCENTILES) -> dict[str, float]:
     v = values.dropna().to_numpy(dtype=float)
     if not len(v):
-        return {"mean": float("nan"), **{f"p{p}": float("nan") for p in ps}}
-    return {"mean": float(v.mean()), **{f"p{p}": float(np.percentile(v, p)) for p in ps}}
+        return {"mean": float("nan"), **{f"p{p}": float("nan") for p in ps}, "max": float("nan")}
+    return {"mean": float(v.mean()), **{f"p{p}": float(np.percentile(v, p)) for p in ps}, "max": float(v.max())}
 
 
-def summarize(frames: LogFrames) -> dict[str, Any]:
+def summarize(frames: LogFrames, stall_s: float = DEFAULT_STALL_S) -> dict[str, Any]:
+    """Everything the report shows of one log; ``stall_s``: the gap that counts as a decode stall."""
     r, s = frames.requests, frames.steps
     lat = latencies(r)
     finished = r["status"] == "finished"
@@ -75,6 +82,9 @@ def summarize(frames: LogFrames) -> dict[str, Any]:
         "tpot_s": percentiles(lat["tpot"]),
         "e2e_s": percentiles(lat["e2e"]),
         "queue_s": percentiles(lat["queue"]),
+        "itl_s": gap_stats(frames.gaps["gap"]),
+        "stalls": stalls(frames, stall_s),
+        **rejected_summary(frames),
     }
 
 
@@ -85,15 +95,20 @@ def render_summary(summary: dict[str, Any], title: str = "summary") -> str:
 
     lat = Table(title=title, title_justify="left")
     lat.add_column("latency (ms)")
-    for col in ("mean", *[f"p{p}" for p in PERCENTILES]):
+    cols = ("mean", *[f"p{p}" for p in PERCENTILES], "max")
+    for col in cols:
         lat.add_column(col, justify="right")
-    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"), ("queue_s", "queue")):
-        lat.add_row(label, *(_num(summary[key][c] * 1e3, ",.1f") for c in ("mean", "p50", "p90", "p99")))
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"),
+                       ("queue_s", "queue")):
+        if key in summary:  # a summary saved before ITL existed
+            lat.add_row(label, *(_num(summary[key].get(c, float("nan")) * 1e3, ",.1f") for c in cols))
     tot = Table(show_header=False)
     tot.add_column("metric")
     tot.add_column("value", justify="right")
-    tot.add_row("requests (finished/aborted/unfinished)",
-                f"{summary['requests']:,} ({summary['finished']:,}/{summary['aborted']:,}/{summary['unfinished']:,})")
+    rejected = int(summary.get("rejected", 0))
+    tot.add_row("requests (finished/aborted/unfinished/rejected)",
+                f"{summary['requests'] + rejected:,} ({summary['finished']:,}/{summary['aborted']:,}/"
+                f"{summary['unfinished']:,}/{rejected:,})")
     tot.add_row("steps", f"{summary['steps']:,}")
     tot.add_row("makespan", f"{summary['makespan_s']:,.1f} s (engine busy {_num(summary['busy_fraction'], '.0%')})")
     tot.add_row("output throughput", f"{_num(summary['output_throughput_tok_s'], ',.0f')} tok/s")
@@ -104,8 +119,12 @@ def render_summary(summary: dict[str, Any], title: str = "summary") -> str:
     tot.add_row("mean step", f"{_num(summary['mean_step_s'] * 1e3, ',.2f')} ms, "
                 f"{_num(summary['mean_batch_tokens'], ',.1f')} tokens")
     console = Console(width=100, record=True, force_terminal=False, color_system=None, file=_Null())
+    if rejected and "rejected_share" in summary:
+        console.print(render_rejected(summary), markup=False, highlight=False, soft_wrap=True)
     console.print(lat)
     console.print(tot)
+    if "stalls" in summary:
+        console.print(render_stalls(summary["stalls"]), markup=False, highlight=False, soft_wrap=True)
     return console.export_text()
 
 

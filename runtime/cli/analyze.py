@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from runtime.cli.checks import Bounded
 from runtime.cli.errors import CLIError
 
 
@@ -14,6 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--labels", help="comma-separated names, one per log (default: file names)")
     p.add_argument("--out", metavar="DIR", help="write report.md, plots, Chrome traces and CSVs here "
                    "(default: print the tables only)")
+    p.add_argument("--stall-ms", type=float, default=200.0, action=Bounded, above=0, metavar="MS",
+                   help="a gap between two tokens of a request longer than this is a decode stall "
+                        "(default: %(default)s)")
     p.set_defaults(func=run)
 
 
@@ -34,6 +38,7 @@ def load(path: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    from analysis.header_diff import render_header_differences
     from analysis.metrics import render_summary, summarize
     from analysis.report import comparison_table, write_report
 
@@ -44,10 +49,12 @@ def run(args: argparse.Namespace) -> int:
         if not Path(path).is_file():
             raise CLIError(f"{path}: no such file")
     runs = [(label, load(path)) for label, path in zip(labels, args.logs)]
+    stall_s = args.stall_ms / 1e3
     for label, frames in runs:
-        print(render_summary(summarize(frames), title=label))
-    if len(runs) > 1:
-        print(comparison_table(runs))
+        print(render_summary(summarize(frames, stall_s), title=label))
+    if len(runs) > 1:  # what differs between the runs, before the numbers that compare them
+        print(render_header_differences(labels, [frames.header for _, frames in runs]))
+        print(comparison_table(runs, stall_s))
     if args.out:
-        print(f"wrote {write_report(runs, args.out)}")
+        print(f"wrote {write_report(runs, args.out, stall_s=stall_s)}")
     return 0
