@@ -421,3 +421,25 @@ def test_a_synthetic_prompt_is_logged_as_given_and_run_on_its_tokens():
     assert core.requests[rid].num_prompt_tokens == 9
     assert [e.prompt for e in events if isinstance(e, Arrived)] == [prompt]
     run_checked(core, EX, events)
+
+
+@pytest.mark.parametrize(("mode", "kept"), [("ids", True), ("hashes", True), ("none", False)])
+def test_a_synthetic_prompt_is_kept_unless_prompts_are_not_traced(mode, kept):
+    """A synthetic prompt holds no one's tokens: ``hashes`` keeps it as given; ``none`` keeps only its length."""
+    events = []
+    core = engine(events=events, trace_prompts=mode)
+    prompt = PromptSynthetic(num_tokens=9, unique_seed=4)
+    core.add_request(prompt, SamplingParams(max_tokens=1), 0.0)
+    (recorded,) = [e.prompt for e in events if isinstance(e, Arrived)]
+    assert recorded == (prompt if kept else PromptSynthetic(num_tokens=9, unique_seed=0))
+
+
+@pytest.mark.parametrize(("salt", "message"), [
+    ("", "cache_salt must be a non-empty string, got ''"),
+    (7, "cache_salt must be a non-empty string, got 7"),
+    ("\ud800", "cache_salt must be valid Unicode text (no lone surrogates)"),
+])
+def test_a_bad_cache_salt_is_named_in_the_message(salt, message):
+    with pytest.raises(InvalidRequest) as err:
+        engine().add_request([1, 2], SamplingParams(), 0.0, cache_salt=salt)
+    assert str(err.value) == message
