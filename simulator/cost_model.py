@@ -1,80 +1,41 @@
 """Step-time models: how long an engine step takes, from the step's shape alone.
 
-A step's shape is its spans (``start`` = tokens already in the KV cache, ``num_tokens`` = the
-chunk computed now), so any log's ``Step`` events are training data. Features:
+A step's shape is its spans, so any log's ``Step`` events are training data; the features are in
+simulator/features.py. A model file written before a feature existed has no coefficient for it:
+that coefficient is 0 (``MISSING_COEFFICIENT``), so such a file loads and predicts exactly what it
+did before.
 
-  const              1 per step (weights read, launches, fixed overhead)
-  prefill_tokens     Σ chunk over spans with chunk > 1 (GEMM work)
-  prefill_attention  Σ (chunk · start + chunk · (chunk + 1) / 2): query-key pairs of causal prefill
-  decode_seqs        spans with chunk == 1
-  decode_context     Σ (start + 1) over those: KV read by decode attention
-  seqs               all spans (per-sequence overhead, sampling)
-  prefill_step       1 when any span has chunk > 1: a step that carries prefill runs eagerly (no CUDA
-                     graph) and pays a fixed extra cost, however few tokens it has
-
-A model file written before a feature existed has no coefficient for it: that coefficient is 0
-(``MISSING_COEFFICIENT``), so such a file loads and predicts exactly what it did before.
-
-``LinearCostModel`` is a non-negative least-squares fit over them (relative error weighting by
-default, so short and long steps count alike); ``RecordedCostModel`` returns a log's own step
-durations (for trace-vs-live tests and zero-error timing replay).
+``LinearCostModel`` is a non-negative least-squares fit over the features (weighting relative —
+short and long steps count alike — or absolute, which keeps the total time);
+``TreeCostModel`` (simulator/tree_model.py) adds boosted trees or a forest; which one a fit keeps
+is chosen by held-out error (simulator/fit.py). Either may carry host timing and the ranges it
+was fitted on (simulator/model_base.py). ``RecordedCostModel`` returns a log's own step durations
+(for trace-vs-live tests and zero-error timing replay). ``load_cost_model`` reads any of them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from simulator.features import EXT_FEATURES, FEATURE_DOC, FEATURES, ext_features, step_features
+from simulator.model_base import FORMAT, CostModel, CostModelError, TimedModel, mape, read_model_doc, total_error
 from simulator.nnls import nnls
+from simulator.tree_model import TreeCostModel
 from traces.events import Span, Step
 from traces.log import read_log
 
-FEATURES = ("const", "prefill_tokens", "prefill_attention", "decode_seqs", "decode_context", "seqs",
-            "prefill_step")
-FEATURE_DOC = {
-    "const": "seconds per step",
-    "prefill_tokens": "seconds per prefill token (chunk > 1)",
-    "prefill_attention": "seconds per causal query-key pair in prefill chunks",
-    "decode_seqs": "seconds per decode span (chunk == 1)",
-    "decode_context": "seconds per context token read by a decode span",
-    "seqs": "seconds per span",
-    "prefill_step": "seconds per step that carries prefill (any chunk > 1: eager, no CUDA graph)",
-}
+__all__ = ["EXT_FEATURES", "FEATURES", "FEATURE_DOC", "FORMAT", "MISSING_COEFFICIENT", "CostModel", "CostModelError",
+           "LinearCostModel", "RecordedCostModel", "StepData", "TreeCostModel", "load_cost_model", "mape",
+           "shipped_cost_models", "step_features", "total_error"]
+
 # The coefficient of a feature a cost-model file doesn't list (written before the feature existed).
 MISSING_COEFFICIENT = 0.0
-FORMAT = "minivllm-cost-model"
-
-
-class CostModelError(ValueError):
-    """A cost model file is malformed or can't serve the step asked for."""
-
-
-class CostModel(Protocol):
-    """``step_time`` is required; a model may also define ``gap_before(step) -> float``: engine
-    time spent before scheduling ``step`` once there is work (the simulator waits it out)."""
-
-    def step_time(self, step: int, spans: Sequence[Span]) -> float:
-        """Seconds that step ``step`` with these spans takes."""
-
-
-def step_features(spans: Iterable[Span]) -> list[float]:
-    """The feature vector (in ``FEATURES`` order) of one step."""
-    pt = pa = ds = dc = ns = 0
-    for s in spans:
-        n = s.num_tokens
-        ns += 1
-        if n == 1:
-            ds += 1
-            dc += s.start + 1
-        else:
-            pt += n
-            pa += n * s.start + n * (n + 1) // 2
-    return [1.0, pt, pa, ds, dc, ns, 1.0 if pt else 0.0]
 
 
 @dataclass
@@ -85,6 +46,14 @@ class StepData:
     durations: np.ndarray  # [steps]
     logs: list[str] = field(default_factory=list)
     log_index: np.ndarray | None = None  # [steps]: which log each row came from
+    extra: np.ndarray | None = None  # [steps, len(EXTRA)]: the rest of EXT_FEATURES
+
+    @property
+    def ext(self) -> np.ndarray:
+        """[steps, len(EXT_FEATURES)]"""
+        if self.extra is None:
+            raise CostModelError("these steps carry no extended features")
+        return np.hstack([self.features, self.extra])
 
     @classmethod
     def from_logs(cls, paths: Sequence[str | Path]) -> StepData:
@@ -94,30 +63,40 @@ class StepData:
         for i, path in enumerate(paths):
             for ev in read_log(path):
                 if isinstance(ev, Step):
-                    rows.append(step_features(ev.spans))
+                    rows.append(ext_features(ev.spans))
                     ys.append(ev.end - ev.start)
                     idx.append(i)
         if not rows:
             raise CostModelError(f"no Step events in {', '.join(map(str, paths))}")
-        return cls(np.asarray(rows, dtype=np.float64), np.asarray(ys), [str(p) for p in paths],
-                   np.asarray(idx))
+        X = np.asarray(rows, dtype=np.float64)
+        n = len(FEATURES)
+        return cls(X[:, :n], np.asarray(ys), [str(p) for p in paths], np.asarray(idx), X[:, n:])
+
+    def subset(self, mask: np.ndarray) -> StepData:
+        return StepData(self.features[mask], self.durations[mask], self.logs,
+                        None if self.log_index is None else self.log_index[mask],
+                        None if self.extra is None else self.extra[mask])
+
+    @classmethod
+    def concat(cls, parts: Sequence[StepData]) -> StepData:
+        """Steps of several sets (log indices renumbered after each other's logs)."""
+        logs: list[str] = []
+        idx = []
+        for p in parts:
+            base = len(logs)
+            logs += p.logs
+            idx.append((p.log_index if p.log_index is not None else np.zeros(len(p.durations), int)) + base)
+        extra = None if any(p.extra is None for p in parts) else np.vstack([p.extra for p in parts])
+        return cls(np.vstack([p.features for p in parts]), np.concatenate([p.durations for p in parts]), logs,
+                   np.concatenate(idx), extra)
 
     def split(self, holdout_every: int) -> tuple[StepData, StepData]:
         """Deterministic split: every ``holdout_every``-th step held out."""
         mask = np.arange(len(self.durations)) % holdout_every == holdout_every - 1
-        return (StepData(self.features[~mask], self.durations[~mask], self.logs),
-                StepData(self.features[mask], self.durations[mask], self.logs))
+        return self.subset(~mask), self.subset(mask)
 
 
-def mape(predicted: np.ndarray, actual: np.ndarray) -> float:
-    """Mean absolute percentage error over steps with a positive recorded duration (in %)."""
-    ok = actual > 0
-    if not ok.any():
-        return float("nan")
-    return float(np.mean(np.abs(predicted[ok] - actual[ok]) / actual[ok]) * 100)
-
-
-class LinearCostModel:
+class LinearCostModel(TimedModel):
     """``step_time = Σ coefficient · feature``; coefficients in seconds per unit, all >= 0.
 
     A feature missing from ``coefficients`` gets ``MISSING_COEFFICIENT`` (0): that is how a file
@@ -150,7 +129,9 @@ class LinearCostModel:
                 pa += n * s.start + n * (n + 1) // 2
         t = (self._c + self._pt * pt + self._pa * pa + self._ds * ds
              + self._dc * (dc + ds) + self._ns * len(spans))
-        return t + self._ps if pt else t
+        if pt:
+            t += self._ps
+        return t if self._overlap is None else self._overlapped(t, len(spans))
 
     def predict(self, features: np.ndarray) -> np.ndarray:
         return features @ np.array([self.coefficients[f] for f in FEATURES])
@@ -187,7 +168,7 @@ class LinearCostModel:
         """Per-step MAPE overall and per log."""
         pred = self.predict(data.features)
         out: dict[str, Any] = {"logs": data.logs, "steps": int(len(data.durations)),
-                               "mape": mape(pred, data.durations)}
+                               "mape": mape(pred, data.durations), "total_error": total_error(pred, data.durations)}
         if data.log_index is not None and len(data.logs) > 1:
             out["per_log"] = {log: mape(pred[data.log_index == i], data.durations[data.log_index == i])
                               for i, log in enumerate(data.logs)}
@@ -197,7 +178,7 @@ class LinearCostModel:
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": 1, "kind": "linear", **self.meta,
-                "features": FEATURE_DOC, "coefficients": self.coefficients}
+                "features": FEATURE_DOC, "coefficients": self.coefficients, **self.timed_parts()}
 
     def save(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -206,20 +187,24 @@ class LinearCostModel:
     @classmethod
     def load(cls, path: str | Path) -> LinearCostModel:
         """A model from JSON; a feature the file has no coefficient for costs ``MISSING_COEFFICIENT``."""
-        try:
-            doc = json.loads(Path(path).read_text())
-        except json.JSONDecodeError as e:
-            raise CostModelError(f"{path}:{e.lineno}: not JSON: {e.msg}") from None
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("kind") != "linear":
+        doc = read_model_doc(path)
+        if doc.get("kind") != "linear":
             raise CostModelError(f"{path}: not a minivllm linear cost model (format {FORMAT!r}, kind 'linear')")
+        return cls.from_doc(doc, path)
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any], path: str | Path = "") -> LinearCostModel:
         coefficients = doc.get("coefficients")
         if not isinstance(coefficients, dict):
             raise CostModelError(f"{path}: field 'coefficients' must be an object")
-        meta = {k: v for k, v in doc.items() if k not in ("format", "version", "kind", "features", "coefficients")}
+        meta = {k: v for k, v in doc.items()
+                if k not in ("format", "version", "kind", "features", "coefficients", "host", "ranges")}
         try:
-            return cls(coefficients, meta)
+            model = cls(coefficients, meta)
         except CostModelError as e:
             raise CostModelError(f"{path}: {e}") from None
+        model.load_timed_parts(doc, path)
+        return model
 
 
 class RecordedCostModel:
@@ -297,7 +282,13 @@ def load_cost_model(spec: str | Path) -> CostModel:
         else:
             raise FileNotFoundError(f"{spec}: no such cost model (a JSON file, recorded:LOG, or one of "
                                     f"{', '.join(shipped_cost_models())})")
-    return LinearCostModel.load(path)
+    doc = read_model_doc(path)
+    kind = doc.get("kind")
+    if kind == "linear":
+        return LinearCostModel.from_doc(doc, path)
+    if kind == "trees":
+        return TreeCostModel.from_doc(doc, path)
+    raise CostModelError(f"{path}: unknown cost-model kind {kind!r} (known: linear, trees)")
 
 
 def shipped_cost_models() -> list[str]:

@@ -23,6 +23,7 @@ import pandas as pd
 
 from runtime.engine.config import EngineConfig
 from simulator.cost_model import CostModel, mape
+from simulator.ranges import track_ranges
 from simulator.sim import SimResult, simulate
 from traces.events import Arrived, Event, Finished, Header, Step
 from traces.importers.log import read_log_workload
@@ -46,13 +47,15 @@ def timing_replay(events_or_path: str | Path | list[Event], cost_model: CostMode
                                              "pred_start", "pred_end")}
     prev_rec = prev_pred = -math.inf
     header_seen = False
+    tracker = track_ranges(cost_model)  # how many steps lie outside the model's fitted shapes
+    step_time = (tracker or cost_model).step_time
     for ev in events:
         if isinstance(ev, Step):
             ready = max((arrival.get(s.request_id, -math.inf) for s in ev.spans), default=-math.inf)
             rec_ready = max(prev_rec, ready)
             gap = max(ev.start - rec_ready, 0.0)  # engine time outside the step, as recorded
             pred_start = max(prev_pred, ready) + gap
-            pred = cost_model.step_time(ev.step, ev.spans)
+            pred = step_time(ev.step, ev.spans)
             pred_end = pred_start + pred
             k = len(cols["step"])
             for s in ev.spans:
@@ -90,7 +93,11 @@ def timing_replay(events_or_path: str | Path | list[Event], cost_model: CostMode
             row["e2e_pred"] = pred_end[k] + (finish[rid] - rec_end[k]) - t0
         rows.append(row)
     requests = pd.DataFrame(rows, columns=["request_id", "ttft_rec", "ttft_pred", "e2e_rec", "e2e_pred"])
-    return TimingReplay(steps, requests, _summary(steps, requests))
+    summary = _summary(steps, requests)
+    if tracker is not None:
+        summary["outside_model_range"] = tracker.report.to_dict()
+        summary["range_warning"] = tracker.warning()
+    return TimingReplay(steps, requests, summary)
 
 
 def _errors(pred: pd.Series, rec: pd.Series) -> dict[str, float]:
@@ -132,6 +139,8 @@ def render_timing_replay(report: TimingReplay) -> str:
         e = s[key]
         lines.append(f"{key.upper():>4} error over {e['n']:,} requests: mean abs {e['mae_s'] * 1e3:.3f} ms, "
                      f"max abs {e['max_abs_s'] * 1e3:.3f} ms, MAPE {e['mape']:.2f}%, p90 APE {e['p90_ape']:.2f}%")
+    if s.get("range_warning"):
+        lines.append(s["range_warning"])
     return "\n".join(lines)
 
 

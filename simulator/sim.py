@@ -7,6 +7,11 @@ Two processes:
             tokens (never eos: the core's eos_token_id is None here, and trace requests stop at
             their workload output length through max_tokens + ignore_eos).
 
+Engine time outside steps comes from the cost model where it has it: ``host_gap(previous spans,
+or None after idle)`` (fitted models, simulator/host_timing.py) or ``gap_before(step)`` (a
+recording's own gaps) is waited out before each schedule, and a request reaches the core
+``intake_delay`` seconds after its arrival stamp (which the log keeps).
+
 Ordering at equal times is defined, not left to event ids: an arrival at time t is scheduled
 URGENT, so it lands before a step that starts (or commits) at t. Live drivers follow the same
 rule — arrivals up to a step's end are added before its commit — which is what lets a
@@ -103,9 +108,12 @@ class Simulation:
 
     def _arrivals(self):
         env, core, result = self.env, self.core, self.result
+        # the engine sees a request this long after its arrival stamp (a front door's intake)
+        delay = float(getattr(self.cost_model, "intake_delay", 0.0) or 0.0)
         for i, spec in enumerate(self.workload.requests):
-            if spec.arrival > env.now:
-                yield env.at(spec.arrival, URGENT)
+            seen = spec.arrival + delay if delay else spec.arrival
+            if seen > env.now:
+                yield env.at(seen, URGENT)
             try:
                 core.add_request(spec.prompt, spec.params, now=spec.arrival, priority=spec.priority,
                                  cache_salt=spec.cache_salt)
@@ -121,6 +129,8 @@ class Simulation:
         env, core, result = self.env, self.core, self.result
         schedule, commit, step_time = core.schedule, core.commit, self.cost_model.step_time
         gap_before = getattr(self.cost_model, "gap_before", None)
+        host_gap = getattr(self.cost_model, "host_gap", None)
+        previous: int | None = None  # spans of the step before, None after idle
         token_fn = self.token_fn
         every = self.progress_every
         while True:
@@ -128,8 +138,9 @@ class Simulation:
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
-            if gap_before is not None:
-                gap = gap_before(result.num_steps)
+                previous = None
+            if host_gap is not None or gap_before is not None:
+                gap = host_gap(previous) if host_gap is not None else gap_before(result.num_steps)
                 if gap > 0:  # engine time before the step (arrivals meanwhile join it)
                     yield env.timeout(gap)
             now = env.now
@@ -139,6 +150,7 @@ class Simulation:
                 raise SimulationError(
                     f"engine stalled at t={now}: {core.num_waiting} waiting, {core.num_running} running")
             duration = step_time(plan.step, spans)
+            previous = len(spans)
             yield env.timeout(duration)
             if token_fn is None:
                 tokens = [[SYNTHETIC_TOKEN] for s in spans if s.sample]

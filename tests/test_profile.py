@@ -23,6 +23,7 @@ from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
 from runtime.engine.types import StepResult
 from simulator.cost_model import FEATURES, load_cost_model
+from simulator.fit import CANDIDATES
 from tests.model_helpers import make_tiny, one_thread
 from traces.events import Finished, Header, Span, Step
 from traces.log import LogWriter, fold, read_log
@@ -72,13 +73,24 @@ def test_quick_profile_fit(quick_run):
     coef = doc["coefficients"]
     assert set(coef) == set(FEATURES) and all(v >= 0 for v in coef.values())
     assert set(doc["features"]) == set(FEATURES)
-    assert coef["const"] > 0 and coef["prefill_tokens"] + coef["prefill_attention"] > 0
+    if doc["candidate"] != "gbm" and doc["candidate"] != "forest":  # a linear part (trees alone: all 0)
+        assert coef["const"] > 0 and coef["prefill_tokens"] + coef["prefill_attention"] > 0
     assert doc["unfitted_features"] == []  # the sweep exercised every feature
     assert math.isfinite(doc["training"]["mape"]) and math.isfinite(doc["heldout"]["mape"])
     assert doc["heldout"]["steps"] > 0 and doc["training"]["logs"] == [str(log)]
     assert doc["command"].startswith("minivllm profile ") and "--quick" in doc["command"]
     assert doc["hardware"] and doc["dtype"] == "float32"
-    assert load_cost_model(path).step_time(0, []) == pytest.approx(coef["const"])
+    # every candidate was scored on the held-out steps; the lowest score was kept
+    scores = doc["selection"]["candidates"]
+    assert set(scores) == set(CANDIDATES) and doc["candidate"] == doc["selection"]["chosen"]
+    assert scores[doc["candidate"]]["score"] == min(c["score"] for c in scores.values())
+    model = load_cost_model(path)
+    if doc["kind"] == "linear":
+        assert model.step_time(0, []) == pytest.approx(coef["const"])
+    assert model.step_time(0, [Span(0, 0, 64, True)]) > 0
+    # the ranges the sweep covered, and the host time between its steps
+    assert doc["ranges"]["max_chunk"][1] >= 64 and doc["ranges"]["decode_seqs"][1] == 4
+    assert doc["host"]["gap_const"] + doc["host"]["gap_per_seq"] > 0 and not doc["host"]["overlap"]
 
 
 class _ZeroCost:
@@ -95,14 +107,20 @@ class _ZeroCost:
 def test_cuda_default_sweep_is_feasible_and_short(tmp_path):
     """The H200 command's sweep (default CUDA limits, default engine flags, ~1M-token KV pool) runs
     through the real core without a stall, stays near 1,500 steps (tens of seconds there), and its
-    log stays under the 16 MiB a device run can send back."""
+    log stays under the 16 MiB a device run can send back. As `minivllm profile` builds it: the
+    chunk ladder stops at the 2,048 budget, whole prompts go on to max_model_len - 1 (the engine's
+    budget raised to hold them)."""
     max_context, max_batch = DEFAULT_LIMITS["cuda"]
+    max_len = max_context + DECODE_HEADROOM
     config = EngineConfig(cache=CacheConfig(block_size=16, num_blocks=65_536),
-                          scheduler=SchedulerConfig(max_model_len=max_context + DECODE_HEADROOM))
-    limits = derive_limits(max_context, max_batch, config)
+                          scheduler=SchedulerConfig(max_model_len=max_len, max_num_batched_tokens=max_len - 1))
+    limits = derive_limits(max_context, max_batch, config, budget=2048, max_prefill=max_len - 1)
     plan = sweep_plan(limits)
-    assert {c.kind for c in plan} == {"prefill", "prefill+context", "decode"}
+    assert {c.kind for c in plan} == {"prefill", "prefill+context", "decode", "decode (shared prefix)"}
     assert max(c.batch for c in plan if isinstance(c, DecodeCase)) == 256
+    # whole prompts beyond the budget, up to max_model_len; decode batch x context up to the KV pool
+    assert max(c.chunk for c in plan if isinstance(c, PrefillCase)) == max_len - 1
+    assert max(c.batch * c.context for c in plan if isinstance(c, DecodeCase)) > limits.max_kv_tokens
     executor = _ZeroCost()
     run_sweep(ShapeSweep(EngineCore(config), executor, vocab_size=151_936), warmup_plan(plan, limits),
               progress=False)

@@ -4,11 +4,17 @@ own scheduler produces the step shapes the cost model needs (simulator/cost_mode
   PrefillCase(chunk, context=0)   one prompt of ``chunk`` new tokens per step: pure prefill
   PrefillCase(chunk, context>0)   the same on ``context`` tokens the prefix cache already holds
                                   (a shared prefix): Σ chunk × context
+  PrefillCase(chunk > budget)     a whole prompt longer than the live budget in one step: what a
+                                  chunked-off what-if runs (up to ``max_prefill``, default
+                                  max_model_len; the profiled engine's budget is raised to it)
   DecodeCase(batch, context)      ``batch`` prompts of ``context`` tokens; while they prefill, the
                                   early ones decode (mixed steps); then ``steps`` pure decode
                                   steps; then one fresh prompt per ``mixed_chunks`` entry joins
                                   the running batch (decode + prefill in one step), unless the
                                   batch already holds max_num_seqs sequences
+  DecodeCase(..., shared=True)    the same with one shared prefix (computed once, then prefix-cache
+                                  hits): decode batch × context up to the KV pool without paying
+                                  for batch × context tokens of prefill
 
 No torch here: the plan is plain data, so a test can run the full GPU-sized sweep through the
 engine core with a zero-cost executor and count its steps.
@@ -38,8 +44,11 @@ class DecodeCase:
     context: int
     steps: int
     mixed_chunks: tuple[int, ...] = ()
+    shared: bool = False  # prompts share all but their last block: cheap to prefill, full context to decode
 
-    kind = "decode"
+    @property
+    def kind(self) -> str:
+        return "decode (shared prefix)" if self.shared else "decode"
 
 
 Case = PrefillCase | DecodeCase
@@ -52,6 +61,8 @@ class SweepLimits:
     budget: int  # the engine's max_num_batched_tokens: no chunk is planned larger
     block_size: int  # prefix contexts are whole blocks, so the prefix cache covers them exactly
     max_kv_tokens: int  # batch × context cap of a decode case (prefill cost, KV pool)
+    max_prefill: int = 0  # longest whole prompt profiled in one step (> budget: chunked-off what-ifs)
+    pool_tokens: int = 0  # the KV pool: shared-prefix decode cases reach up to it
 
 
 # Context a decode case's requests may grow by: decoding while the rest of the batch prefills
@@ -66,17 +77,23 @@ def longest_request(sched: SchedulerConfig) -> int:
     return min(sched.max_model_len, sched.max_num_batched_tokens)
 
 
-def derive_limits(max_context: int, max_batch: int, config: EngineConfig) -> SweepLimits:
+def derive_limits(max_context: int, max_batch: int, config: EngineConfig, *, budget: int | None = None,
+                  max_prefill: int | None = None) -> SweepLimits:
     """Limits for an engine built with ``config``: contexts leave decode headroom below the
-    longest request it takes, batches fit ``max_num_seqs``, a decode case's KV fits half the pool."""
+    longest request it takes, batches fit ``max_num_seqs``, a decode case's KV fits half the pool.
+    ``budget``: the live engine's step budget the chunk ladder stops at (default: ``config``'s);
+    ``max_prefill``: whole prompts up to this many tokens (``config``'s budget must hold them)."""
     sched, cache = config.scheduler, config.cache
     max_len = longest_request(sched)
     max_context = min(max_context, max_len - min(DECODE_HEADROOM, max_len // 4))
     max_batch = min(max_batch, sched.max_num_seqs)
     pool_tokens = cache.num_blocks * cache.block_size
-    return SweepLimits(max_context=max_context, max_batch=max_batch, budget=sched.max_num_batched_tokens,
+    budget = min(budget or sched.max_num_batched_tokens, sched.max_num_batched_tokens)
+    max_prefill = min(max_prefill or budget, sched.max_num_batched_tokens, max_len - 1)
+    return SweepLimits(max_context=max_context, max_batch=max_batch, budget=budget,
                        block_size=cache.block_size,
-                       max_kv_tokens=max(max_context, min(max_batch * max_context // 4, pool_tokens // 2)))
+                       max_kv_tokens=max(max_context, min(max_batch * max_context // 4, pool_tokens // 2)),
+                       max_prefill=max(max_prefill, 0), pool_tokens=pool_tokens)
 
 
 def _geometric(lo: int, hi: int, factor: int) -> list[int]:
@@ -115,6 +132,10 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
         decode_ctx, steps = _with_top(_geometric(32, lim.max_context, 4), lim.max_context), 16
 
     prefill = [PrefillCase(c, 0, repeats) for c in chunks]
+    if lim.max_prefill > lim.budget:  # whole prompts beyond the live budget (chunked-off what-ifs)
+        longer = [lim.max_prefill] if quick else _with_top(_geometric(2 * top_chunk, lim.max_prefill, 2),
+                                                           lim.max_prefill)
+        prefill += [PrefillCase(c, 0, min(repeats, 2)) for c in longer if c > top_chunk]
     on_context = [PrefillCase(c, ctx, max(1, repeats - 1)) for ctx in contexts for c in ctx_chunks
                   if 2 <= c <= min(lim.budget, lim.max_context - ctx)]
     decode = []
@@ -125,6 +146,11 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
             # the budget-filling chunk (the costliest step) once per batch size, at its longest context
             mixed = sorted({c for c in (16, 256) if c < fill} | ({fill} if ctx == contexts_b[-1] else set()))
             decode.append(DecodeCase(b, ctx, steps, tuple(c for c in mixed if c >= 2)[:2 if quick else 3]))
+        if not quick:
+            # beyond the prefill-priced cap, up to 90% of the pool: shared-prefix batches
+            for ctx in decode_ctx:
+                if lim.max_kv_tokens < b * ctx <= 0.9 * lim.pool_tokens and ctx >= 2 * bs:
+                    decode.append(DecodeCase(b, ctx, steps // 2, (), shared=True))
     return _interleave(prefill, on_context, decode)
 
 

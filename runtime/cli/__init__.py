@@ -30,6 +30,7 @@ COMMAND_MODULES = [
     "runtime.cli.replay",
     "runtime.cli.cost_model",
     "runtime.cli.profile",
+    "runtime.cli.fidelity",
     "runtime.cli.analyze",
     "runtime.cli.regress",
     "runtime.cli.demo",

@@ -1,7 +1,10 @@
 """``minivllm cost-model {fit,eval,analytic}``: step-time models from logs.
 
-fit: non-negative least squares over the Step events of LOG...; the error is measured on
-``--holdout`` logs, or, without them, on every 5th step held out of the fit.
+fit: every candidate (simulator/fit.py: linear on relative or absolute errors, boosted trees, a
+random forest, linear + boosted residual) is fitted on the Step events of LOG...; each one's error
+is measured on ``--holdout`` logs, or, without them, on every 5th step held out of the fit; the
+lowest held-out MAPE + |total-time error| is kept (``--kind`` forces one). The model also gets
+the host timing of the logs' gaps and the ranges of the fitted steps.
 """
 
 from __future__ import annotations
@@ -14,15 +17,22 @@ from runtime.cli.checks import Bounded
 from runtime.cli.errors import CLIError
 from runtime.cli.workload import require_file
 
+# simulator.fit's candidates, listed here so `--help` does not import scikit-learn
+CANDIDATES = ("linear-relative", "linear-absolute", "gbm", "forest", "linear+gbm")
+
 
 def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every: int = 5,
-             weighting: str = "relative", model_identity: str | None = None, hardware: str | None = None,
-             dtype: str | None = None, command: str | None = None):
-    """Fit a LinearCostModel on ``logs``; its error on ``holdout`` logs, or on every
-    ``holdout_every``-th step held out of the fit, goes to ``meta["heldout"]``."""
-    from simulator.cost_model import LinearCostModel, StepData
+             kind: str = "auto", weighting: str | None = None, model_identity: str | None = None,
+             hardware: str | None = None, dtype: str | None = None, command: str | None = None):
+    """Fit a cost model on ``logs`` (simulator.fit.fit_cost_model); its error on ``holdout`` logs,
+    or on every ``holdout_every``-th step held out of the fit, goes to ``meta["heldout"]``.
+    ``weighting`` (relative | absolute) is the older way to ask for one linear fit."""
+    from simulator.fit import fit_cost_model
+    from simulator.model_base import CostModelError
     from traces.log import read_header
 
+    if weighting is not None:
+        kind = f"linear-{weighting}"
     header = read_header(logs[0])
     extra = header.extra
     meta = {
@@ -31,30 +41,35 @@ def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every
         "hardware": hardware or extra.get("hardware") or extra.get("device") or "unknown",
         "dtype": dtype or extra.get("dtype") or "unknown",
         "fit_date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "weighting": weighting,
     }
     if command:
         meta["command"] = command
-    data = StepData.from_logs(logs)
-    if holdout:
-        train, held = data, StepData.from_logs(holdout)
-    else:
-        if holdout_every < 2:
-            raise CLIError(f"--holdout-every: must be >= 2, got {holdout_every}")
-        train, held = data.split(holdout_every)
-    model = LinearCostModel.fit(train, weighting=weighting, meta=meta)
-    model.meta["heldout"] = model.evaluate(held)
-    if not holdout:
-        model.meta["heldout"]["kind"] = f"every {holdout_every}th step of the training logs"
-    return model
+    if not holdout and holdout_every < 2:
+        raise CLIError(f"--holdout-every: must be >= 2, got {holdout_every}")
+    try:
+        return fit_cost_model(logs, holdout=holdout, holdout_every=holdout_every, kind=kind, meta=meta)
+    except CostModelError as e:
+        raise CLIError(str(e)) from None
 
 
 def print_fit(model, out: str) -> None:
     t, h = model.meta["training"], model.meta["heldout"]
-    print(f"fitted on {t['steps']:,} steps: training MAPE {t['mape']:.2f}%, held-out MAPE {h['mape']:.2f}% "
+    selection = model.meta.get("selection", {})
+    if len(selection.get("candidates", {})) > 1:
+        print(f"{'candidate':<16} {'held-out MAPE':>14} {'total time':>11} {'score':>8}")
+        for name, c in selection["candidates"].items():
+            mark = "  ← kept" if name == selection["chosen"] else ""
+            print(f"{name:<16} {c['mape']:>13.2f}% {c['total_error']:>+10.2f}% {c['score']:>8.2f}{mark}")
+    print(f"{model.meta.get('candidate', 'linear')}: fitted on {t['steps']:,} steps: training MAPE {t['mape']:.2f}%, "
+          f"held-out MAPE {h['mape']:.2f}%, total time {h.get('total_error', float('nan')):+.2f}% "
           f"({h['steps']:,} steps)")
     for name, value in model.coefficients.items():
         print(f"  {name:<18} {value:.4g}")
+    host = getattr(model, "host", None)
+    if host is not None:
+        print(f"  host: gap {host.gap_const * 1e3:.3f} ms + {host.gap_per_seq * 1e6:.2f} µs/seq, wake "
+              f"{host.wake * 1e3:.3f} ms, intake delay {host.intake_delay * 1e3:.3f} ms"
+              + (", steps overlap" if host.overlap else ""))
     if model.meta["unfitted_features"]:
         print(f"warning: no training step exercised {', '.join(model.meta['unfitted_features'])}: "
               "their coefficients are 0")
@@ -64,25 +79,27 @@ def print_fit(model, out: str) -> None:
 def _fit(args: argparse.Namespace) -> int:
     for path in [*args.logs, *(args.holdout or [])]:
         require_file(path, "log")
-    model = fit_logs(args.logs, holdout=args.holdout, holdout_every=args.holdout_every, weighting=args.weighting,
-                     model_identity=args.model_identity, hardware=args.hardware, dtype=args.dtype)
+    model = fit_logs(args.logs, holdout=args.holdout, holdout_every=args.holdout_every, kind=args.kind,
+                     weighting=args.weighting, model_identity=args.model_identity, hardware=args.hardware,
+                     dtype=args.dtype)
     model.save(args.out)
     print_fit(model, args.out)
     return 0
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from simulator.cost_model import LinearCostModel, StepData
+    from simulator.cost_model import StepData
 
     for path in args.logs:
         require_file(path, "log")
     model = cost_models.load(args.model, flag=None)  # a file or a shipped name, as simulate/replay take
-    if not isinstance(model, LinearCostModel):
-        raise CLIError(f"{args.model}: not a fitted (linear) cost model")
+    if not hasattr(model, "evaluate"):
+        raise CLIError(f"{args.model}: not a fitted cost model")
     result = model.evaluate(StepData.from_logs(args.logs))
     for log, err in result.get("per_log", {}).items():
         print(f"{log}: MAPE {err:.2f}%")
-    print(f"per-step MAPE over {result['steps']:,} steps: {result['mape']:.2f}%")
+    print(f"per-step MAPE over {result['steps']:,} steps: {result['mape']:.2f}%; total step time "
+          f"{result['total_error']:+.2f}%")
     return 0
 
 
@@ -109,8 +126,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "default: every --holdout-every-th step of LOG)")
     f.add_argument("--holdout-every", type=int, default=5, action=Bounded, at_least=2,
                    help="without --holdout: hold out every Nth step, N >= 2 (default: %(default)s)")
-    f.add_argument("--weighting", choices=["relative", "absolute"], default="relative",
-                   help="least squares on relative or absolute step-time errors (default: %(default)s)")
+    f.add_argument("--kind", choices=["auto", *CANDIDATES], default="auto",
+                   help="the model to fit; auto: every candidate, the lowest held-out MAPE + |total-time error| "
+                        "kept (default: %(default)s)")
+    f.add_argument("--weighting", choices=["relative", "absolute"],
+                   help="a linear fit on relative or absolute step-time errors (= --kind linear-WEIGHTING)")
     f.add_argument("--model-identity", help="model the fit is for (default: the first log's Header)")
     f.add_argument("--hardware", help="hardware the fit is for (default: the first log's Header "
                    "extra.hardware/device)")

@@ -37,6 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="longest prompt a case builds (default: CPU 1024, CUDA 4096)")
     g.add_argument("--max-batch", type=int, action=Bounded, at_least=1,
                    help="most sequences decoding together (default: CPU 32, CUDA 256)")
+    g.add_argument("--max-prefill", type=int, action=Bounded, at_least=0,
+                   help="also profile whole prompts up to N tokens in one step, beyond the step budget (what a "
+                        "chunked-off what-if runs); the profiled engine's budget is raised to N (default: "
+                        "max_model_len - 1; 0 = none beyond the budget)")
     g.add_argument("--time-limit", type=float, metavar="S", action=Bounded, at_least=0,
                    help="start no new case after S seconds (default: 150 on CUDA, none on the CPU; 0 = none)")
     g.add_argument("--quiet-wait", type=float, metavar="S", action=Bounded, at_least=0,
@@ -72,7 +76,7 @@ def _quiet_wait(args: argparse.Namespace) -> float:
 def _engine(args: argparse.Namespace):
     """The engine to profile, and the sweep limits for it (device defaults unless given)."""
     from runtime.bench.profile_plan import DECODE_HEADROOM, derive_limits
-    from runtime.engine.config import ConfigError
+    from runtime.engine.config import ConfigError, SchedulerConfig
     from runtime.executor.model.loader import load_model
     from runtime.executor.model.spec import ModelLoadError
     from runtime.executor.setup import build_engine
@@ -89,11 +93,17 @@ def _engine(args: argparse.Namespace):
     max_context = args.max_context or default_ctx
     # room for the longest prompt plus what its requests decode while the rest of the batch prefills
     opts.setdefault("max_model_len", min(loaded.model.rotary.max_positions, max_context + DECODE_HEADROOM))
+    # the chunk ladder stops at the live budget; whole prompts beyond it need an engine whose budget holds them
+    budget = opts.get("max_num_batched_tokens") or SchedulerConfig().max_num_batched_tokens
+    max_prefill = opts["max_model_len"] - 1 if args.max_prefill is None else args.max_prefill
+    if max_prefill > budget and opts.get("enable_chunked_prefill", True) is not False:
+        opts["max_num_batched_tokens"] = max_prefill
     try:
         parts = build_engine(args.model, loaded=loaded, sync_timing=True, **opts)
     except ConfigError as e:
         raise flag_error(e) from None
-    limits = derive_limits(max_context, args.max_batch or default_batch, parts.config)
+    limits = derive_limits(max_context, args.max_batch or default_batch, parts.config, budget=budget,
+                           max_prefill=max_prefill)
     if limits.max_context < 16:
         raise CLIError(f"--max-model-len: {parts.config.scheduler.max_model_len} leaves no room for a sweep")
     return parts, limits
@@ -126,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         time_limit = CUDA_TIME_LIMIT if runner.device.type == "cuda" else 0
     print(f"profiling {parts.loaded.identity} on {runner.device} ({str(runner.dtype).removeprefix('torch.')}): "
           f"{len(plan)} cases {plan_summary(plan)}, max context {limits.max_context}, max batch "
-          f"{limits.max_batch}, budget {limits.budget}", file=sys.stderr)
+          f"{limits.max_batch}, budget {limits.budget}, whole prompts up to {limits.max_prefill}", file=sys.stderr)
     result = profile(parts, plan, warmup_plan(plan, limits), args.out, limits=limits, quick=args.quick,
                      deadline=started + time_limit if time_limit > 0 else None, quiet_wait=_quiet_wait(args),
                      progress=not args.no_progress)

@@ -38,14 +38,28 @@ def engine_config(args: argparse.Namespace, workload, base=None, model_identity:
         base = EngineConfig(cache=CacheConfig(num_blocks=DEFAULT_NUM_BLOCKS),
                             scheduler=SchedulerConfig(max_model_len=max(4096, workload.max_request_tokens())),
                             model_identity=model_identity or "unknown")
+    from simulator.config_diff import with_prompt_budget
+
     changes = config_options(args)
-    config = base.replace(**changes)
-    sched = config.scheduler
-    if not sched.enable_chunked_prefill and "scheduler.max_num_batched_tokens" not in changes \
-            and sched.max_num_batched_tokens < sched.max_model_len:
-        # without chunking a whole prompt must fit one step's budget
-        config = config.replace(**{"scheduler.max_num_batched_tokens": sched.max_model_len})
-    return config
+    # without chunking a whole prompt must fit one step's budget
+    return with_prompt_budget(base.replace(**changes), set(changes))
+
+
+def print_config_changes(base, config, what: str) -> list[str]:
+    """Every field ``config`` changes from ``base`` (the A/B states its difference)."""
+    from simulator.config_diff import config_changes
+
+    lines = config_changes(base, config)
+    if lines:
+        print(f"config changes from {what}: " + "; ".join(lines))
+    return lines
+
+
+def _no_flags(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with no engine flag given: the defaults a trace simulates under."""
+    from runtime.cli.config_flags import PREFIX
+
+    return argparse.Namespace(**{k: None if k.startswith(PREFIX) else v for k, v in vars(args).items()})
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -68,17 +82,24 @@ def _run(args: argparse.Namespace) -> int:
             base = None  # a saved workload carries no engine config
     wl = workload_from_args(args, args.workload, seed=config_options(args).get("seed", 0))
     require_requests(wl, args, args.workload)
+    from simulator.ranges import track_ranges
+
     cost_model = cost_models.load(args.cost_model, log=args.workload if is_log else None)
     identity = getattr(cost_model, "meta", {}).get("model_identity", "")
     config = engine_config(args, wl, base, identity)
+    changes = print_config_changes(engine_config(_no_flags(args), wl, base, identity) if base is None else base,
+                                   config, "the log's config" if base is not None else "the defaults")
 
     print(f"simulating {len(wl):,} requests ({wl.duration:,.1f} s of arrivals) → {args.out}")
+    tracker = track_ranges(cost_model)
     t0 = time.perf_counter()
     with LogWriter(args.out) as writer, tqdm(total=len(wl), unit="req", desc="simulate",
                                              disable=args.no_progress, mininterval=0.5) as bar:
-        result = simulate(wl, config, cost_model, sink=writer, progress=bar,
+        result = simulate(wl, config, tracker or cost_model, sink=writer, progress=bar,
                           header_extra={"cost_model": str(args.cost_model)})
     wall = time.perf_counter() - t0
+    if tracker is not None and tracker.warning():
+        print(tracker.warning())
     if result.rejected:
         print(f"rejected {len(result.rejected):,} requests the engine can't serve "
               f"(first: request {result.rejected[0][0]}: {result.rejected[0][1]})")
@@ -88,6 +109,9 @@ def _run(args: argparse.Namespace) -> int:
     summary = summarize(load_frames(args.out))
     summary["wall_s"] = wall
     summary["rejected"] = len(result.rejected)
+    summary["config_changes"] = changes
+    if tracker is not None:
+        summary["outside_model_range"] = tracker.report.to_dict()
     print(render_summary(summary, title=f"simulate {Path(args.workload).name}"))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

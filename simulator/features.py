@@ -1,0 +1,60 @@
+"""What a step-time model sees of a step: features computed from its spans alone.
+
+A span's ``start`` is the tokens already in the KV cache, ``num_tokens`` the chunk computed now.
+
+``FEATURES`` (the linear model's):
+  const              1 per step (weights read, launches, fixed overhead)
+  prefill_tokens     Σ chunk over spans with chunk > 1 (GEMM work)
+  prefill_attention  Σ (chunk · start + chunk · (chunk + 1) / 2): query-key pairs of causal prefill
+  decode_seqs        spans with chunk == 1
+  decode_context     Σ (start + 1) over those: KV read by decode attention
+  seqs               all spans (per-sequence overhead, sampling)
+  prefill_step       1 when any span has chunk > 1: a step that carries prefill runs eagerly (no CUDA
+                     graph) and pays a fixed extra cost, however few tokens it has
+
+``EXT_FEATURES`` add what a tree model splits on besides: tokens in the step, prefill spans, the
+largest chunk. They are also the quantities whose profiled range a model records (simulator/ranges.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from traces.events import Span
+
+FEATURES = ("const", "prefill_tokens", "prefill_attention", "decode_seqs", "decode_context", "seqs",
+            "prefill_step")
+FEATURE_DOC = {
+    "const": "seconds per step",
+    "prefill_tokens": "seconds per prefill token (chunk > 1)",
+    "prefill_attention": "seconds per causal query-key pair in prefill chunks",
+    "decode_seqs": "seconds per decode span (chunk == 1)",
+    "decode_context": "seconds per context token read by a decode span",
+    "seqs": "seconds per span",
+    "prefill_step": "seconds per step that carries prefill (any chunk > 1: eager, no CUDA graph)",
+}
+EXTRA = ("tokens", "prefill_seqs", "max_chunk")
+EXT_FEATURES = FEATURES + EXTRA
+
+
+def step_features(spans: Iterable[Span]) -> list[float]:
+    """The feature vector (in ``FEATURES`` order) of one step."""
+    return ext_features(spans)[:len(FEATURES)]
+
+
+def ext_features(spans: Iterable[Span]) -> list[float]:
+    """The feature vector in ``EXT_FEATURES`` order (``FEATURES`` first)."""
+    pt = pa = ds = dc = ns = ps = mc = 0
+    for s in spans:
+        n = s.num_tokens
+        ns += 1
+        if n == 1:
+            ds += 1
+            dc += s.start + 1
+        else:
+            pt += n
+            ps += 1
+            pa += n * s.start + n * (n + 1) // 2
+            if n > mc:
+                mc = n
+    return [1.0, pt, pa, ds, dc, ns, 1.0 if pt else 0.0, pt + ds, ps, mc]

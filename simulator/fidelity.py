@@ -1,0 +1,163 @@
+"""How close a simulation comes to a live run: re-simulate the live log's workload under its own
+config and compare the latency distributions, the makespan and the steps.
+
+``fidelity(live_log, model)`` returns a JSON-ready report:
+  metrics     per metric (TTFT, TPOT, ITL, E2E, queue) and statistic (mean, p50, p90, p99): live,
+              sim, and the signed relative error (sim - live) / live in %
+  makespan    last step end - first arrival, live and sim; steps, live and sim
+  replay      timing-replay of the live log with the model (the live decisions, re-timed): per-step
+              MAPE and total step time — the model's own error, before re-scheduling amplifies it
+  range       the share of simulated steps (and time) outside the model's fitted shapes
+  what_if     with ``overrides`` (FIELD=VALUE): the re-simulation under the changed config, its
+              predicted difference from the base simulation per metric and, given the live log of
+              that config (``what_if_live``), the live difference, the signs, and the error against it
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from runtime.engine.config import EngineConfig
+from simulator.config_diff import config_changes, what_if
+from simulator.ranges import track_ranges
+from simulator.replay import log_config, resimulate, timing_replay
+from simulator.request_times import METRICS, RequestTimes
+from traces.log import read_log
+
+STATS = ("mean", "p50", "p90", "p99")
+# what --tolerance checks: the issue's goal (TTFT, TPOT, E2E at p50 and p90; makespan)
+CHECKED = {"ttft": ("p50", "p90"), "tpot": ("p50", "p90"), "e2e": ("p50", "p90")}
+
+
+def stats(values: np.ndarray) -> dict[str, float]:
+    if not len(values):
+        return {"n": 0, **dict.fromkeys(STATS, math.nan)}
+    return {"n": int(len(values)), "mean": float(values.mean()),
+            **{f"p{p}": float(np.percentile(values, p)) for p in (50, 90, 99)}}
+
+
+def rel_error(sim: float, live: float) -> float:
+    """(sim - live) / live in %; NaN where live is 0 or unknown (a queue p50 of 0, say)."""
+    if not (math.isfinite(sim) and math.isfinite(live)) or live == 0:
+        return math.nan
+    return (sim - live) / live * 100
+
+
+def compare(live: dict[str, np.ndarray], sim: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for m in METRICS:
+        a, b = stats(live[m]), stats(sim[m])
+        out[m] = {"n_live": a["n"], "n_sim": b["n"],
+                  **{s: {"live": a[s], "sim": b[s], "error_pct": rel_error(b[s], a[s])} for s in STATS}}
+    return out
+
+
+def times_of_log(path: str | Path) -> RequestTimes:
+    times = RequestTimes()
+    for ev in read_log(path):
+        times(ev)
+    return times
+
+
+def simulate_times(log: str | Path, model: Any, config: EngineConfig) -> tuple[RequestTimes, Any, Any]:
+    """Re-simulate ``log``'s workload under ``config``: the run's times, the SimResult, the range tracker."""
+    times = RequestTimes()
+    tracker = track_ranges(model)
+    result = resimulate(log, tracker or model, config, sink=times)
+    return times, result, tracker
+
+
+def _run_summary(times: RequestTimes, result: Any = None) -> dict[str, Any]:
+    out = {"requests": times.requests, "steps": times.steps, "makespan_s": times.makespan, "busy_s": times.busy}
+    if result is not None:
+        out["rejected"] = len(result.rejected)
+    return out
+
+
+def check(report: dict[str, Any], tolerance: float) -> list[str]:
+    """The checked errors beyond ``tolerance`` (%), as lines; empty when all are within it."""
+    bad = []
+    for m, pcts in CHECKED.items():
+        for p in pcts:
+            e = report["metrics"][m][p]["error_pct"]
+            if math.isfinite(e) and abs(e) > tolerance:
+                bad.append(f"{m.upper()} {p}: {e:+.1f}%")
+    e = report["makespan"]["error_pct"]
+    if math.isfinite(e) and abs(e) > tolerance:
+        bad.append(f"makespan: {e:+.1f}%")
+    return bad
+
+
+def fidelity(live_log: str | Path, model: Any, *, config: EngineConfig | None = None, overrides: list[str] = (),
+             what_if_live: str | Path | None = None, replay: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(report, distributions): the JSON-ready report and, per run label, the raw metric values
+    (for a CDF plot)."""
+    header, log_cfg = log_config(live_log)
+    config = config or log_cfg
+    live = times_of_log(live_log)
+    sim, result, tracker = simulate_times(live_log, model, config)
+    live_v, sim_v = live.values(), sim.values()
+    identity = getattr(model, "meta", {}).get("model_identity")
+    report: dict[str, Any] = {
+        "live_log": str(live_log),
+        "model_identity": {"log": header.model_identity, "cost_model": identity},
+        "config_changes": config_changes(log_cfg, config),
+        "live": _run_summary(live), "sim": _run_summary(sim, result),
+        "metrics": compare(live_v, sim_v),
+        "makespan": {"live_s": live.makespan, "sim_s": sim.makespan,
+                     "error_pct": rel_error(sim.makespan, live.makespan)},
+        "steps": {"live": live.steps, "sim": sim.steps, "error_pct": rel_error(sim.steps, live.steps)},
+    }
+    if tracker is not None:
+        report["range"] = {**tracker.report.to_dict(), "warning": tracker.warning()}
+    if replay:
+        s = timing_replay(live_log, model).summary
+        report["replay"] = {"step_mape": s["step_mape"], "step_time_recorded_s": s["step_time_recorded_s"],
+                            "step_time_predicted_s": s["step_time_predicted_s"],
+                            "step_time_error_pct": rel_error(s["step_time_predicted_s"], s["step_time_recorded_s"])}
+    dists = {"live": live_v, "sim": sim_v}
+    if overrides:
+        report["what_if"], extra = _what_if(live_log, model, config, list(overrides), sim_v, live_v, what_if_live)
+        dists.update(extra)
+    return report, dists
+
+
+def _what_if(live_log, model, config, overrides, sim_v, live_v, what_if_live):
+    new = what_if(config, overrides)
+    sim2, result2, tracker2 = simulate_times(live_log, model, new)
+    sim2_v = sim2.values()
+    out: dict[str, Any] = {"overrides": overrides, "config_changes": config_changes(config, new),
+                           "sim": _run_summary(sim2, result2), "predicted_change": {}}
+    if tracker2 is not None:
+        out["range"] = {**tracker2.report.to_dict(), "warning": tracker2.warning()}
+    base, changed = compare(sim_v, sim2_v), None
+    dists = {"sim (what-if)": sim2_v}
+    if what_if_live is not None:
+        live2 = times_of_log(what_if_live)
+        live2_v = live2.values()
+        dists["live (what-if)"] = live2_v
+        _, live2_cfg = log_config(what_if_live)
+        _, live_cfg = log_config(live_log)
+        changed = compare(live_v, live2_v)
+        out["live_log"] = str(what_if_live)
+        out["live_config_changes"] = config_changes(live_cfg, live2_cfg)
+        out["live"] = _run_summary(live2)
+        out["vs_live"] = compare(live2_v, sim2_v)
+        out["makespan"] = {"live_s": live2.makespan, "sim_s": sim2.makespan,
+                           "error_pct": rel_error(sim2.makespan, live2.makespan)}
+    for m in METRICS:
+        row = {}
+        for s in STATS:
+            cell = {"predicted_pct": base[m][s]["error_pct"]}
+            if changed is not None:
+                actual = changed[m][s]["error_pct"]
+                cell["live_pct"] = actual
+                p = cell["predicted_pct"]
+                cell["same_sign"] = (math.isfinite(p) and math.isfinite(actual) and np.sign(p) == np.sign(actual))
+            row[s] = cell
+        out["predicted_change"][m] = row
+    return out, dists

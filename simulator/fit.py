@@ -1,0 +1,135 @@
+"""Fit step-time model candidates and keep the one with the lowest held-out error.
+
+Candidates (``CANDIDATES``):
+  linear-relative   non-negative least squares on relative errors (the original fit): short and
+                    long steps count alike, so it underpredicts long steps and the total time
+  linear-absolute   non-negative least squares on durations: the residuals sum to ~0, so the total
+                    step time of the training logs is preserved
+  gbm               gradient-boosted regression trees (scikit-learn) on the extended features
+  forest            a random forest on them (what Vidur uses)
+  linear+gbm        linear-absolute plus boosted trees on its residual: the trees' corrections
+                    inside the fitted shapes, the line's extrapolation outside them
+
+Each is scored on the held-out steps by ``score = MAPE + |total-time error|`` (both in %): a
+simulation needs steps right one by one (batches form from them) and in sum (latency and makespan
+are sums of steps). Every tree fit is seeded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from simulator.cost_model import LinearCostModel, StepData, TreeCostModel
+from simulator.features import FEATURES
+from simulator.host_timing import fit_host_timing
+from simulator.model_base import CostModelError, mape
+from simulator.ranges import FeatureRanges
+from simulator.trees import TreeEnsemble
+
+CANDIDATES = ("linear-relative", "linear-absolute", "gbm", "forest", "linear+gbm")
+SEED = 0
+
+
+def _gbm(n_estimators: int = 300):
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    return GradientBoostingRegressor(loss="squared_error", n_estimators=n_estimators, max_depth=3,
+                                     learning_rate=0.05, min_samples_leaf=3, random_state=SEED)
+
+
+def _forest():
+    from sklearn.ensemble import RandomForestRegressor
+
+    return RandomForestRegressor(n_estimators=40, max_depth=10, min_samples_leaf=3, random_state=SEED, n_jobs=1)
+
+
+def fit_candidate(name: str, train: StepData, meta: dict[str, Any] | None = None):
+    """One candidate fitted on ``train`` (meta: identity, hardware, ... copied into the model)."""
+    meta = dict(meta or {})
+    y = train.durations
+    keep = y > 0
+    if not keep.any():
+        raise CostModelError("no steps with a positive duration to fit")
+    if name in ("linear-relative", "linear-absolute"):
+        weighting = name.split("-")[1]
+        model = LinearCostModel.fit(train, weighting=weighting, meta={**meta, "weighting": weighting})
+    elif name in ("gbm", "forest", "linear+gbm"):
+        data = train.subset(keep)
+        X, y = data.ext, data.durations
+        coefficients = dict.fromkeys(FEATURES, 0.0)
+        unfitted: list[str] = []
+        if name == "linear+gbm":
+            base = LinearCostModel.fit(data, weighting="absolute")
+            coefficients, unfitted = base.coefficients, base.meta["unfitted_features"]
+            y = y - base.predict(data.features)
+        est = _forest() if name == "forest" else _gbm()
+        est.fit(X, y)
+        model = TreeCostModel(coefficients, TreeEnsemble.from_sklearn(est),
+                              {**meta, "estimator": name, "unfitted_features": unfitted},
+                              floor=float(data.durations.min()) / 2)
+        pred = model.predict_ext(X)
+        model.meta["training"] = {"logs": train.logs, "steps": int(len(y)), "mape": mape(pred, data.durations)}
+    else:
+        raise CostModelError(f"unknown cost-model candidate {name!r}; known: {', '.join(CANDIDATES)}")
+    model.meta["candidate"] = name
+    return model
+
+
+def evaluate(model, data: StepData) -> dict[str, Any]:
+    return model.evaluate(data)
+
+
+def score(ev: dict[str, Any]) -> float:
+    return float(ev["mape"]) + abs(float(ev["total_error"]))
+
+
+@dataclass
+class Selection:
+    best: str
+    model: Any
+    scores: dict[str, dict[str, float]] = field(default_factory=dict)  # candidate -> mape, total_error, score
+
+
+def select_model(train: StepData, held: StepData, candidates: tuple[str, ...] | list[str] = CANDIDATES,
+                 meta: dict[str, Any] | None = None) -> Selection:
+    """Fit each candidate on ``train``; keep the lowest held-out score (ties: the earlier candidate)."""
+    best: tuple[float, str, Any] | None = None
+    scores: dict[str, dict[str, float]] = {}
+    for name in candidates:
+        model = fit_candidate(name, train, meta)
+        ev = evaluate(model, held)
+        s = score(ev)
+        scores[name] = {"mape": ev["mape"], "total_error": ev["total_error"], "score": s,
+                        "training_mape": model.meta["training"]["mape"]}
+        if best is None or s < best[0] or (np.isnan(best[0]) and not np.isnan(s)):
+            best = (s, name, model)
+    assert best is not None, "no candidates"
+    return Selection(best[1], best[2], scores)
+
+
+def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout_every: int = 5,
+                   kind: str = "auto", meta: dict[str, Any] | None = None):
+    """The model for ``logs``: every candidate (``kind="auto"``) or one, fitted on the training
+    steps; held-out error on ``holdout`` logs or every ``holdout_every``-th step; host timing
+    from the training logs' gaps; the ranges of the training steps."""
+    data = StepData.from_logs(logs)
+    if holdout:
+        train, held = data, StepData.from_logs(holdout)
+    else:
+        if holdout_every < 2:
+            raise CostModelError(f"holdout_every must be >= 2, got {holdout_every}")
+        train, held = data.split(holdout_every)
+    candidates = CANDIDATES if kind == "auto" else (kind,)
+    selection = select_model(train, held, candidates, meta)
+    model = selection.model
+    model.meta["heldout"] = evaluate(model, held)
+    if not holdout:
+        model.meta["heldout"]["kind"] = f"every {holdout_every}th step of the training logs"
+    model.meta["selection"] = {"chosen": selection.best, "by": "held-out MAPE + |total-time error| (%)",
+                               "candidates": selection.scores}
+    model.set_host(fit_host_timing(logs))
+    model.ranges = FeatureRanges.from_ext(train.ext)
+    return model

@@ -1,0 +1,157 @@
+"""Engine time outside the step: host work between steps, waking from idle, the front door's delay.
+
+A live log's steps do not tile its timeline. Between step k's end and step k+1's start the host
+commits k, hands out its tokens (detokenizing, streaming), takes arrivals in and schedules k+1;
+after idle, the arrival that wakes the engine reaches it some time after it was stamped. A
+simulation that charges only step durations runs ahead of the live engine by all of that. So a
+fitted model carries, besides its step model:
+
+  gap          seconds between two back-to-back steps: ``const + per_seq · spans of the previous step``
+               (least squares over the busy gaps of the training logs: the mean, so total time holds)
+  wake         seconds from the moment an idle engine could see a request to its first step
+  intake_delay seconds from a request's arrival stamp (the front door) to the engine seeing it; a
+               request that arrives while a step runs but is not taken in before the next schedule
+               shows it: the log records Arrived when the engine takes a request in
+  overlap      steps overlap (async scheduling on CUDA: step k+1 is planned while k runs): consecutive
+               steps then tile, gaps are 0 and a step costs ``max(host, device) + launch``, the
+               host part being what ``gap`` measured on sequential runs
+
+``HostData.from_log`` separates busy gaps from wakes the way RecordedCostModel does (an engine is
+idle when every request that arrived so far has finished).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from traces.events import Aborted, Arrived, Finished, Step
+from traces.log import read_header, read_log
+
+# consecutive steps whose start equals the previous end exactly: the log of an overlapped engine
+OVERLAP_SHARE = 0.9
+
+
+@dataclass
+class HostTiming:
+    gap_const: float = 0.0
+    gap_per_seq: float = 0.0
+    wake: float = 0.0
+    intake_delay: float = 0.0
+    overlap: bool = False
+    launch: float = 0.0
+    fitted_from: dict[str, Any] = field(default_factory=dict)
+
+    def gap(self, previous_spans: int | None) -> float:
+        """Engine time before scheduling: after a step of ``previous_spans`` spans, or (None) after idle."""
+        if previous_spans is None:
+            return self.wake
+        if self.overlap:
+            return 0.0
+        return self.gap_const + self.gap_per_seq * previous_spans
+
+    def host_time(self, spans: int) -> float:
+        """Host work of one step (what runs beside the device when steps overlap)."""
+        return self.gap_const + self.gap_per_seq * spans
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> HostTiming:
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        timing = cls(**known)
+        for name in ("gap_const", "gap_per_seq", "wake", "intake_delay", "launch"):
+            if not float(getattr(timing, name)) >= 0:
+                raise ValueError(f"host.{name} must be >= 0")
+        return timing
+
+
+@dataclass
+class HostData:
+    """Gaps of one or more logs: busy gaps with the span count of the step before, wakes, intake lags."""
+
+    busy_gaps: list[float] = field(default_factory=list)
+    busy_spans: list[int] = field(default_factory=list)
+    wakes: list[float] = field(default_factory=list)
+    intake_lags: list[float] = field(default_factory=list)  # per request: how long it waited unseen
+    tiled: int = 0  # consecutive busy steps with no gap at all
+    live_logs: int = 0
+
+    def extend(self, other: HostData) -> None:
+        for name in ("busy_gaps", "busy_spans", "wakes", "intake_lags"):
+            getattr(self, name).extend(getattr(other, name))
+        self.tiled += other.tiled
+        self.live_logs += other.live_logs
+
+    @classmethod
+    def from_log(cls, path: str | Path) -> HostData:
+        """A profile sweep's log (Header ``extra.profile``) gives busy gaps only: its requests are
+        added by the sweep between cases, not by a front door."""
+        profile = "profile" in read_header(path).extra
+        data = cls(live_logs=0 if profile else 1)
+        steps: list[tuple[float, float, int, int]] = []  # start, end, spans, requests ended before it
+        arrivals: list[float] = []
+        ended = 0
+        for ev in read_log(path):
+            if isinstance(ev, Step):
+                steps.append((ev.start, ev.end, len(ev.spans), ended))
+            elif isinstance(ev, Arrived):
+                arrivals.append(ev.time)
+                if not profile and steps:
+                    # it arrived before the last step was scheduled, yet the engine took it in only
+                    # after that step: it waited unseen at least this long
+                    data.intake_lags.append(max(steps[-1][0] - ev.time, 0.0))
+                elif not profile:
+                    data.intake_lags.append(0.0)
+            elif isinstance(ev, Finished | Aborted):
+                ended += 1
+        order = np.sort(np.asarray(arrivals))
+        prev_end, prev_spans = None, 0
+        for start, end, spans, ended_before in steps:
+            if prev_end is None:
+                ready = float(order[0]) if len(order) else start
+                idle = True
+            else:
+                arrived = int(np.searchsorted(order, prev_end, side="right"))
+                idle = arrived - ended_before <= 0 and arrived < len(order)
+                ready = float(order[arrived]) if idle else prev_end
+            gap = start - ready
+            if idle:
+                if not profile:
+                    data.wakes.append(max(gap, 0.0))
+            else:
+                data.busy_gaps.append(max(gap, 0.0))
+                data.busy_spans.append(prev_spans)
+                data.tiled += gap == 0.0
+            prev_end, prev_spans = end, spans
+        return data
+
+
+def fit_host_timing(logs: Sequence[str | Path]) -> HostTiming:
+    """Host timing from the gaps of ``logs`` (least squares for busy gaps; medians for wake and intake)."""
+    data = HostData()
+    for path in logs:
+        data.extend(HostData.from_log(path))
+    timing = HostTiming(fitted_from={"logs": [str(p) for p in logs], "busy_gaps": len(data.busy_gaps),
+                                     "wakes": len(data.wakes), "requests": len(data.intake_lags)})
+    if data.busy_gaps:
+        y = np.asarray(data.busy_gaps)
+        timing.overlap = data.tiled >= OVERLAP_SHARE * len(y)
+        X = np.column_stack([np.ones_like(y), np.asarray(data.busy_spans, dtype=float)])
+        coef = np.linalg.lstsq(X, y, rcond=None)[0]
+        if coef[1] < 0:  # a gap does not shrink with the batch: the mean alone
+            coef = np.array([y.mean(), 0.0])
+        if coef[0] < 0:
+            coef = np.array([0.0, float(y @ X[:, 1] / max(X[:, 1] @ X[:, 1], 1e-12))])
+        timing.gap_const, timing.gap_per_seq = float(coef[0]), float(coef[1])
+        timing.fitted_from["busy_gap_mean_s"] = float(y.mean())
+    if data.intake_lags:
+        timing.intake_delay = float(np.median(data.intake_lags))
+    if data.wakes:
+        timing.wake = max(float(np.median(data.wakes)) - timing.intake_delay, 0.0)
+    return timing

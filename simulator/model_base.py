@@ -1,0 +1,97 @@
+"""What every fitted step-time model shares: the file format, the error, the per-step MAPE, and
+the parts besides the step model — host timing (simulator/host_timing.py) and the ranges it was
+fitted on (simulator/ranges.py).
+
+The simulator asks a model for ``step_time(step, spans)`` and, where the model has them,
+``host_gap(previous_spans)`` (engine time before a step; None after idle) and ``intake_delay``
+(seconds from a request's arrival stamp until the engine sees it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from simulator.host_timing import HostTiming
+from simulator.ranges import FeatureRanges
+from traces.events import Span
+
+FORMAT = "minivllm-cost-model"
+
+
+class CostModelError(ValueError):
+    """A cost model file is malformed or can't serve the step asked for."""
+
+
+class CostModel(Protocol):
+    """``step_time`` is required; a model may also define ``gap_before(step) -> float``: engine
+    time spent before scheduling ``step`` once there is work (the simulator waits it out), or
+    ``host_gap(previous_spans)`` and ``intake_delay`` (TimedModel)."""
+
+    def step_time(self, step: int, spans: list[Span]) -> float:
+        """Seconds that step ``step`` with these spans takes."""
+
+
+def mape(predicted: np.ndarray, actual: np.ndarray) -> float:
+    """Mean absolute percentage error over steps with a positive recorded duration (in %)."""
+    ok = actual > 0
+    if not ok.any():
+        return float("nan")
+    return float(np.mean(np.abs(predicted[ok] - actual[ok]) / actual[ok]) * 100)
+
+
+def total_error(predicted: np.ndarray, actual: np.ndarray) -> float:
+    """Signed error of the summed step time, in % of the recorded sum."""
+    total = float(actual.sum())
+    return float((predicted.sum() - total) / total * 100) if total > 0 else float("nan")
+
+
+def read_model_doc(path: str | Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise CostModelError(f"{path}:{e.lineno}: not JSON: {e.msg}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise CostModelError(f"{path}: not a minivllm cost model (format {FORMAT!r})")
+    return doc
+
+
+class TimedModel:
+    """Host timing and feature ranges, carried beside a step model (both optional: a file without
+    them simulates as before, steps back to back, and warns about nothing)."""
+
+    host: HostTiming | None = None
+    ranges: FeatureRanges | None = None
+    intake_delay: float = 0.0
+    _overlap: tuple[float, float, float] | None = None  # host const, host per span, launch
+
+    def set_host(self, host: HostTiming | None) -> None:
+        self.host = host
+        self.intake_delay = host.intake_delay if host is not None else 0.0
+        self._overlap = (host.gap_const, host.gap_per_seq, host.launch) if host is not None and host.overlap else None
+
+    def host_gap(self, previous_spans: int | None) -> float:
+        return 0.0 if self.host is None else self.host.gap(previous_spans)
+
+    def _overlapped(self, device: float, spans: int) -> float:
+        """With overlapping steps a step costs max(host, device) + launch."""
+        c, per, launch = self._overlap  # type: ignore[misc]
+        return max(device, c + per * spans) + launch
+
+    def timed_parts(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.host is not None:
+            out["host"] = self.host.to_dict()
+        if self.ranges is not None:
+            out["ranges"] = self.ranges.to_dict()
+        return out
+
+    def load_timed_parts(self, doc: dict[str, Any], path: str | Path) -> None:
+        try:
+            self.set_host(HostTiming.from_dict(doc["host"]) if isinstance(doc.get("host"), dict) else None)
+            self.ranges = FeatureRanges.from_dict(doc["ranges"]) if isinstance(doc.get("ranges"), dict) else None
+        except (TypeError, ValueError, KeyError, IndexError) as e:
+            raise CostModelError(f"{path}: host or ranges: {e}") from None

@@ -1,0 +1,109 @@
+"""`minivllm fidelity`: re-simulating a live log and comparing the latency distributions."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from analysis.frames import load_frames
+from analysis.metrics import latencies
+from runtime.cli import main
+from simulator.cost_model import LinearCostModel, RecordedCostModel
+from simulator.fidelity import check, fidelity
+from simulator.request_times import RequestTimes
+from tests.sim_helpers import VaryingDurationExecutor, mixed_workload, record_live, small_config
+from traces.log import LogWriter, read_log
+
+# what VaryingDurationExecutor charges: 2 ms + 10 µs per token + 0.3 ms per span
+TRUTH = {"const": 0.002, "prefill_tokens": 1e-5, "decode_seqs": 1e-5, "seqs": 3e-4}
+
+
+def _record(path, config, seed=5, n=40):
+    with LogWriter(path) as w:
+        for ev in record_live(mixed_workload(n, seed=seed, rate=30), config, VaryingDurationExecutor(seed=2)):
+            w(ev)
+    return path
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fidelity")
+    on = _record(tmp / "on.jsonl", small_config(num_blocks=64, budget=64))
+    off = _record(tmp / "off.jsonl", small_config(num_blocks=64, budget=1024, chunked=False))
+    return on, off
+
+
+def test_request_times_agree_with_the_analysis(logs):
+    on, _ = logs
+    times = RequestTimes()
+    for ev in read_log(on):
+        times(ev)
+    ours = times.values()
+    theirs = latencies(load_frames(on).requests)
+    for m in ("ttft", "tpot", "e2e", "queue"):
+        assert np.sort(ours[m]) == pytest.approx(np.sort(theirs[m].dropna().to_numpy()))
+    assert len(ours["itl"]) == sum(max(n - 1, 0) for n in load_frames(on).requests["num_output_tokens"])
+
+
+def test_recorded_durations_give_zero_error(logs):
+    on, _ = logs
+    report, dists = fidelity(on, RecordedCostModel.from_log(on))
+    for m, row in report["metrics"].items():
+        for s in ("p50", "p90", "p99", "mean"):
+            e = row[s]["error_pct"]
+            assert math.isnan(e) or abs(e) < 1e-9, (m, s, e)
+    assert report["makespan"]["error_pct"] == pytest.approx(0, abs=1e-9)
+    assert report["steps"]["live"] == report["steps"]["sim"] and report["replay"]["step_mape"] < 1e-9
+    assert check(report, 0.1) == [] and set(dists) == {"live", "sim"}
+
+
+def test_the_true_model_is_close_and_a_slow_one_fails_the_tolerance(logs):
+    on, _ = logs
+    report, _ = fidelity(on, LinearCostModel(TRUTH))
+    assert abs(report["makespan"]["error_pct"]) < 1 and report["replay"]["step_mape"] < 1e-6
+    slow, _ = fidelity(on, LinearCostModel({k: 2 * v for k, v in TRUTH.items()}))
+    bad = check(slow, 5)
+    assert any(line.startswith("TTFT") for line in bad) and slow["metrics"]["e2e"]["p50"]["error_pct"] > 5
+
+
+def test_what_if_states_the_config_change_and_checks_the_sign(logs):
+    on, off = logs
+    report, dists = fidelity(on, LinearCostModel(TRUTH), overrides=["scheduler.enable_chunked_prefill=false"],
+                             what_if_live=off)
+    w = report["what_if"]
+    assert "enable_chunked_prefill on → off" in w["config_changes"]
+    assert any("so a whole prompt fits a step" in c for c in w["config_changes"])  # the budget, stated
+    assert any("max_num_batched_tokens 64 → 1,024" in c for c in w["live_config_changes"])
+    # the true model predicts the other live run exactly: every sign right, no error
+    for m in ("ttft", "e2e"):
+        cell = w["predicted_change"][m]["p50"]
+        assert cell["same_sign"] and cell["predicted_pct"] == pytest.approx(cell["live_pct"], abs=1e-6)
+        assert w["vs_live"][m]["p50"]["error_pct"] == pytest.approx(0, abs=1e-6)
+    assert {"sim (what-if)", "live (what-if)"} <= set(dists)
+
+
+def test_bad_what_if_names_the_fields(logs):
+    on, _ = logs
+    with pytest.raises(ValueError, match="enable_chunked_prefill"):
+        fidelity(on, LinearCostModel(TRUTH), overrides=["scheduler.chunky=1"])
+
+
+def test_cli_prints_the_table_writes_json_and_a_plot_and_exits_on_tolerance(logs, tmp_path, capsys):
+    on, off = logs
+    js, png = tmp_path / "f.json", tmp_path / "cdf.png"
+    assert main(["fidelity", str(on), "--cost-model", "recorded", "--json", str(js), "--plot", str(png),
+                 "--tolerance", "1"]) == 0
+    out = capsys.readouterr().out
+    for word in ("TTFT", "TPOT", "ITL", "E2E", "queue", "p99", "makespan", "per-step MAPE", "within ±1%"):
+        assert word in out
+    doc = json.loads(js.read_text())
+    assert doc["tolerance"]["exceeded"] == [] and png.stat().st_size > 1000
+    slow = tmp_path / "slow.json"
+    LinearCostModel({k: 3 * v for k, v in TRUTH.items()}).save(slow)
+    assert main(["fidelity", str(on), "--cost-model", str(slow), "--tolerance", "5", "--plot", str(png),
+                 "--what-if", "scheduler.enable_chunked_prefill=false", "--what-if-live", str(off)]) == 1
+    out = capsys.readouterr().out
+    assert "beyond ±5%" in out and "predicted Δ" in out and "chunked prefill off" in out
