@@ -60,7 +60,7 @@ def test_from_dict_fills_missing_sections_and_keeps_top_level_fields():
          "scheduler.max_num_batched_tokens must be a positive integer, got True"),
         (lambda: SchedulerConfig(max_num_seqs=1.5), "scheduler.max_num_seqs must be a positive integer, got 1.5"),
         (lambda: SchedulerConfig(max_model_len=0), "scheduler.max_model_len must be a positive integer, got 0"),
-        (lambda: SchedulerConfig(reserve_full_prompt=None), "scheduler.reserve_full_prompt must be a bool, got None"),
+        (lambda: SchedulerConfig(reserve_full_prompt=1), "scheduler.reserve_full_prompt must be a bool, got 1"),
         (lambda: EngineConfig(cache={}), "cache must be a CacheConfig, got {}"),
         (lambda: EngineConfig(scheduler="fcfs"), "scheduler must be a SchedulerConfig, got 'fcfs'"),
         (lambda: EngineConfig(seed=False), "seed must be an integer, got False"),

@@ -6,7 +6,7 @@ from runtime.engine.core import EngineCore
 from runtime.engine.request import RequestStatus
 from runtime.engine.types import StepResult
 from tests.helpers import SeededTokenExecutor, run_checked
-from traces.events import Aborted, Arrived, BlockCached, Finished, Header, PrefixHit, Rejected, Step
+from traces.events import Aborted, Admitted, Arrived, BlockCached, Finished, Header, PrefixHit, Rejected, Step
 from traces.log import LogWriter, encode, fold, read_log
 from traces.params import InvalidRequest, SamplingParams
 from traces.prompt import TRACE_PROMPTS, PromptIds, PromptSynthetic
@@ -443,3 +443,26 @@ def test_a_bad_cache_salt_is_named_in_the_message(salt, message):
     with pytest.raises(InvalidRequest) as err:
         engine().add_request([1, 2], SamplingParams(), 0.0, cache_salt=salt)
     assert str(err.value) == message
+
+
+def test_a_request_its_log_refused_leaves_nothing_behind_for_the_next_one():
+    """A sink (a LogWriter) may refuse an Arrived; the id is then not handed out, and the next request,
+    which gets it, must cache its blocks under its own prefix hashes, not the refused prompt's."""
+    events, refused = [], []
+
+    def sink(event):
+        if isinstance(event, Arrived) and not refused:
+            refused.append(event)
+            raise ValueError("refused")
+        events.append(event)
+
+    core = EngineCore(EngineConfig(cache=CacheConfig(block_size=4, num_blocks=32),
+                                   scheduler=SchedulerConfig(max_model_len=128)), sink=sink, trace_prompts="hashes")
+    with pytest.raises(ValueError, match="refused"):
+        core.add_request([9] * 12, SamplingParams(max_tokens=1), 0.0)
+    mine = list(range(1, 13))
+    assert core.add_request(mine, SamplingParams(max_tokens=1), 0.0) == 0
+    run_checked(core, EX, None)
+    assert core.add_request(mine + [50], SamplingParams(max_tokens=1), 1.0) == 1
+    core.step(1.0, EX)
+    assert [e.num_cached_tokens for e in events if isinstance(e, Admitted)] == [0, 12]
