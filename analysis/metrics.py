@@ -93,7 +93,7 @@ def render_summary(summary: dict[str, Any], title: str = "summary") -> str:
     from rich.console import Console
     from rich.table import Table
 
-    lat = Table(title=title, title_justify="left")
+    lat = Table()
     lat.add_column("latency (ms)")
     cols = ("mean", *[f"p{p}" for p in PERCENTILES], "max")
     for col in cols:
@@ -119,7 +119,8 @@ def render_summary(summary: dict[str, Any], title: str = "summary") -> str:
     tot.add_row("mean step", f"{_num(summary['mean_step_s'] * 1e3, ',.2f')} ms, "
                 f"{_num(summary['mean_batch_tokens'], ',.1f')} tokens")
     console = Console(width=100, record=True, force_terminal=False, color_system=None, file=_Null())
-    if rejected and "rejected_share" in summary:
+    console.print(title, markup=False, highlight=False, soft_wrap=True)
+    if rejected and "rejected_share" in summary:  # before any number: those are over the served ones only
         console.print(render_rejected(summary), markup=False, highlight=False, soft_wrap=True)
     console.print(lat)
     console.print(tot)

@@ -1,5 +1,6 @@
 """Refused requests are counted, not silently left out: the simulator's and the core's Rejected
-events reach the summary, the comparison table and ``minivllm analyze``'s first lines."""
+events reach the summary, the comparison table and the line under each run's title in
+``minivllm analyze``."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def test_the_report_says_how_many_were_rejected_before_anything_else(tmp_path):
     path, _ = simulated(tmp_path)
     frames = load_frames(path)
     text = render_summary(summarize(frames), title="run")
-    first = text.splitlines()[0]
+    title, first = text.splitlines()[:2]
+    assert title == "run"
     assert first.startswith("!! 3 rejected of 13 requests (23.1%)") and "over the 10 served" in first
     assert "2× prompt has N tokens; max_model_len is N" in first
     assert "13 (10/0/0/3)" in text  # requests (finished/aborted/unfinished/rejected)
@@ -80,7 +82,7 @@ def test_percentiles_stay_over_the_served_requests(tmp_path):
     without = summarize(frames_from_events([e for e in events if not isinstance(e, Rejected)]))
     for key in ("ttft_s", "tpot_s", "e2e_s", "itl_s"):
         assert with_[key] == without[key]
-    assert without["rejected"] == 0 and "rejected" not in render_summary(without).splitlines()[0]
+    assert without["rejected"] == 0 and "rejected" not in render_summary(without).splitlines()[1]
 
 
 def test_analyze_cli_names_the_rejections(tmp_path, capsys):
@@ -89,8 +91,23 @@ def test_analyze_cli_names_the_rejections(tmp_path, capsys):
     path, _ = simulated(tmp_path)
     assert main(["analyze", str(path)]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0].startswith("!! 3 rejected of 13 requests")
+    assert out.splitlines()[:2] == ["sim.jsonl", out.splitlines()[1]]
+    assert out.splitlines()[1].startswith("!! 3 rejected of 13 requests")
 
 
 def test_reason_kinds_group_refusals_that_differ_only_in_numbers():
     assert reason_kind("prompt has 5,000 tokens; max_model_len is 4096") == "prompt has N tokens; max_model_len is N"
+
+
+def test_a_log_whose_every_request_was_refused_is_still_a_report(tmp_path, capsys):
+    from runtime.cli import main
+    from traces.events import Header
+
+    path = tmp_path / "refused.jsonl"
+    with LogWriter(path) as log:
+        log(Header(clock="sim"))
+        log(Rejected(time=0.0, num_prompt_tokens=9000, params=SamplingParams(), reason="prompt has 9000 tokens; "
+                     "max_model_len is 4096"))
+    assert main(["analyze", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "!! 1 rejected of 1 requests (100.0%)" in out and "1 (0/0/0/1)" in out and "nan" not in out

@@ -32,7 +32,7 @@ def load(path: str):
         if frames.truncated:
             raise CLIError(f"{path}: the log was cut off inside its first line")
         raise CLIError(f"{path}: no Header line: not a minivllm event log")
-    if not len(frames.requests):
+    if not len(frames.requests) and not len(frames.rejected):  # all refused: that is the report
         raise CLIError(f"{path}: no requests in the log ({len(frames.steps):,} steps): nothing to analyze")
     return frames
 
