@@ -1,4 +1,5 @@
-"""The OpenAI-compatible server, checked with the official `openai` client.
+"""The OpenAI-compatible server, checked with the official `openai` client, with the engine on a
+thread of the server's process and in a process of its own.
 
 The engine runs a deterministic executor whose tokens depend only on the prompt and position, so
 streamed and non-streamed answers to the same prompt must be identical.
@@ -15,20 +16,14 @@ import openai
 import pytest
 
 from runtime.serving.async_engine import EngineOverloaded, SlowClient
-from runtime.serving.server.app import create_app
-from runtime.serving.server.launch import ServerThread
-from tests.test_server_harness import make_engine, wait_idle
+from tests.test_server_harness import MODES, make_engine, make_gate, serve, wait_idle, wait_until
 from traces.params import SamplingParams
 
 
-@pytest.fixture(scope="module")
-def served(smollm2_tokenizer):
-    engine = make_engine(smollm2_tokenizer)
-    engine.start()
-    with ServerThread(create_app(engine, smollm2_tokenizer, "smollm2")) as http:
-        client = openai.OpenAI(base_url=http.url + "/v1", api_key="unused", max_retries=0)
-        yield engine, http, client
-    engine.shutdown()
+@pytest.fixture(scope="module", params=MODES)
+def served(request, smollm2_tokenizer):
+    with serve(smollm2_tokenizer, name="smollm2", mode=request.param) as s:
+        yield s.engine, s.http, s.client
 
 
 def test_completion_stream_equals_non_stream(served, smollm2_tokenizer):
@@ -110,21 +105,18 @@ def test_unknown_model_is_404(served):
         client.completions.create(model="gpt-5", prompt="hi", max_tokens=2)
 
 
-def test_client_disconnect_aborts_and_frees_kv(smollm2_tokenizer):
-    engine = make_engine(smollm2_tokenizer, delay=0.02)  # 900 tokens take ~18 s: the hang-up comes first
-    engine.start()
-    try:
-        with ServerThread(create_app(engine, smollm2_tokenizer, "m")) as http:
-            body = {"model": "m", "prompt": "tell me a long story", "max_tokens": 900, "stream": True}
-            with httpx.stream("POST", http.url + "/v1/completions", json=body, timeout=10) as r:
-                for line in r.iter_lines():
-                    if line.startswith("data:"):
-                        break  # read one event, then hang up
-            wait_idle(engine)
-            assert engine.stats.client_aborts == 1
-            assert engine.stats.requests_finished == {}
-    finally:
-        engine.shutdown()
+@pytest.mark.parametrize("mode", MODES)
+def test_client_disconnect_aborts_and_frees_kv(smollm2_tokenizer, mode):
+    # 900 tokens take ~18 s: the hang-up comes first
+    with serve(smollm2_tokenizer, mode=mode, delay=0.02) as s:
+        body = {"model": "m", "prompt": "tell me a long story", "max_tokens": 900, "stream": True}
+        with httpx.stream("POST", s.url + "/v1/completions", json=body, timeout=10) as r:
+            for line in r.iter_lines():
+                if line.startswith("data:"):
+                    break  # read one event, then hang up
+        wait_until(lambda: s.engine.stats.client_aborts == 1, what="the abort")
+        wait_idle(s.engine)  # and its KV is free (the gauges of the engine's last message)
+        assert s.engine.stats.requests_finished == {}
 
 
 def test_health_models_and_metrics(served):
@@ -137,31 +129,29 @@ def test_health_models_and_metrics(served):
         assert name in text
 
 
-def test_queue_full_is_429(smollm2_tokenizer):
-    gate = threading.Event()
-    engine = make_engine(smollm2_tokenizer, gate=gate, max_pending=1)
-    engine.start()
-    try:
-        with ServerThread(create_app(engine, smollm2_tokenizer, "m")) as http:
-            body = {"model": "m", "prompt": "hi", "max_tokens": 2}
-            results = []
-            threads = [threading.Thread(target=lambda: results.append(
-                httpx.post(http.url + "/v1/completions", json=body, timeout=20).status_code)) for _ in range(4)]
-            for t in threads:
-                t.start()
-                time.sleep(0.2)  # the first is taken by the (blocked) engine, the second fills the queue
-            gate.set()
-            for t in threads:
-                t.join()
-            assert sorted(results) == [200, 200, 429, 429]
-            wait_idle(engine)
-    finally:
-        gate.set()
-        engine.shutdown()
+@pytest.mark.parametrize("mode", MODES)
+def test_queue_full_is_429(smollm2_tokenizer, mode):
+    with serve(smollm2_tokenizer, mode=mode, gate=True, max_pending=1) as s:
+        body = {"model": "m", "prompt": "hi", "max_tokens": 2}
+        results = []
+        threads = [threading.Thread(target=lambda: results.append(
+            httpx.post(s.url + "/v1/completions", json=body, timeout=20).status_code)) for _ in range(4)]
+        for i, t in enumerate(threads):
+            t.start()
+            if i == 0:  # taken in by the (blocked) engine; the second then fills the queue
+                wait_until(lambda: s.engine.state.adds_taken == 1, what="the first request taken in")
+            time.sleep(0.2)
+        s.gate.set()
+        for t in threads:
+            t.join()
+        assert sorted(results) == [200, 200, 429, 429]
+        wait_idle(s.engine)
 
 
-def test_slow_consumer_is_aborted_without_leaking(smollm2_tokenizer):
-    engine = make_engine(smollm2_tokenizer, output_queue_size=2)
+@pytest.mark.parametrize("mode", MODES)
+def test_slow_consumer_is_aborted_without_leaking(smollm2_tokenizer, mode):
+    # 10 ms steps: the 200 tokens take longer than the abort needs to reach the engine
+    engine = make_engine(smollm2_tokenizer, mode, output_queue_size=2, delay=0.01)
     engine.start()
 
     async def run():
@@ -173,20 +163,22 @@ def test_slow_consumer_is_aborted_without_leaking(smollm2_tokenizer):
 
     try:
         asyncio.run(run())
+        wait_until(lambda: engine.stats.slow_client_aborts == 1, what="the abort")
         wait_idle(engine)
-        assert engine.stats.slow_client_aborts == 1
     finally:
         engine.shutdown()
 
 
-def test_overloaded_raised_before_streaming(smollm2_tokenizer):
-    gate = threading.Event()
-    engine = make_engine(smollm2_tokenizer, gate=gate, max_pending=1)
+@pytest.mark.parametrize("mode", MODES)
+def test_overloaded_raised_before_streaming(smollm2_tokenizer, mode):
+    gate = make_gate(mode)
+    engine = make_engine(smollm2_tokenizer, mode, gate=gate, max_pending=1)
     engine.start()
 
     async def run():
         first = engine.submit([5, 6], SamplingParams(max_tokens=2))
-        await asyncio.sleep(0.2)
+        while engine.state.adds_taken < 1:  # the engine took it in and is stuck in its step
+            await asyncio.sleep(0.01)
         engine.submit([5, 6], SamplingParams(max_tokens=2))
         with pytest.raises(EngineOverloaded):
             engine.submit([5, 6], SamplingParams(max_tokens=2))
@@ -198,3 +190,29 @@ def test_overloaded_raised_before_streaming(smollm2_tokenizer):
     finally:
         gate.set()
         engine.shutdown()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_burst_of_concurrent_requests(smollm2_tokenizer, mode):
+    """64 clients at once, half streaming: every answer whole and equal to its twin's, nothing leaked."""
+    with serve(smollm2_tokenizer, mode=mode, max_pending=256) as s:
+        prompts = [f"request number {i % 16}" for i in range(64)]
+        answers: dict[int, str] = {}
+
+        def ask(i: int) -> None:
+            if i % 2:
+                chunks = s.client.completions.create(model="m", prompt=prompts[i], max_tokens=12, stream=True)
+                answers[i] = "".join(c.choices[0].text for c in chunks)
+            else:
+                answers[i] = s.client.completions.create(model="m", prompt=prompts[i], max_tokens=12).choices[0].text
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(64)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(answers) == 64
+        for i in range(16):  # the same prompt, streamed or not, gives the same text
+            assert len({answers[j] for j in range(i, 64, 16)}) == 1
+        wait_idle(s.engine)
+        assert s.engine.stats.requests_finished == {"length": 64}

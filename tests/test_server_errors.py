@@ -12,18 +12,18 @@ import openai
 import pytest
 
 from runtime.serving.server.protocol import ChatCompletionRequest, CompletionRequest
-from tests.test_server_harness import TokenizerProxy, assert_still_serving, serve, wait_idle
+from tests.test_server_harness import MODES, TokenizerProxy, assert_still_serving, serve, wait_idle
 from traces.events import Arrived
 
 SECRET = "zebra-umbrella-417"  # prompt text that must never show up in an error or a log
 
 
-@pytest.fixture(scope="module")
-def served(smollm2_tokenizer):
-    events = []
+@pytest.fixture(scope="module", params=MODES)
+def served(request, smollm2_tokenizer, tmp_path_factory):
     proxy = TokenizerProxy(smollm2_tokenizer)
-    with serve(smollm2_tokenizer, app_tokenizer=proxy, sink=events.append, logprobs=True) as s:
-        s.events, s.proxy = events, proxy
+    log = tmp_path_factory.mktemp("errors") / "log.jsonl"
+    with serve(smollm2_tokenizer, app_tokenizer=proxy, log=log, logprobs=True, mode=request.param) as s:
+        s.proxy = proxy
         yield s
 
 
@@ -172,14 +172,15 @@ def test_non_finite_floats_are_400_naming_the_field(served, path, field):
 
 
 def test_top_k_minus_one_means_off(served):
-    before = len(served.events)
+    wait_idle(served.engine)
+    before = len(served.events())
     out = served.client.completions.create(model="m", prompt="hi", max_tokens=2, extra_body={"top_k": -1})
     assert out.choices[0].finish_reason == "length"
     chat = served.client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
                                                  max_tokens=2, extra_body={"top_k": -1})
     assert chat.choices[0].finish_reason == "length"
     wait_idle(served.engine)
-    arrived = [e for e in served.events[before:] if isinstance(e, Arrived)]
+    arrived = [e for e in served.events()[before:] if isinstance(e, Arrived)]
     assert len(arrived) == 2 and all(e.params.top_k == 0 for e in arrived)  # the engine's "off"
     with pytest.raises(openai.BadRequestError) as err:
         served.client.completions.create(model="m", prompt="hi", max_tokens=2, extra_body={"top_k": -2})

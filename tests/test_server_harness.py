@@ -1,68 +1,46 @@
-"""Shared harness of the server tests (no tests here): a deterministic fake executor, an engine and
-a live server around it, and the checks every bad-input test ends with (the server still serves,
-no KV block leaked).
+"""Shared harness of the server tests (no tests here): the fake engine of tests/test_server_fakes.py
+and a live server around it — the engine on a thread of this process or in a process of its own
+(``mode``: "thread" | "process"; MODES parametrizes a test over both) — and the checks every
+bad-input test ends with (the server still serves, no KV block leaked).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import multiprocessing
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import openai
 from fastapi import FastAPI
 
-from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
-from runtime.engine.core import EngineCore
-from runtime.engine.types import StepResult
 from runtime.serving.async_engine import AsyncLLMEngine
-from runtime.serving.llm_engine import LLMEngine
+from runtime.serving.engine_main import EngineSpec
+from runtime.serving.engine_process import EngineProcess
 from runtime.serving.server.app import create_app
 from runtime.serving.server.launch import ServerThread
+from tests.test_server_fakes import fake_llm_engine
+from traces.log import read_log
 
-EOS = 2
-
-
-class PromptSeededExecutor:
-    """Token at position p = f(prompt tokens, p): identical answers for identical prompts.
-    ``gate``: each step waits for it (a stalled engine); ``delay``: seconds per step."""
-
-    def __init__(self, vocab: int, gate: threading.Event | None = None, delay: float = 0.0,
-                 logprobs: bool = False) -> None:
-        self.vocab, self.gate, self.delay, self.logprobs = vocab, gate, delay, logprobs
-
-    def token(self, req, position: int) -> int:
-        d = hashlib.blake2b(req.token_ids[: req.num_prompt_tokens].tobytes() + position.to_bytes(4, "little"),
-                            digest_size=4).digest()
-        return 3 + int.from_bytes(d, "little") % (self.vocab - 3)  # never eos / specials 0..2
-
-    def execute(self, plan, requests):
-        if self.gate is not None:
-            self.gate.wait()
-        if self.delay:
-            time.sleep(self.delay)
-        toks = [[self.token(requests[s.request_id], s.start + s.num_tokens)] for s in plan.spans if s.sample]
-        lps = [[{t[0]: -0.5}] for t in toks] if self.logprobs else None
-        return StepResult(toks, 0.001, lps)
-
-    # overlapping executor: the server tests run with async scheduling (aborts drain the step in flight)
-    launch = execute
-
-    def collect(self, handle):
-        return handle
+MODES = ("thread", "process")
 
 
-def make_engine(tokenizer, gate=None, max_pending=64, output_queue_size=4096, num_blocks=256, delay=0.0,
-                max_model_len=1024, sink: Callable | None = None, logprobs: bool = False) -> AsyncLLMEngine:
-    cfg = EngineConfig(cache=CacheConfig(block_size=16, num_blocks=num_blocks),
-                       scheduler=SchedulerConfig(max_num_batched_tokens=256, max_model_len=max_model_len))
-    core = EngineCore(cfg, eos_token_id=EOS, sink=sink)
-    executor = PromptSeededExecutor(len(tokenizer), gate, delay, logprobs)
-    engine = LLMEngine.from_core(core, executor, tokenizer, overlap=True)
-    return AsyncLLMEngine(engine, max_pending=max_pending, output_queue_size=output_queue_size)
+def make_engine(tokenizer, mode: str = "thread", max_pending: int = 64, output_queue_size: int = 4096,
+                **engine_kwargs) -> AsyncLLMEngine:
+    """A front end over ``fake_llm_engine(tokenizer, **engine_kwargs)``, not started."""
+    limits = {"max_pending": max_pending, "output_queue_size": output_queue_size}
+    if mode == "thread":
+        return AsyncLLMEngine(fake_llm_engine(tokenizer, **engine_kwargs), **limits)
+    spec = EngineSpec(fake_llm_engine, {"tokenizer": tokenizer, **engine_kwargs}, warmup=False)
+    return AsyncLLMEngine(connection=EngineProcess(spec, start_timeout=120), **limits)
+
+
+def make_gate(mode: str):
+    """An event the engine's steps wait for, where the engine runs."""
+    return multiprocessing.get_context("spawn").Event() if mode == "process" else threading.Event()
 
 
 @dataclass
@@ -71,38 +49,58 @@ class Served:
     http: ServerThread
     client: openai.OpenAI
     app: FastAPI
+    mode: str
+    gate: object = None  # set() lets the stalled engine go on
+    log: Path | None = None
 
     @property
     def url(self) -> str:
         return self.http.url
 
+    def events(self) -> list:
+        """The engine's log so far (flushed after every loop iteration: read it once settled)."""
+        return list(read_log(self.log)) if self.log is not None else []
+
 
 @contextlib.contextmanager
 def serve(tokenizer, name: str = "m", api_key: str | None = None, max_request_bytes: int | None = None,
-          app_tokenizer=None, **engine_kwargs) -> Iterator[Served]:
+          app_tokenizer=None, mode: str = "thread", gate: bool = False, log: Path | None = None,
+          **engine_kwargs) -> Iterator[Served]:
     """A started engine behind a live HTTP server; stopped on exit. ``app_tokenizer``: what the
-    HTTP layer tokenizes with (default: the engine's)."""
-    engine = make_engine(tokenizer, **engine_kwargs)
+    HTTP layer tokenizes with (default: the engine's); ``gate``: steps wait for ``Served.gate``;
+    ``log``: the engine records its event log there (``Served.events()``)."""
+    the_gate = make_gate(mode) if gate else None
+    engine = make_engine(tokenizer, mode, gate=the_gate, log=str(log) if log else None, **engine_kwargs)
     engine.start()
     limits = {} if max_request_bytes is None else {"max_request_bytes": max_request_bytes}
     try:
         app = create_app(engine, app_tokenizer or tokenizer, name, api_key=api_key, **limits)
         with ServerThread(app) as http:
             client = openai.OpenAI(base_url=http.url + "/v1", api_key=api_key or "unused", max_retries=0)
-            yield Served(engine, http, client, app)
+            yield Served(engine, http, client, app, mode, the_gate, log)
     finally:
+        if the_gate is not None:
+            the_gate.set()
         engine.shutdown()
 
 
-def wait_idle(engine: AsyncLLMEngine, timeout: float = 10.0) -> None:
-    """Wait until the engine has nothing to do; then no KV block may be held."""
+def wait_until(condition, timeout: float = 10.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
-    while engine.engine.busy or not engine.commands.empty():
-        assert time.monotonic() < deadline, "engine did not go idle"
-        time.sleep(0.01)
-    bm = engine.core.block_manager
-    bm.check_invariants()
-    assert bm.num_used_blocks == 0 and bm.total_reserved == 0, "leaked KV blocks"
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def wait_idle(engine: AsyncLLMEngine, timeout: float = 10.0) -> None:
+    """Wait until the engine took every command and has nothing to do; then no KV block may be held
+    (as its last message says; in process, its block manager's invariants too)."""
+    wait_until(lambda: engine.settled, timeout, "the engine to go idle")
+    state = engine.state
+    assert state.kv_blocks_used == 0 and state.kv_blocks_reserved == 0, "leaked KV blocks"
+    if engine.engine is not None:
+        bm = engine.engine.core.block_manager
+        bm.check_invariants()
+        assert bm.num_used_blocks == 0 and bm.total_reserved == 0, "leaked KV blocks"
 
 
 def assert_still_serving(s: Served, model: str = "m") -> None:

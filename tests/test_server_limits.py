@@ -12,15 +12,15 @@ import openai
 import pytest
 
 from runtime.serving.server.app import DEFAULT_MAX_REQUEST_BYTES
-from tests.test_server_harness import TokenizerProxy, assert_still_serving, serve
+from tests.test_server_harness import MODES, TokenizerProxy, assert_still_serving, serve
 
 LIMIT = 128 << 10  # the small servers' --max-request-bytes
 
 
-@pytest.fixture(scope="module")
-def served(smollm2_tokenizer):
+@pytest.fixture(scope="module", params=MODES)
+def served(request, smollm2_tokenizer):
     proxy = TokenizerProxy(smollm2_tokenizer)
-    with serve(smollm2_tokenizer, app_tokenizer=proxy, max_request_bytes=LIMIT) as s:
+    with serve(smollm2_tokenizer, app_tokenizer=proxy, max_request_bytes=LIMIT, mode=request.param) as s:
         s.proxy = proxy
         yield s
 
@@ -146,7 +146,8 @@ def test_batch_bigger_than_the_queue_is_refused_before_tokenizing(served):
 def test_health_answers_while_a_huge_prompt_is_tokenized(smollm2_tokenizer):
     # a context and KV pool big enough that a 3 MB prompt passes the character bound: it really is
     # tokenized (seconds), then refused for its max_tokens
-    with serve(smollm2_tokenizer, max_model_len=1 << 20, num_blocks=1 << 16, max_request_bytes=16 << 20) as s:
+    with serve(smollm2_tokenizer, max_model_len=1 << 20, num_blocks=1 << 16, max_request_bytes=16 << 20,
+               mode="process") as s:  # the server as `minivllm serve` runs it
         text = "hello world, this is a test. " * (3_000_000 // 29)
         result = {}
 

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from runtime.serving.async_engine import CLIENT_DISCONNECTED
 from runtime.serving.server.metrics import build_1_2_5_buckets
-from tests.test_server_harness import assert_still_serving, serve, wait_idle
+from tests.test_server_harness import MODES, assert_still_serving, serve, wait_idle, wait_until
 from traces.events import Aborted, Admitted, Arrived
 
 VLLM_NAMES = (
@@ -46,8 +46,9 @@ def test_buckets_as_vllm_builds_them():
     assert build_1_2_5_buckets(1024)[-1] == 1000
 
 
-def test_vllm_metrics_count_what_was_served(smollm2_tokenizer):
-    with serve(smollm2_tokenizer, name="smol") as s:
+@pytest.mark.parametrize("mode", MODES)
+def test_vllm_metrics_count_what_was_served(smollm2_tokenizer, mode):
+    with serve(smollm2_tokenizer, name="smol", mode=mode) as s:
         prompt = [7] * 40  # two full KV blocks: the repeat hits the prefix cache
         for _ in range(2):
             s.client.completions.create(model="smol", prompt=prompt, max_tokens=5)
@@ -78,37 +79,35 @@ def test_vllm_metrics_count_what_was_served(smollm2_tokenizer):
         assert_still_serving(s, "smol")
 
 
-def test_kv_cache_usage_is_a_fraction_while_running(smollm2_tokenizer):
-    gate = threading.Event()
-    with serve(smollm2_tokenizer, gate=gate) as s:
+@pytest.mark.parametrize("mode", MODES)
+def test_kv_cache_usage_is_a_fraction_while_running(smollm2_tokenizer, mode):
+    with serve(smollm2_tokenizer, mode=mode, delay=0.05) as s:  # 40 tokens: 2 s of steps to look at
         worker = threading.Thread(target=lambda: s.client.completions.create(model="m", prompt=[5] * 100,
-                                                                           max_tokens=2))
+                                                                           max_tokens=40))
         worker.start()
         deadline = time.monotonic() + 10
-        while s.engine.core.num_running == 0:
+        while (m := scrape(s.url)) and value(m, "vllm:num_requests_running") == 0:  # the engine's last snapshot
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        m = scrape(s.url)
-        gate.set()
         worker.join()
-        bm = s.engine.core.block_manager
         assert value(m, "vllm:num_requests_running") == 1
         assert 0 < value(m, "vllm:kv_cache_usage_perc") <= 1
-        assert value(m, "vllm:kv_cache_usage_perc") == pytest.approx(7 / bm.num_blocks)  # 100 tokens: 7 blocks
+        # 100 prompt tokens and a few outputs: 7 blocks of 16
+        assert value(m, "vllm:kv_cache_usage_perc") == pytest.approx(7 / s.engine.state.kv_blocks_total)
+        assert value(m, "minivllm_kv_blocks_used") == 7
         assert_still_serving(s)
 
 
-def test_abort_counts_agree_with_the_log_after_a_disconnect_storm(smollm2_tokenizer):
-    events = []
-    gate = threading.Event()  # the engine thread is stuck in a step: the storm's requests only queue
-    with serve(smollm2_tokenizer, gate=gate, sink=events.append, max_pending=256) as s:
+@pytest.mark.parametrize("mode", MODES)
+def test_abort_counts_agree_with_the_log_after_a_disconnect_storm(smollm2_tokenizer, mode, tmp_path):
+    # the engine is stuck in a step: the storm's requests only queue; later, 10 ms steps let the
+    # mid-stream hang-ups come before the end
+    with serve(smollm2_tokenizer, mode=mode, gate=True, delay=0.01, log=tmp_path / "log.jsonl",
+               max_pending=256) as s:
         holder = threading.Thread(target=lambda: httpx.post(s.url + "/v1/completions",
                                                             json={"prompt": "hold", "max_tokens": 2}, timeout=60))
         holder.start()
-        deadline = time.monotonic() + 10
-        while not any(isinstance(e, Arrived) for e in events):  # taken in: the engine is now stuck in its step
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(lambda: s.engine.state.adds_taken == 1, what="the holder taken in")  # now stuck in its step
 
         def cut(path: str, body: dict) -> None:
             with httpx.stream("POST", s.url + path, json={**body, "stream": True}, timeout=30) as r:
@@ -123,21 +122,21 @@ def test_abort_counts_agree_with_the_log_after_a_disconnect_storm(smollm2_tokeni
         for t in storm:
             t.join()
         time.sleep(0.5)  # the server has seen every hang-up (cancelled before the engine took them in)
-        gate.set()
+        s.gate.set()
         holder.join()
         wait_idle(s.engine)
 
         # and some cut mid-stream, after the engine took them in
-        s.engine.engine.executor.delay = 0.02
         for i in range(3):
             with httpx.stream("POST", s.url + "/v1/completions", timeout=30,
                               json={"prompt": f"story {i}", "max_tokens": 500, "stream": True}) as r:
                 for line in r.iter_lines():
                     if line.startswith("data:"):
                         break
-        s.engine.engine.executor.delay = 0.0
+        wait_until(lambda: s.engine.stats.client_aborts == 15, what="15 aborts")
         wait_idle(s.engine)
 
+        events = s.events()
         aborted = [e for e in events if isinstance(e, Aborted)]
         assert len(aborted) == 15 and {e.reason for e in aborted} == {CLIENT_DISCONNECTED}
         # the storm's requests are in the log, never scheduled: Arrived then Aborted

@@ -11,16 +11,16 @@ import httpx
 import openai
 import pytest
 
-from tests.test_server_harness import TokenizerProxy, assert_still_serving, serve, wait_idle
+from tests.test_server_harness import MODES, TokenizerProxy, assert_still_serving, serve, wait_idle
 from traces.events import Arrived
 
 KEY = "sk-test-5f1e"
 SECRET = "marmalade-octopus-93"
 
 
-@pytest.fixture(scope="module")
-def keyed(smollm2_tokenizer):
-    with serve(smollm2_tokenizer, api_key=KEY) as s:
+@pytest.fixture(scope="module", params=MODES)
+def keyed(request, smollm2_tokenizer):
+    with serve(smollm2_tokenizer, api_key=KEY, mode=request.param) as s:
         yield s
 
 
@@ -68,9 +68,9 @@ def test_api_key_from_the_flag_or_vllms_env(monkeypatch):
 # --- cache_salt -----------------------------------------------------------------------------------
 
 
-def test_cache_salt_reaches_the_engine_and_separates_prefix_caches(smollm2_tokenizer):
-    events = []
-    with serve(smollm2_tokenizer, sink=events.append) as s:
+@pytest.mark.parametrize("mode", MODES)
+def test_cache_salt_reaches_the_engine_and_separates_prefix_caches(smollm2_tokenizer, mode, tmp_path):
+    with serve(smollm2_tokenizer, log=tmp_path / "log.jsonl", mode=mode) as s:
         prompt = [9] * 48  # three full blocks
 
         def run(salt: str | None, chat: bool = False) -> None:
@@ -90,7 +90,7 @@ def test_cache_salt_reaches_the_engine_and_separates_prefix_caches(smollm2_token
         run("tenant-a")  # same tenant: its prefix is reused
         assert hits() > before
         run("tenant-a", chat=True)
-        salts = [e.cache_salt for e in events if isinstance(e, Arrived)]
+        salts = [e.cache_salt for e in s.events() if isinstance(e, Arrived)]
         assert salts == ["tenant-a", "tenant-b", "tenant-a", "tenant-a"]
         for bad in ("", 5):
             with pytest.raises(openai.BadRequestError) as err:
@@ -105,10 +105,11 @@ def test_cache_salt_reaches_the_engine_and_separates_prefix_caches(smollm2_token
 # --- no prompt text in logs or error messages ------------------------------------------------------
 
 
-def test_no_prompt_text_in_logs_or_errors(smollm2_tokenizer, caplog, capfd):
+@pytest.mark.parametrize("mode", MODES)
+def test_no_prompt_text_in_logs_or_errors(smollm2_tokenizer, caplog, capfd, mode):
     proxy = TokenizerProxy(smollm2_tokenizer)
     bodies = []
-    with caplog.at_level(logging.DEBUG), serve(smollm2_tokenizer, app_tokenizer=proxy,
+    with caplog.at_level(logging.DEBUG), serve(smollm2_tokenizer, app_tokenizer=proxy, mode=mode,
                                                   max_request_bytes=256 << 10) as s:
         def post(path: str, body: dict | bytes) -> None:
             content = body if isinstance(body, bytes) else json.dumps(body).encode()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
+import signal
 import sys
 
 from runtime.cli.checks import Bounded
@@ -30,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None,
                    help="before /ready answers 200, run the step shapes serving can hit, so no kernel compiles "
                         "while serving (default: on CUDA; the CPU path compiles nothing)")
+    g.add_argument("--engine-process", action=argparse.BooleanOptionalAction, default=True,
+                   help="run the engine in a process of its own, so HTTP work never competes with the step "
+                        "loop for one GIL (off: on a thread of the server's process) (default: %(default)s)")
     g.add_argument("--max-pending", type=int, default=1024, action=Bounded, at_least=1, metavar="N",
                    help="queued requests before answering 429 (default: %(default)s)")
     g.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES, action=Bounded, at_least=1,
@@ -57,46 +62,73 @@ def resolve_api_key(flag: str | None) -> str | None:
 
 
 def build_app(args: argparse.Namespace):
-    """Load the engine and build the app; returns (app, engine, close) — close() stops and flushes."""
+    """Start the engine and build the app; returns (app, engine, close) — close() stops the engine
+    and flushes its log."""
     from runtime.engine.config import ConfigError
-    from runtime.serving.async_engine import AsyncLLMEngine
-    from runtime.serving.llm_engine import LLMEngine
     from runtime.serving.server.app import create_app
 
     announce_load(args.model)
+    options = dict(model=args.model, trace=args.trace, trace_prompts=args.trace_prompts,
+                   if_exists=args.trace_if_exists, tokenizer=args.tokenizer, **engine_options(args))
     try:
-        llm_engine = LLMEngine(args.model, trace=args.trace, trace_prompts=args.trace_prompts,
-                               if_exists=args.trace_if_exists, tokenizer=args.tokenizer, **engine_options(args))
+        engine, tokenizer, close = (_engine_process if args.engine_process else _engine_thread)(args, options)
     except ConfigError as e:
         raise flag_error(e) from None
     except FileExistsError as e:
         raise CLIError(f"--trace-if-exists error: {e} (rotate or overwrite it, or choose another --trace)") from None
-    tokenizer = llm_engine.tokenizer
     if tokenizer is None:
+        close()
         raise flag_error(ValueError("--model: this model has no tokenizer; the server needs one"))
-    writer = llm_engine.writer
+    name = args.served_model_name or engine.model_identity.split("@")[0].removesuffix(".gguf")
+    app = create_app(engine, tokenizer, name, api_key=resolve_api_key(args.api_key),
+                     max_request_bytes=args.max_request_bytes)
+    engine.start()
+    return app, engine, close
+
+
+def _engine_process(args: argparse.Namespace, options: dict):
+    """The engine in a child process (the default): this one never imports torch."""
+    from runtime.serving.async_engine import AsyncLLMEngine
+    from runtime.serving.engine_main import EngineSpec
+    from runtime.serving.engine_process import EngineProcess
+
+    process = EngineProcess(EngineSpec(kwargs=options, warmup=args.warmup))
+    engine = AsyncLLMEngine(connection=process, max_pending=args.max_pending, on_ready=_announce_ready)
+    return engine, process.tokenizer(), engine.shutdown
+
+
+def _engine_thread(args: argparse.Namespace, options: dict):
+    """The engine on a thread of this process (--no-engine-process)."""
+    from runtime.serving.async_engine import AsyncLLMEngine
+    from runtime.serving.llm_engine import LLMEngine
+
+    llm_engine = LLMEngine(**options)
     warmup = args.warmup if args.warmup is not None else llm_engine.parts.runner.device.type == "cuda"
     if warmup:
         print("minivllm: warming up (every kernel specialisation and graph serving can hit) …",
               file=sys.stderr, flush=True)
-    engine = AsyncLLMEngine(llm_engine, max_pending=args.max_pending, warmup=warmup, on_ready=_announce_ready,
-                            on_step=(lambda _: writer.flush()) if writer is not None else None)
-    name = args.served_model_name or llm_engine.parts.loaded.identity.split("@")[0].removesuffix(".gguf")
-    app = create_app(engine, tokenizer, name, api_key=resolve_api_key(args.api_key),
-                     max_request_bytes=args.max_request_bytes)
-    engine.start()
+    engine = AsyncLLMEngine(llm_engine, max_pending=args.max_pending, warmup=warmup, on_ready=_announce_ready)
 
     def close() -> None:
         engine.shutdown()
         llm_engine.close()
 
-    return app, engine, close
+    return engine, llm_engine.tokenizer, close
+
+
+def _stop(signum: int, frame) -> None:
+    raise SystemExit(0)
 
 
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    # SIGTERM is a request to stop: uvicorn shuts down gracefully, then raises the signal again
+    # under the handler it found, this one, so the engine is stopped (its log closed) below
+    signal.signal(signal.SIGTERM, _stop)
     app, engine, close = build_app(args)
+    gc.collect()  # the start-up heap (tokenizer, FastAPI, pydantic): exempt from collections while serving
+    gc.freeze()
     # the model name and the log's path only: never a prompt
     print(f"minivllm: serving {app.state.server.model_name!r} on http://{args.host}:{args.port}/v1"
           + (f"; recording {args.trace} (prompts: {args.trace_prompts})" if args.trace else "")

@@ -1,42 +1,63 @@
-"""AsyncLLMEngine: one engine thread drives an ``LLMEngine``; asyncio callers stream its
-``OutputDelta`` items from bounded queues.
+"""AsyncLLMEngine: the server's front end to its engine. asyncio callers ``submit`` requests and
+stream their ``OutputDelta`` items from bounded queues; the engine runs elsewhere, behind an
+``EngineConnection``:
 
-- HTTP never bypasses the scheduler: every request goes through the same EngineCore.
-- Backpressure: the command queue is bounded (``max_pending``); when full, ``generate`` raises
-  ``EngineOverloaded`` (HTTP 429) at once instead of queueing without limit.
+- ``EngineProcess`` (runtime/serving/engine_process.py, what ``minivllm serve`` runs): the engine
+  in a child process with its own interpreter, so HTTP, JSON and SSE work never holds the GIL the
+  step loop needs (vLLM V1's AsyncLLM / EngineCore split). This process never imports torch.
+- ``EngineThread`` (runtime/serving/engine_thread.py): the same engine loop on a thread of this
+  process (tests with fake executors, ``--no-engine-process``).
+
+Both speak runtime/serving/engine_protocol.py. The front end owns:
+
+- Validation before queueing (the engine's config, ``EngineCore.validate``'s checks), so an HTTP
+  handler can answer 400/429/503 before it starts streaming.
+- Backpressure: at most ``max_pending`` requests sent but not yet taken in by the engine (it tells
+  how many it took with every message); past that, ``submit`` raises ``EngineOverloaded`` (429).
 - Slow clients: each request's output queue is bounded; a consumer that falls that far behind is
-  aborted (its KV freed) rather than stalling the engine thread or buffering without limit.
-- Cancellation: a consumer that stops iterating (client disconnect, timeout) aborts its request;
-  aborts are applied by the engine thread between steps (after completing a step in flight, when
-  steps overlap) and are idempotent. A request cancelled before the engine took it in is still
-  added, then aborted: every accepted request is in the log (Arrived, then Finished or Aborted),
-  and the abort counters count exactly the log's ``Aborted`` events.
-- Arrival: ``submit`` takes the time the server received the request (engine clock); the log's
-  Arrived time and TTFT start there, not when the engine thread picked the request up.
-- Steps, detokenization and stop strings are the LLMEngine's (runtime/serving/llm_engine.py), all
-  on the engine thread: with overlap the next step is planned and launched before the previous
-  one's tokens are back.
+  aborted (its KV freed) rather than buffering without limit.
+- Cancellation: a consumer that stops iterating (client disconnect, timeout) aborts its request.
+- Arrival: ``submit`` takes the time the server received the request, on the engine's clock
+  (``now()``); the log's Arrived time and TTFT start there.
+- Engine death: every open stream ends with ``EngineDead``; ``alive`` turns False (/health 503).
+- The engine's counters and gauges as of its last message (``state``, ``stats``), for /metrics;
+  its latency observations go to ``observer``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
-import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from runtime.executor.jit_counter import JIT
-from runtime.serving.llm_engine import LLMEngine, OutputDelta
-from runtime.serving.warmup import WarmupReport, warm_up
-from traces.params import SamplingParams
+from runtime.engine.config import EngineConfig
+from runtime.engine.core import EngineCore
+from runtime.serving.engine_loop import CLIENT_DISCONNECTED, CLIENT_TOO_SLOW
+from runtime.serving.engine_protocol import (
+    AbortRequest,
+    AddRequest,
+    EngineFailed,
+    EngineReady,
+    EngineStarted,
+    EngineState,
+    StepOutputs,
+    decode_message,
+    encode,
+)
+from runtime.serving.engine_thread import EngineThread
+from runtime.serving.llm_engine import EngineStats, LLMEngine, OutputDelta, StepTimings, with_extra_eos
+from runtime.serving.warmup import WarmupReport
+from traces.params import InvalidRequest, SamplingParams
+
+__all__ = ["CLIENT_DISCONNECTED", "CLIENT_TOO_SLOW", "AsyncLLMEngine", "EngineConnection", "EngineDead",
+           "EngineOverloaded", "RequestStream", "SlowClient"]
 
 
 class EngineOverloaded(RuntimeError):
-    """The engine's input queue is full (HTTP 429)."""
+    """Too many requests wait for the engine to take them in (HTTP 429)."""
 
 
 class SlowClient(RuntimeError):
@@ -44,94 +65,136 @@ class SlowClient(RuntimeError):
 
 
 class EngineDead(RuntimeError):
-    """The engine thread has stopped (HTTP 503)."""
+    """The engine has stopped (HTTP 503)."""
 
 
-CLIENT_DISCONNECTED = "client disconnected"
-CLIENT_TOO_SLOW = "client too slow"
+class EngineConnection(Protocol):
+    """Where the engine runs. ``start`` delivers each encoded engine message to ``on_message`` and,
+    once no more can come, calls ``on_lost`` (on a thread of the connection's own)."""
+
+    started: EngineStarted
+
+    def now(self) -> float: ...
+    def start(self, on_message: Callable[[bytes], None], on_lost: Callable[[str], None]) -> None: ...
+    def send(self, data: bytes) -> None: ...  # an encoded command; OSError once the engine is gone
+    @property
+    def alive(self) -> bool: ...
+    def close(self, timeout: float) -> None: ...
 
 
-@dataclass
+class _Limits:
+    """``EngineCore.validate`` reads nothing but ``self.config``: the front end runs the engine's
+    own checks on the engine's config, without a core."""
+
+    validate = EngineCore.validate
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+
+
+@dataclass(eq=False)
 class _Handle:
-    prompt_token_ids: list[int]
-    params: SamplingParams
-    priority: int
+    key: int
     loop: asyncio.AbstractEventLoop
     out: asyncio.Queue
-    arrival_time: float | None = None
-    cache_salt: str | None = None
-    request_id: int | None = None
-    done: bool = False
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    abort_reason: str = CLIENT_DISCONNECTED
+    done: bool = False  # its last item is queued, or it was cancelled: nothing more goes in
 
 
 class AsyncLLMEngine:
-    def __init__(self, engine: LLMEngine, *, max_pending: int = 1024, output_queue_size: int = 4096,
-                 on_step: Callable[[list[OutputDelta]], None] | None = None, warmup: bool = False,
+    def __init__(self, engine: LLMEngine | None = None, *, connection: EngineConnection | None = None,
+                 max_pending: int = 1024, output_queue_size: int = 4096, warmup: bool = False,
                  on_ready: Callable[[WarmupReport | None], None] | None = None) -> None:
-        """``on_step``: called on the engine thread after every step (e.g. flush the log);
-        ``warmup``: run runtime/serving/warmup.py on the engine thread before taking requests
-        (``ready`` is set after it; ``on_ready`` gets its report)."""
-        self.engine = engine
-        self.warmup = warmup
+        """``engine``: run this LLMEngine on a thread here (``warmup``: run runtime/serving/warmup.py
+        first); or ``connection``: an engine elsewhere. ``ready`` is set once it is warmed up
+        (``on_ready`` gets the warm-up report)."""
+        if (engine is None) == (connection is None):
+            raise ValueError("give an engine or a connection")
+        self.engine = engine  # the in-process one (tests look inside it), else None
+        self.connection: EngineConnection = connection or EngineThread(engine, warmup=warmup)
+        started = self.connection.started
+        self.config = started.config
+        self.model_identity = started.model_identity
+        self.extra_eos = tuple(started.extra_eos)
+        self._limits = _Limits(self.config)
+        self.output_queue_size = output_queue_size
+        self._max_pending = max_pending
         self.on_ready = on_ready
         self.ready = threading.Event()
         self.warmup_report: WarmupReport | None = None
         self.jit_at_ready = 0
-        self.core = engine.core
-        self.stats = engine.stats
-        self.output_queue_size = output_queue_size
-        self.commands: queue.Queue = queue.Queue(maxsize=max_pending)
-        self.on_step = on_step
+        self.state = EngineState(EngineStats(), kv_blocks_total=self.config.cache.num_blocks)
+        self.observer: Callable[[StepTimings], None] | None = None  # the server's latency histograms
+        self.rejected_overloaded = 0  # 429s at this door
+        self.error: EngineDead | None = None
         self._handles: dict[int, _Handle] = {}
-        self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
-        self.error: BaseException | None = None
+        self._lock = threading.Lock()  # one writer at a time; the counts below match what was sent
+        self._next_key = 0
+        self._sent = self._adds_sent = 0
 
     # --- lifecycle -------------------------------------------------------------------------------
 
     def now(self) -> float:
-        return self.engine.now()
+        """The engine's clock (seconds since it started): what arrival times are stamped with."""
+        return self.connection.now()
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="minivllm-engine", daemon=True)
-            self._thread.start()
+        self.connection.start(self._on_message, self._lost)
 
-    def shutdown(self, timeout: float = 10.0) -> None:
-        self._stopping.set()
-        with contextlib.suppress(queue.Full):
-            self.commands.put_nowait(("wake", None))
-        if self._thread is not None:
-            self._thread.join(timeout)
+    def shutdown(self, timeout: float = 30.0) -> None:
+        self.connection.close(timeout)
 
     @property
     def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self.error is None and self.connection.alive
 
     @property
     def max_pending(self) -> int:
-        return self.commands.maxsize
+        return self._max_pending
+
+    @property
+    def stats(self) -> EngineStats:
+        return self.state.stats
+
+    @property
+    def settled(self) -> bool:
+        """The engine took in every command sent and has nothing to run: ``state`` is final."""
+        return self.state.commands_taken == self._sent and not self.state.busy
+
+    def validate(self, num_prompt_tokens: int, params: SamplingParams) -> None:
+        """Raise InvalidRequest if the engine could never serve such a request."""
+        self._limits.validate(num_prompt_tokens, params)
+
+    def sampling_params(self, params: SamplingParams) -> SamplingParams:
+        """``params`` plus the model's extra end-of-turn ids, as the engine adds them."""
+        return with_extra_eos(params, self.extra_eos)
 
     # --- client side (asyncio) -------------------------------------------------------------------
 
     def submit(self, prompt_token_ids: Sequence[int], params: SamplingParams, priority: int = 0, *,
                arrival_time: float | None = None, cache_salt: str | None = None) -> RequestStream:
         """Queue a request (call from the event loop). Raises InvalidRequest, EngineOverloaded or
-        EngineDead at once, so an HTTP handler can answer 400/429/503 before it starts streaming.
-        ``arrival_time``: engine clock (``now()``) when the request came in (default: when added)."""
+        EngineDead at once. ``arrival_time``: ``now()`` when the request came in (default: when
+        the engine takes it in)."""
         if not self.alive:
-            raise EngineDead(f"engine is not running: {type(self.error).__name__}" if self.error
-                             else "engine is not running")
-        self.core.validate(len(prompt_token_ids), params)
-        handle = _Handle(list(prompt_token_ids), params, priority, asyncio.get_running_loop(),
-                         asyncio.Queue(maxsize=self.output_queue_size), arrival_time, cache_salt)
-        try:
-            self.commands.put_nowait(("add", handle))
-        except queue.Full:
-            self.stats.rejected_overloaded += 1
-            raise EngineOverloaded("the engine's request queue is full; retry later") from None
+            raise EngineDead(str(self.error) if self.error else "engine is not running")
+        self.validate(len(prompt_token_ids), params)
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self.error is not None:  # lost since the check above
+                raise EngineDead(str(self.error))
+            if self._adds_sent - self.state.adds_taken >= self._max_pending:
+                self.rejected_overloaded += 1
+                raise EngineOverloaded("the engine's request queue is full; retry later")
+            key = self._next_key
+            self._next_key += 1
+            handle = _Handle(key, loop, asyncio.Queue(maxsize=self.output_queue_size))
+            self._handles[key] = handle
+            try:
+                self._send(AddRequest(key, list(prompt_token_ids), params, priority, arrival_time, cache_salt))
+            except EngineDead:
+                del self._handles[key]
+                raise
+            self._adds_sent += 1
         return RequestStream(self, handle)
 
     async def generate(self, prompt_token_ids: Sequence[int], params: SamplingParams,
@@ -143,126 +206,94 @@ class AsyncLLMEngine:
         finally:
             stream.cancel()
 
-    def _cancel(self, handle: _Handle) -> None:
-        if handle.done or handle.cancelled.is_set():
-            return
-        handle.cancelled.set()
-        with contextlib.suppress(queue.Full):
-            self.commands.put_nowait(("abort", handle))
-
-    # --- engine thread -----------------------------------------------------------------------------
-
-    def _warm_up(self) -> None:
-        if self.warmup:
-            self.warmup_report = warm_up(self.engine)
-        # exempt the start-up heap (torch, transformers, the model) from later collections: a full
-        # collection over it costs tens of ms, inside some step
-        gc.collect()
-        gc.freeze()
-        self.jit_at_ready = JIT.count
-        self.ready.set()
-        if self.on_ready is not None:
-            self.on_ready(self.warmup_report)
-
-    def _run(self) -> None:
-        engine = self.engine
+    def _send(self, command: Any) -> None:
+        """Under ``_lock``."""
         try:
-            self._warm_up()
-            while not self._stopping.is_set():
-                self._drain_commands(block=not engine.busy)
-                if engine.busy:
-                    self._handle_outputs(engine.step())
-        except BaseException as e:  # surface to every waiting client, then stop
-            self.error = e
-            for handle in list(self._handles.values()):
-                self._push(handle, EngineDead(f"engine failed: {type(e).__name__}"))
-            raise
-        finally:
-            self._abort_all("shutdown")
-            gc.unfreeze()  # frozen objects are never freed
+            self.connection.send(encode(command))
+        except OSError:
+            raise EngineDead("engine is not running") from None
+        self._sent += 1
 
-    def _handle_outputs(self, deltas: list[OutputDelta]) -> None:
-        gone = []
-        for delta in deltas:
-            handle = self._handles.get(delta.request_id)
-            if handle is None:
-                continue
-            if delta.finished:
-                handle.done = True
-                del self._handles[delta.request_id]
-            elif handle.cancelled.is_set():  # its abort command was lost to a full queue: abort here
-                gone.append(handle)
-                continue
-            self._push(handle, delta)
-        for handle in gone:
-            if not handle.done:
-                self._abort(handle)
-        if self.on_step is not None:
-            self.on_step(deltas)
-
-    def _drain_commands(self, block: bool) -> None:
-        try:
-            cmd, handle = self.commands.get(timeout=0.2) if block else self.commands.get_nowait()
-        except queue.Empty:
+    def _cancel(self, handle: _Handle, reason: str = CLIENT_DISCONNECTED) -> None:
+        """Abort ``handle``'s request unless it already ended (event loop)."""
+        if handle.done:
             return
-        while True:
-            if cmd == "add":
-                self._add(handle)
-            elif cmd == "abort" and handle.request_id is not None and not handle.done:
-                self._abort(handle)
-            try:
-                cmd, handle = self.commands.get_nowait()
-            except queue.Empty:
-                return
-
-    def _add(self, handle: _Handle) -> None:
-        try:
-            rid = self.engine.add_request(handle.prompt_token_ids, handle.params, priority=handle.priority,
-                                          arrival_time=handle.arrival_time, cache_salt=handle.cache_salt)
-        except ValueError as e:  # validated up front; the pool may have changed since (defensive)
-            handle.done = True
-            self._push(handle, e)
-            return
-        handle.request_id = rid
-        self._handles[rid] = handle
-        if handle.cancelled.is_set():  # the client left while it queued: logged as aborted, like any other
-            self._abort(handle)
-
-    def _abort(self, handle: _Handle) -> None:
-        """Abort on the engine (engine thread); the client-abort counters count what the log shows."""
         handle.done = True
-        self._handles.pop(handle.request_id, None)
-        if self.engine.abort(handle.request_id, handle.abort_reason):
-            if handle.abort_reason == CLIENT_TOO_SLOW:
-                self.stats.slow_client_aborts += 1
-            else:
-                self.stats.client_aborts += 1
+        self._handles.pop(handle.key, None)
+        with self._lock, contextlib.suppress(EngineDead):  # a dead engine has nothing to abort
+            self._send(AbortRequest(handle.key, reason))
 
-    def _push(self, handle: _Handle, item: Any) -> None:
-        def put() -> None:
-            if handle.cancelled.is_set():
-                return  # dropped or cancelled: nobody reads further items
+    # --- engine messages (the connection's thread) ------------------------------------------------
+
+    def _on_message(self, data: bytes) -> None:
+        msg = decode_message(data)
+        if isinstance(msg, StepOutputs):
+            self._on_outputs(msg)
+        elif isinstance(msg, EngineReady):
+            self.warmup_report, self.jit_at_ready = msg.warmup, msg.jit_compilations
+            self.ready.set()
+            if self.on_ready is not None:
+                self.on_ready(msg.warmup)
+        elif isinstance(msg, EngineFailed):
+            self._lost(f"engine failed: {msg.error}")
+
+    def _on_outputs(self, msg: StepOutputs) -> None:
+        self.state = msg.state
+        if msg.timings is not None and self.observer is not None:
+            self.observer(msg.timings)
+        batches: dict[asyncio.AbstractEventLoop, list] = {}
+        handles = self._handles
+        for key, delta in zip(msg.keys, msg.deltas):
+            handle = handles.get(key)
+            if handle is None:  # cancelled
+                continue
+            if delta.finish_reason is not None:
+                handles.pop(key, None)  # (a cancel may pop it too)
+            batches.setdefault(handle.loop, []).append((handle, delta))
+        for key, why in msg.rejected.items():
+            handle = handles.pop(key, None)
+            if handle is not None:
+                batches.setdefault(handle.loop, []).append((handle, InvalidRequest(why)))
+        for loop, items in batches.items():  # one wake-up per loop and step, not per request
+            with contextlib.suppress(RuntimeError):  # loop closed: nobody is listening
+                loop.call_soon_threadsafe(self._deliver, items)
+
+    def _deliver(self, items: list) -> None:
+        """Into the streams' queues (event loop)."""
+        for handle, item in items:
+            if handle.done:
+                continue
             try:
                 handle.out.put_nowait(item)
-            except asyncio.QueueFull:
-                # the consumer fell output_queue_size items behind: drop it, free its KV
-                handle.abort_reason = CLIENT_TOO_SLOW
-                handle.cancelled.set()
-                with contextlib.suppress(queue.Full):
-                    self.commands.put_nowait(("abort", handle))
-                while not handle.out.empty():  # the consumer sees the error next, not stale tokens
-                    handle.out.get_nowait()
-                handle.out.put_nowait(SlowClient("client fell too far behind; request aborted"))
+            except asyncio.QueueFull:  # output_queue_size items behind: drop it, free its KV
+                self._cancel(handle, CLIENT_TOO_SLOW)
+                _replace_all(handle, SlowClient("client fell too far behind; request aborted"))
+                continue
+            if isinstance(item, BaseException) or item.finish_reason is not None:
+                handle.done = True
 
-        with contextlib.suppress(RuntimeError):  # loop closed: nobody is listening
-            handle.loop.call_soon_threadsafe(put)
+    def _lost(self, reason: str) -> None:
+        """No more messages will come: every open stream ends with EngineDead."""
+        with self._lock:  # no submit slips in between
+            if self.error is None:
+                self.error = EngineDead(reason)
+            handles, self._handles = list(self._handles.values()), {}
+        for handle in handles:
+            with contextlib.suppress(RuntimeError):
+                handle.loop.call_soon_threadsafe(self._fail, handle, EngineDead(str(self.error)))
 
-    def _abort_all(self, reason: str) -> None:
-        for rid, handle in list(self._handles.items()):
+    @staticmethod
+    def _fail(handle: _Handle, error: BaseException) -> None:
+        if not handle.done:
             handle.done = True
-            with contextlib.suppress(Exception):  # after an engine error the step in flight may not complete
-                self.engine.abort(rid, reason)
-        self._handles.clear()
+            _replace_all(handle, error)
+
+
+def _replace_all(handle: _Handle, error: BaseException) -> None:
+    """The consumer sees ``error`` next, not stale tokens."""
+    while not handle.out.empty():
+        handle.out.get_nowait()
+    handle.out.put_nowait(error)
 
 
 class RequestStream:

@@ -13,7 +13,7 @@ finish reason on its last one. Stop strings are found by the incremental detoken
 (runtime/serving/detokenizer.py) and finish their request through ``core.finish``. ``abort``
 takes a request out at any point (after completing a step in flight), freeing its KV.
 
-``LLM`` (offline batches) and ``AsyncLLMEngine`` (the server's engine thread) are built on it.
+``LLM`` (offline batches) and the server's engine loop (runtime/serving/engine_loop.py) are built on it.
 Time is ``clock()`` since the engine started, passed into the core as ``now``.
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -39,9 +39,9 @@ from traces.prompt import TRACE_PROMPTS
 PromptInput = str | Sequence[int]
 
 
-@dataclass(frozen=True, slots=True)
-class OutputDelta:
-    """What one step added to one request."""
+class OutputDelta(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """What one step added to one request. (msgspec structs, these and the timings below: the
+    engine process sends them to the HTTP front end every step, runtime/serving/engine_protocol.py.)"""
 
     request_id: int
     text: str
@@ -61,12 +61,11 @@ class OutputDelta:
         return self.finish_reason is not None
 
 
-@dataclass
-class EngineStats:
+class EngineStats(msgspec.Struct, array_like=True):
     """Counters a server exports (ints: their updates are atomic under the GIL)."""
 
-    requests_finished: dict[str, int] = field(default_factory=dict)
-    requests_aborted: dict[str, int] = field(default_factory=dict)  # by abort reason (each one logged)
+    requests_finished: dict[str, int] = {}
+    requests_aborted: dict[str, int] = {}  # by abort reason (each one logged)
     prompt_tokens: int = 0  # at add_request
     prefilled_prompt_tokens: int = 0  # at a request's first token (vLLM's prompt_tokens)
     generation_tokens: int = 0
@@ -74,14 +73,12 @@ class EngineStats:
     preemptions: int = 0
     prefix_query_tokens: int = 0  # tokens looked up in the prefix cache at each admission
     prefix_hit_tokens: int = 0
-    # counted by AsyncLLMEngine: 429s at its door; client aborts when the engine aborts (as logged)
-    rejected_overloaded: int = 0
+    # counted by the server's engine loop when the engine aborts (as logged)
     slow_client_aborts: int = 0
     client_aborts: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class RequestRecord:
+class RequestRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """One request's timeline (engine-clock seconds), reported once when it ends."""
 
     request_id: int
@@ -94,13 +91,28 @@ class RequestRecord:
     num_output_tokens: int
 
 
-@dataclass(slots=True)
-class StepTimings:
+class StepTimings(msgspec.Struct, array_like=True, gc=False):
     """What an observer (the server's histograms) sees of one step, or of an abort between steps."""
 
-    first_token_latencies: list[float] = field(default_factory=list)  # arrival -> first token
-    token_gaps: list[float] = field(default_factory=list)  # previous token -> this one, per request
-    ended: list[RequestRecord] = field(default_factory=list)
+    first_token_latencies: list[float] = []  # arrival -> first token
+    token_gaps: list[float] = []  # previous token -> this one, per request
+    ended: list[RequestRecord] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.first_token_latencies or self.token_gaps or self.ended)
+
+    def extend(self, other: StepTimings) -> None:
+        self.first_token_latencies += other.first_token_latencies
+        self.token_gaps += other.token_gaps
+        self.ended += other.ended
+
+
+def with_extra_eos(params: SamplingParams, extra_eos: Sequence[int]) -> SamplingParams:
+    """``params`` plus a model's extra end-of-turn ids as stop tokens, unless eos is ignored."""
+    extra = tuple(t for t in extra_eos if t not in params.stop_token_ids)
+    if extra and not params.ignore_eos:
+        params = msgspec.structs.replace(params, stop_token_ids=params.stop_token_ids + extra)
+    return params
 
 
 class _NoText:
@@ -186,6 +198,17 @@ class LLMEngine:
         """Seconds since the engine started (the log's clock)."""
         return self._clock() - self._t0
 
+    @property
+    def clock_origin(self) -> float:
+        """``clock()`` when the engine started: another process reading the same clock
+        (``time.monotonic`` is system-wide) converts its readings with it."""
+        return self._t0
+
+    @property
+    def extra_eos(self) -> tuple[int, ...]:
+        """The model's end-of-turn ids beyond its eos (added as stop tokens by ``sampling_params``)."""
+        return self._extra_eos
+
     # --- requests --------------------------------------------------------------------------------
 
     def encode(self, prompt: PromptInput) -> list[int]:
@@ -206,10 +229,7 @@ class LLMEngine:
         params = params or SamplingParams()
         if fields:
             params = msgspec.structs.replace(params, **fields)
-        extra = tuple(t for t in self._extra_eos if t not in params.stop_token_ids)
-        if extra and not params.ignore_eos:
-            params = msgspec.structs.replace(params, stop_token_ids=params.stop_token_ids + extra)
-        return params
+        return with_extra_eos(params, self._extra_eos)
 
     def add_request(self, prompt: PromptInput, params: SamplingParams | None = None, *, priority: int = 0,
                     arrival_time: float | None = None, cache_salt: str | None = None, **sampling: Any) -> int:

@@ -3,8 +3,9 @@
 
 A request's path: ``StampArrival`` notes when it came in (engine clock) -> ``ApiKeyGuard`` and
 ``BodyLimit`` (guards.py) -> pydantic body (protocol.py) -> prompt ids, off the event loop
-(prompts.py) -> ``AsyncLLMEngine.submit`` with that arrival time -> a whole response or SSE
-(responses.py). Every failure is an OpenAI error body (errors.py).
+(prompts.py) -> ``AsyncLLMEngine.submit`` with that arrival time (the engine runs in its own
+process, runtime/serving/engine_process.py) -> a whole response or SSE (responses.py). Every
+failure is an OpenAI error body (errors.py).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class OpenAIServer:
     def submit_all(self, prompts: list[list[int]], req: CompletionRequest | ChatCompletionRequest,
                    params: SamplingParams, raw: Request, prompt_param: str) -> list[RequestStream]:
         """One engine request per prompt and choice, all checked before any is queued."""
-        params = self.engine.engine.sampling_params(params)  # + the model's extra end-of-turn ids
+        params = self.engine.sampling_params(params)  # + the model's extra end-of-turn ids
         given = req.requested_max_tokens is not None
         fitted = [self.prompts.fit(p, params, prompt_param, req.max_tokens_param, given) for p in prompts]
         arrival = raw.state.arrival_time

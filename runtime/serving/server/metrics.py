@@ -2,9 +2,10 @@
 vLLM read, with vLLM v1's meaning, buckets and labels (``model_name``, ``engine``; see vLLM's
 vllm/v1/metrics/loggers.py).
 
-Counters and gauges are read from the engine at scrape time; the latency histograms are fed on the
-engine thread by ``LLMEngine.observer`` (every step's first tokens, token gaps, ended requests), so
-a request whose client went away is still measured. Everything lives in the app's own
+Counters and gauges are the engine's as of its last message (``AsyncLLMEngine.state``: the engine
+sends a snapshot after every step, runtime/serving/engine_loop.py); the latency histograms are fed
+with the observations ``LLMEngine.observer`` gathered in the engine (every step's first tokens,
+token gaps, ended requests), so a request whose client went away is still measured. Everything lives in the app's own
 CollectorRegistry (no process-global state): two apps in one process (tests) don't collide.
 
 vLLM semantics kept: ``vllm:prompt_tokens`` counts a prompt once its prefill is done (first
@@ -20,7 +21,6 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from runtime.executor.jit_counter import JIT
 from runtime.serving.async_engine import AsyncLLMEngine
 from runtime.serving.llm_engine import StepTimings
 
@@ -58,9 +58,8 @@ class _EngineCollector:
 
     def _minivllm(self):
         e = self.engine
-        s = e.stats
-        core = e.core
-        bm = core.block_manager
+        state = e.state
+        s = state.stats
 
         def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
             return CounterMetricFamily(f"minivllm_{name}", doc, value=value)
@@ -79,7 +78,7 @@ class _EngineCollector:
             aborted.add_metric([reason], n)
         yield aborted
         yield counter("requests_rejected_overloaded", "Requests refused with 429 (queue full)",
-                      s.rejected_overloaded)
+                      e.rejected_overloaded)
         yield counter("client_aborts", "Requests aborted because the client went away (each one logged)",
                       s.client_aborts)
         yield counter("slow_client_cancellations", "Requests aborted because the client read too slowly",
@@ -90,22 +89,22 @@ class _EngineCollector:
         yield counter("preemptions", "Requests preempted (recompute)", s.preemptions)
         yield counter("prefix_cache_hit_tokens", "Prompt tokens served from the prefix cache",
                       s.prefix_hit_tokens)
-        yield gauge("requests_running", "Requests in the running batch", core.num_running)
-        yield gauge("requests_waiting", "Requests waiting for admission", core.num_waiting)
-        yield gauge("kv_blocks_total", "KV blocks in the pool", bm.num_blocks)
-        yield gauge("kv_blocks_used", "KV blocks referenced by requests", bm.num_used_blocks)
-        yield gauge("kv_blocks_cached_free", "Unreferenced blocks kept for prefix reuse", len(bm.evictable))
-        yield gauge("kv_blocks_reserved", "Blocks promised to admitted requests", bm.total_reserved)
-        yield gauge("engine_alive", "1 while the engine thread runs", 1.0 if e.alive else 0.0)
+        yield gauge("requests_running", "Requests in the running batch", state.num_running)
+        yield gauge("requests_waiting", "Requests waiting for admission", state.num_waiting)
+        yield gauge("kv_blocks_total", "KV blocks in the pool", state.kv_blocks_total)
+        yield gauge("kv_blocks_used", "KV blocks referenced by requests", state.kv_blocks_used)
+        yield gauge("kv_blocks_cached_free", "Unreferenced blocks kept for prefix reuse", state.kv_blocks_cached_free)
+        yield gauge("kv_blocks_reserved", "Blocks promised to admitted requests", state.kv_blocks_reserved)
+        yield gauge("engine_alive", "1 while the engine runs", 1.0 if e.alive else 0.0)
         yield gauge("engine_ready", "1 once warmed up (/ready answers 200)", 1.0 if e.ready.is_set() else 0.0)
-        yield counter("jit_compilations", "Triton kernel specialisations compiled by this process", JIT.count)
+        jit = state.jit_compilations
+        yield counter("jit_compilations", "Triton kernel specialisations compiled by the engine", jit)
         yield counter("jit_compilations_while_serving", "Of those, compiled after the server became ready "
-                      "(each one a stall in some step)", JIT.count - e.jit_at_ready if e.ready.is_set() else 0)
+                      "(each one a stall in some step)", jit - e.jit_at_ready if e.ready.is_set() else 0)
 
     def _vllm(self):
-        s = self.engine.stats
-        core = self.engine.core
-        bm = core.block_manager
+        state = self.engine.state
+        s = state.stats
 
         def family(cls, name: str, doc: str, value: float):
             metric = cls(f"vllm:{name}", doc, labels=_VLLM_LABELS)
@@ -113,11 +112,11 @@ class _EngineCollector:
             return metric
 
         yield family(GaugeMetricFamily, "num_requests_running", "Number of requests in model execution batches.",
-                     core.num_running)
+                     state.num_running)
         yield family(GaugeMetricFamily, "num_requests_waiting", "Number of requests waiting to be processed.",
-                     core.num_waiting)
+                     state.num_waiting)
         yield family(GaugeMetricFamily, "kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-                     bm.num_used_blocks / bm.num_blocks if bm.num_blocks else 0.0)
+                     state.kv_blocks_used / state.kv_blocks_total if state.kv_blocks_total else 0.0)
         yield family(CounterMetricFamily, "prompt_tokens", "Number of prefill tokens processed.",
                      s.prefilled_prompt_tokens)
         yield family(CounterMetricFamily, "generation_tokens", "Number of generation tokens processed.",
@@ -139,7 +138,8 @@ class _EngineCollector:
 
 
 class ServerMetrics:
-    """The registry /metrics serves; ``observe`` is the engine's observer (engine thread)."""
+    """The registry /metrics serves; ``observe`` takes the engine's latency observations (on the
+    thread that receives its messages)."""
 
     def __init__(self, engine: AsyncLLMEngine, model_name: str) -> None:
         self.registry = registry = CollectorRegistry()
@@ -155,7 +155,7 @@ class ServerMetrics:
             h = Histogram(f"vllm:{name}", doc, _VLLM_LABELS, buckets=buckets, registry=registry)
             return h.labels(model_name, _ENGINE_INDEX)
 
-        tokens = build_1_2_5_buckets(engine.core.config.scheduler.max_model_len)
+        tokens = build_1_2_5_buckets(engine.config.scheduler.max_model_len)
         self.v_ttft = vllm("time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                            _TTFT_BUCKETS)
         self.v_itl = vllm("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
@@ -166,7 +166,7 @@ class ServerMetrics:
                             _REQUEST_BUCKETS)
         self.v_prompt = vllm("request_prompt_tokens", "Number of prefill tokens processed.", tokens)
         self.v_generation = vllm("request_generation_tokens", "Number of generation tokens processed.", tokens)
-        engine.engine.observer = self.observe
+        engine.observer = self.observe
 
     def observe(self, timings: StepTimings) -> None:
         for ttft in timings.first_token_latencies:

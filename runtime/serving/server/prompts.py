@@ -56,8 +56,7 @@ class Prompts:
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
         self.engine = engine
-        self.core = engine.core
-        self.max_model_len = self.core.config.scheduler.max_model_len
+        self.max_model_len = engine.config.scheduler.max_model_len
         self.chars_per_token = max_chars_per_token(tokenizer)
 
     # --- completions ------------------------------------------------------------------------------
@@ -132,7 +131,7 @@ class Prompts:
     def _check_length(self, num_tokens: int, param: str, basis: str) -> None:
         """Refuse a prompt of (at least) ``num_tokens`` that could never run, whatever max_tokens."""
         try:
-            self.core.validate(max(num_tokens, 1), _ONE_TOKEN)
+            self.engine.validate(max(num_tokens, 1), _ONE_TOKEN)
         except InvalidRequest as e:
             raise FieldError(param, f"too long: {basis} make at least {num_tokens} tokens ({e})" if basis
                              else str(e)) from None
@@ -150,7 +149,7 @@ class Prompts:
             raise FieldError(budget_param, f"the prompt ({n} tokens) + {budget_param} ({params.max_tokens}) "
                                            f"exceeds the model's context length (max_model_len={self.max_model_len})")
         try:
-            self.core.validate(n, params)
+            self.engine.validate(n, params)
         except InvalidRequest as e:
             raise FieldError(budget_param, str(e)) from None
         return params

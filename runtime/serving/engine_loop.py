@@ -1,0 +1,181 @@
+"""The engine side of the server: one loop drives an ``LLMEngine`` on commands from the front end
+and answers with ``StepOutputs`` (runtime/serving/engine_protocol.py). It runs as the engine
+process's main loop (runtime/serving/engine_main.py) or on a thread of the server's own process
+(runtime/serving/engine_thread.py): the same code, so the same log.
+
+- Detokenization and stop strings stay here, in ``LLMEngine.step``: a stop string finishes its
+  request in the step it appears, so the log is byte for byte what a single-process run writes.
+- Commands are taken in between steps (after completing a step in flight, when steps overlap).
+  An abort of a request that already finished does nothing; one that was still queued when its
+  client left is still added first: every accepted request is in the log (Arrived, then Finished
+  or Aborted), and the client-abort counters count exactly the log's ``Aborted`` events.
+- After every iteration that did something, one message: the deltas by the front end's key, the
+  latency observations, a snapshot of the counters and gauges (what /metrics shows).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import queue
+from collections.abc import Callable
+
+from runtime.executor.jit_counter import JIT
+from runtime.serving.engine_protocol import (
+    AbortRequest,
+    AddRequest,
+    Command,
+    EngineFailed,
+    EngineReady,
+    EngineStarted,
+    EngineState,
+    Shutdown,
+    StepOutputs,
+    encode,
+)
+from runtime.serving.llm_engine import LLMEngine, OutputDelta, StepTimings
+from runtime.serving.warmup import warm_up
+
+CLIENT_DISCONNECTED = "client disconnected"
+CLIENT_TOO_SLOW = "client too slow"
+IDLE_POLL_S = 0.2  # an idle loop still looks at its stop flag this often
+
+
+def describe(engine: LLMEngine, tokenizer: bytes | None = None) -> EngineStarted:
+    """What the front end needs of a built engine: its config (to check requests), its clock."""
+    return EngineStarted(engine.core.config, engine.clock_origin, engine.core.config.model_identity,
+                         list(engine.extra_eos), tokenizer)
+
+
+class EngineLoop:
+    """``inbox``: decoded commands; ``send``: takes each encoded message (it must not block long)."""
+
+    def __init__(self, engine: LLMEngine, inbox: queue.Queue[Command], send: Callable[[bytes], None], *,
+                 warmup: bool = False) -> None:
+        self.engine = engine
+        self.inbox = inbox
+        self.send = send
+        self.warmup = warmup
+        self.serving = False  # warmed up, taking requests
+        self.stopping = False
+        self._rid: dict[int, int] = {}  # front-end key -> engine request id, while unfinished
+        self._key: dict[int, int] = {}  # and back
+        self._adds = self._commands = 0
+        self._rejected: dict[int, str] = {}
+        self._timings = StepTimings()
+        engine.observer = self._observe
+
+    def _observe(self, timings: StepTimings) -> None:
+        self._timings.extend(timings)  # gathered on this thread, sent with the step's message
+
+    def stop(self) -> None:
+        """From any thread (a signal handler): finish the step in flight, then stop."""
+        self.stopping = True
+
+    # --- the loop -------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        engine = self.engine
+        try:
+            self._warm_up()
+            while not self.stopping:
+                took = self._take(block=not engine.busy)
+                if took:
+                    self._publish([])  # acknowledged before the step: the front end's queue count is current
+                stepped = engine.busy and not self.stopping
+                if stepped:
+                    self._publish(engine.step())
+                if (took or stepped) and engine.writer is not None:
+                    engine.writer.flush()  # a reader of the live log sees every iteration whole
+        except (KeyboardInterrupt, SystemExit):
+            raise  # told to stop (a signal while loading or warming up): not a failure
+        except BaseException as e:  # every waiting client gets an error, then the engine stops
+            self.send(encode(EngineFailed(type(e).__name__)))
+            raise
+        finally:
+            self._abort_all("shutdown")
+            gc.unfreeze()  # frozen objects are never freed
+
+    def _warm_up(self) -> None:
+        report = warm_up(self.engine) if self.warmup else None
+        # exempt the start-up heap (torch, transformers, the model) from later collections: a full
+        # collection over it costs tens of ms, inside some step
+        gc.collect()
+        gc.freeze()
+        self.serving = True
+        self.send(encode(EngineReady(report, JIT.count)))
+
+    def _take(self, block: bool) -> bool:
+        """Apply the commands waiting (wait a little for one if ``block``); True if there were any."""
+        try:
+            cmd = self.inbox.get(timeout=IDLE_POLL_S) if block else self.inbox.get_nowait()
+        except queue.Empty:
+            return False
+        while True:
+            self._commands += 1
+            if isinstance(cmd, AddRequest):
+                self._add(cmd)
+            elif isinstance(cmd, AbortRequest):
+                self._abort(cmd.key, cmd.reason)
+            elif isinstance(cmd, Shutdown):
+                self.stopping = True
+            try:
+                cmd = self.inbox.get_nowait()
+            except queue.Empty:
+                return True
+
+    def _add(self, cmd: AddRequest) -> None:
+        self._adds += 1
+        try:
+            rid = self.engine.add_request(cmd.prompt_token_ids, cmd.params, priority=cmd.priority,
+                                          arrival_time=cmd.arrival_time, cache_salt=cmd.cache_salt)
+        except ValueError as e:  # validated by the front end against the same config: defensive
+            self._rejected[cmd.key] = str(e)
+            return
+        self._rid[cmd.key] = rid
+        self._key[rid] = cmd.key
+
+    def _abort(self, key: int, reason: str) -> None:
+        rid = self._rid.pop(key, None)
+        if rid is None:  # finished (or refused) before the abort came
+            return
+        del self._key[rid]
+        if self.engine.abort(rid, reason):
+            stats = self.engine.stats
+            if reason == CLIENT_TOO_SLOW:
+                stats.slow_client_aborts += 1
+            else:
+                stats.client_aborts += 1
+
+    def _abort_all(self, reason: str) -> None:
+        for rid in list(self._key):
+            with contextlib.suppress(Exception):  # after an engine error the step in flight may not complete
+                self.engine.abort(rid, reason)
+        self._key.clear()
+        self._rid.clear()
+
+    # --- what the front end hears -----------------------------------------------------------------------
+
+    def _publish(self, deltas: list[OutputDelta]) -> None:
+        keys, out = [], []
+        for d in deltas:
+            key = self._key.get(d.request_id)
+            if key is None:  # aborted while its step was in flight
+                continue
+            if d.finish_reason is not None:
+                del self._key[d.request_id]
+                del self._rid[key]
+            keys.append(key)
+            out.append(d)
+        timings = None
+        if self._timings:
+            timings, self._timings = self._timings, StepTimings()
+        rejected, self._rejected = self._rejected, {}
+        self.send(encode(StepOutputs(keys, out, self.state(), timings, rejected)))
+
+    def state(self) -> EngineState:
+        engine = self.engine
+        core = engine.core
+        bm = core.block_manager
+        return EngineState(engine.stats, core.num_running, core.num_waiting, bm.num_blocks, bm.num_used_blocks,
+                           len(bm.evictable), bm.total_reserved, JIT.count, engine.busy, self._adds, self._commands)

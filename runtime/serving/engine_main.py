@@ -1,0 +1,158 @@
+"""The engine process: what runtime/serving/engine_process.py spawns. It builds the ``LLMEngine``
+(model, KV pool, event log), warms it up, and runs the engine loop (runtime/serving/engine_loop.py)
+on commands from the front end until told to stop.
+
+Threads: the main one runs the loop; one reads commands from the pipe into the loop's inbox; one
+writes the loop's messages to the other pipe (so a step never waits on the front end).
+
+Stopping, always with the log flushed and closed: a ``Shutdown`` command, the command pipe's end
+(the front end is gone, however it died) or SIGTERM end the loop between steps; while the model
+loads or warms up they end it at once. SIGINT is ignored: a terminal's Ctrl-C reaches the whole
+process group, and the front end decides. A stop that doesn't finish within ``GRACE_S`` (a hung
+step) exits hard: never an orphan.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from runtime.serving.engine_loop import EngineLoop, describe
+from runtime.serving.engine_protocol import Command, EngineFailed, Shutdown, decode_command, encode
+from runtime.serving.llm_engine import LLMEngine
+
+GRACE_S = 30.0
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What the child builds, pickled to it at spawn: ``factory(**kwargs)`` returns the LLMEngine
+    (``LLMEngine`` itself for ``minivllm serve``; a test passes one with a fake executor).
+    ``warmup``: run the warm-up first (None: on CUDA)."""
+
+    factory: Callable[..., LLMEngine] = LLMEngine
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    warmup: bool | None = None
+
+
+class _Outbox:
+    """Encoded messages to the front end, written by a thread of their own."""
+
+    def __init__(self, conn: Connection, on_gone: Callable[[], None]) -> None:
+        self._conn = conn
+        self._on_gone = on_gone
+        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="minivllm-engine-out", daemon=True)
+        self._thread.start()
+
+    def send(self, data: bytes) -> None:
+        self._queue.put(data)
+
+    def _run(self) -> None:
+        while (data := self._queue.get()) is not None:
+            try:
+                self._conn.send_bytes(data)
+            except OSError:  # the front end is gone
+                self._on_gone()
+                return
+
+    def close(self, timeout: float = 10.0) -> None:
+        """After what is queued is written."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+        self._conn.close()
+
+
+class _EngineProcess:
+    def __init__(self, spec: EngineSpec, commands: Connection, outputs: Connection) -> None:
+        self.spec = spec
+        self.loop: EngineLoop | None = None
+        self.inbox: queue.Queue[Command] = queue.Queue()
+        self._exit_armed = False
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        self.out = _Outbox(outputs, self.stop)
+        threading.Thread(target=self._read, args=(commands,), name="minivllm-engine-in", daemon=True).start()
+
+    def run(self) -> None:
+        try:
+            try:
+                engine = self.spec.factory(**self.spec.kwargs)
+            except Exception as e:  # a bad flag or file: the front end reports it as its own
+                self.out.send(encode(EngineFailed(type(e).__name__, str(e), [c.__name__ for c in type(e).__mro__])))
+                return
+            try:
+                self._serve(engine)
+            finally:
+                engine.close()  # the log: flushed and closed
+        finally:
+            self.out.close()
+
+    def _serve(self, engine: LLMEngine) -> None:
+        warmup = self.spec.warmup
+        if warmup is None:
+            parts = getattr(engine, "parts", None)
+            warmup = parts is not None and parts.runner.device.type == "cuda"
+        tokenizer = pickle.dumps(engine.tokenizer) if engine.tokenizer is not None else None
+        self.out.send(encode(describe(engine, tokenizer)))
+        if warmup:
+            print("minivllm: warming up (every kernel specialisation and graph serving can hit) …",
+                  file=sys.stderr, flush=True)
+        self.loop = EngineLoop(engine, self.inbox, self.out.send, warmup=warmup)
+        self.loop.run()
+
+    def _read(self, commands: Connection) -> None:
+        while True:
+            try:
+                cmd = decode_command(commands.recv_bytes())
+            except (EOFError, OSError):  # the front end is gone
+                cmd = Shutdown()
+            self.inbox.put(cmd)
+            if isinstance(cmd, Shutdown):
+                self.stop()
+                return
+
+    def stop(self) -> None:
+        """From any thread: the loop stops between steps; loading or warming up stops at once."""
+        loop = self.loop
+        if loop is not None and loop.serving:
+            self._arm_exit()
+            loop.stop()
+        else:
+            os.kill(os.getpid(), signal.SIGTERM)  # its handler runs on the main thread
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self._arm_exit()
+        loop = self.loop
+        if loop is not None and loop.serving:
+            loop.stop()
+        else:
+            raise SystemExit(128 + signum)
+
+    def _arm_exit(self) -> None:
+        if not self._exit_armed:
+            self._exit_armed = True
+            timer = threading.Timer(GRACE_S, os._exit, (1,))
+            timer.daemon = True
+            timer.start()
+
+
+def run_engine_process(spec: EngineSpec, commands: Connection, outputs: Connection) -> None:
+    """The spawned process's target."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        _EngineProcess(spec, commands, outputs).run()
+    except SystemExit:
+        raise
+    except BaseException as e:  # type and stack only: the message could quote a prompt
+        print(f"minivllm engine process: unhandled {type(e).__name__}\n{''.join(traceback.format_tb(e.__traceback__))}",
+              file=sys.stderr, flush=True)
+        sys.exit(1)
