@@ -111,3 +111,17 @@ def test_a_log_whose_every_request_was_refused_is_still_a_report(tmp_path, capsy
     assert main(["analyze", str(path)]) == 0
     out = capsys.readouterr().out
     assert "!! 1 rejected of 1 requests (100.0%)" in out and "1 (0/0/0/1)" in out and "nan" not in out
+
+
+def test_a_resimulated_log_refuses_what_the_live_one_refused(tmp_path):
+    from simulator.replay import resimulate
+    from traces.importers.log import read_log_workload
+
+    path, _ = simulated(tmp_path)
+    wl = read_log_workload(path)
+    assert len(wl) == 13 and wl.meta["rejected"] == 3
+    again = tmp_path / "again.jsonl"
+    with LogWriter(again) as log:
+        result = resimulate(path, FlatCost(), sink=log)
+    assert len(result.rejected) == 3
+    assert len(load_frames(again).rejected) == 3

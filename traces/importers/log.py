@@ -7,11 +7,11 @@ from typing import Any
 
 import msgspec
 
-from traces.events import Aborted, Arrived, Finished, Header
+from traces.events import Aborted, Arrived, Finished, Header, Rejected
 from traces.importers.rows import json_object
 from traces.log import read_log
 from traces.params import SamplingParams
-from traces.workload import WORKLOAD_CLOCK, RequestSpec, Workload, WorkloadError
+from traces.workload import WORKLOAD_CLOCK, RequestSpec, Workload, WorkloadError, synthetic_prompt
 
 
 def detect(path: Path, first_line: str) -> bool:
@@ -31,14 +31,17 @@ def read_log_workload(path: str | Path) -> Workload:
 
     A request that finished gets its recorded output length (``Finished.num_output_tokens``)
     as a fixed length. Aborted requests (and any finished with no output) are left out and
-    counted in ``meta["excluded"]``; unfinished ones keep their logged params. A log cut off
-    mid-write gives the requests of its complete lines, and ``meta["dropped_bytes"]``.
+    counted in ``meta["excluded"]``; unfinished ones keep their logged params. Requests the engine
+    refused (``Rejected``) stay in, with their prompt or a synthetic one of its length, so a
+    re-simulation refuses them too (``meta["rejected"]``). A log cut off mid-write gives the
+    requests of its complete lines, and ``meta["dropped_bytes"]``.
     """
     path = Path(path)
     header: Header | None = None
     arrived: dict[int, Arrived] = {}
     outputs: dict[int, int] = {}
     aborted: set[int] = set()
+    rejected: list[Rejected] = []
     reader = read_log(path)
     for event in reader:
         if isinstance(event, Arrived):
@@ -47,6 +50,8 @@ def read_log_workload(path: str | Path) -> Workload:
             outputs[event.request_id] = event.num_output_tokens
         elif isinstance(event, Aborted):
             aborted.add(event.request_id)
+        elif isinstance(event, Rejected):
+            rejected.append(event)
         elif isinstance(event, Header) and header is None:
             header = event
     if header is None:
@@ -68,6 +73,9 @@ def read_log_workload(path: str | Path) -> Workload:
             unfinished += 1
         requests.append(RequestSpec(arrival=ev.time, prompt=ev.prompt, params=params, priority=ev.priority,
                                     cache_salt=ev.cache_salt))
+    for i, ev in enumerate(rejected):
+        prompt = ev.prompt or synthetic_prompt(ev.num_prompt_tokens, header.seed, unique_seed=(1 << 40) + i)
+        requests.append(RequestSpec(arrival=ev.time, prompt=prompt, params=ev.params, priority=ev.priority))
     cut = {"dropped_bytes": reader.dropped_bytes} if reader.truncated else {}  # a log cut off mid-write
     if header.clock == WORKLOAD_CLOCK:
         info = dict(header.extra.get("workload", {}))
@@ -79,4 +87,6 @@ def read_log_workload(path: str | Path) -> Workload:
         meta["excluded"] = {k: v for k, v in excluded.items() if v}
     if unfinished:
         meta["unfinished"] = unfinished
+    if rejected:
+        meta["rejected"] = len(rejected)
     return Workload(requests, seed=header.seed, source=str(path), meta=meta)
