@@ -161,6 +161,8 @@ def warmup_plan(plan: list[Case], limits: SweepLimits) -> list[Case]:
     top_chunk = min(limits.budget, limits.max_context)
     # sizes both multiples of 16 and not: Triton specializes integer arguments on divisibility by 16
     out: list[Case] = [PrefillCase(top_chunk), PrefillCase(16), PrefillCase(17)]
+    if limits.max_prefill > limits.budget:  # the longest whole prompt (allocator growth, any compile)
+        out.append(PrefillCase(limits.max_prefill))
     ctx_cases = [c for c in plan if isinstance(c, PrefillCase) and c.context]
     if ctx_cases:
         out += [PrefillCase(16, ctx_cases[0].context), PrefillCase(17, ctx_cases[0].context)]
