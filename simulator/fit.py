@@ -31,6 +31,7 @@ from simulator.trees import TreeEnsemble
 
 CANDIDATES = ("linear-relative", "linear-absolute", "gbm", "forest", "linear+gbm")
 SEED = 0
+HOLDOUT_BLOCK = 32  # consecutive steps held out together (StepData.split)
 
 
 def _gbm(n_estimators: int = 300):
@@ -111,23 +112,26 @@ def select_model(train: StepData, held: StepData, candidates: tuple[str, ...] | 
 
 
 def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout_every: int = 5,
-                   kind: str = "auto", meta: dict[str, Any] | None = None):
+                   holdout_block: int = HOLDOUT_BLOCK, kind: str = "auto", meta: dict[str, Any] | None = None):
     """The model for ``logs``: every candidate (``kind="auto"``) or one, fitted on the training
-    steps; held-out error on ``holdout`` logs or every ``holdout_every``-th step; host timing
-    from the training logs' gaps; the ranges of the training steps."""
+    steps; held-out error on ``holdout`` logs or every ``holdout_every``-th block of
+    ``holdout_block`` steps; host timing from the training logs' gaps; the ranges of the training
+    steps."""
     data = StepData.from_logs(logs)
     if holdout:
         train, held = data, StepData.from_logs(holdout)
     else:
         if holdout_every < 2:
             raise CostModelError(f"holdout_every must be >= 2, got {holdout_every}")
-        train, held = data.split(holdout_every)
+        train, held = data.split(holdout_every, holdout_block)
     candidates = CANDIDATES if kind == "auto" else (kind,)
     selection = select_model(train, held, candidates, meta)
     model = selection.model
     model.meta["heldout"] = evaluate(model, held)
     if not holdout:
-        model.meta["heldout"]["kind"] = f"every {holdout_every}th step of the training logs"
+        block = max(1, min(holdout_block, len(data.durations) // (4 * holdout_every)))
+        model.meta["heldout"]["kind"] = (f"every {holdout_every}th step of the training logs" if block == 1 else
+                                         f"every {holdout_every}th block of {block} steps of the training logs")
     model.meta["selection"] = {"chosen": selection.best, "by": "held-out MAPE + |total-time error| (%)",
                                "candidates": selection.scores}
     model.set_host(fit_host_timing(logs))

@@ -22,8 +22,9 @@ CANDIDATES = ("linear-relative", "linear-absolute", "gbm", "forest", "linear+gbm
 
 
 def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every: int = 5,
-             kind: str = "auto", weighting: str | None = None, model_identity: str | None = None,
-             hardware: str | None = None, dtype: str | None = None, command: str | None = None):
+             holdout_block: int = 32, kind: str = "auto", weighting: str | None = None,
+             model_identity: str | None = None, hardware: str | None = None, dtype: str | None = None,
+             command: str | None = None):
     """Fit a cost model on ``logs`` (simulator.fit.fit_cost_model); its error on ``holdout`` logs,
     or on every ``holdout_every``-th step held out of the fit, goes to ``meta["heldout"]``.
     ``weighting`` (relative | absolute) is the older way to ask for one linear fit."""
@@ -47,7 +48,8 @@ def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every
     if not holdout and holdout_every < 2:
         raise CLIError(f"--holdout-every: must be >= 2, got {holdout_every}")
     try:
-        return fit_cost_model(logs, holdout=holdout, holdout_every=holdout_every, kind=kind, meta=meta)
+        return fit_cost_model(logs, holdout=holdout, holdout_every=holdout_every, holdout_block=holdout_block,
+                              kind=kind, meta=meta)
     except CostModelError as e:
         raise CLIError(str(e)) from None
 
@@ -79,7 +81,8 @@ def print_fit(model, out: str) -> None:
 def _fit(args: argparse.Namespace) -> int:
     for path in [*args.logs, *(args.holdout or [])]:
         require_file(path, "log")
-    model = fit_logs(args.logs, holdout=args.holdout, holdout_every=args.holdout_every, kind=args.kind,
+    model = fit_logs(args.logs, holdout=args.holdout, holdout_every=args.holdout_every,
+                     holdout_block=args.holdout_block, kind=args.kind,
                      weighting=args.weighting, model_identity=args.model_identity, hardware=args.hardware,
                      dtype=args.dtype)
     model.save(args.out)
@@ -126,6 +129,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "default: every --holdout-every-th step of LOG)")
     f.add_argument("--holdout-every", type=int, default=5, action=Bounded, at_least=2,
                    help="without --holdout: hold out every Nth step, N >= 2 (default: %(default)s)")
+    f.add_argument("--holdout-block", type=int, default=32, action=Bounded, at_least=1,
+                   help="without --holdout: hold out blocks of N consecutive steps (neighbouring steps are near "
+                        "copies; 1 = single steps) (default: %(default)s)")
     f.add_argument("--kind", choices=["auto", *CANDIDATES], default="auto",
                    help="the model to fit; auto: every candidate, the lowest held-out MAPE + |total-time error| "
                         "kept (default: %(default)s)")
