@@ -15,6 +15,7 @@ config and compare the latency distributions, the makespan and the steps.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import numpy as np
 
 from runtime.engine.config import EngineConfig
 from simulator.config_diff import config_changes, what_if
+from simulator.host_timing import log_overlaps
 from simulator.ranges import track_ranges
 from simulator.replay import log_config, resimulate, timing_replay
 from simulator.request_times import METRICS, RequestTimes
@@ -98,6 +100,7 @@ def fidelity(live_log: str | Path, model: Any, *, config: EngineConfig | None = 
     (for a CDF plot)."""
     header, log_cfg = log_config(live_log)
     config = config or log_cfg
+    notes = _match_overlap(live_log, model)
     live = times_of_log(live_log)
     sim, result, tracker = simulate_times(live_log, model, config)
     live_v, sim_v = live.values(), sim.values()
@@ -106,6 +109,7 @@ def fidelity(live_log: str | Path, model: Any, *, config: EngineConfig | None = 
         "live_log": str(live_log),
         "model_identity": {"log": header.model_identity, "cost_model": identity},
         "config_changes": config_changes(log_cfg, config),
+        "notes": notes,
         "live": _run_summary(live), "sim": _run_summary(sim, result),
         "metrics": compare(live_v, sim_v),
         "makespan": {"live_s": live.makespan, "sim_s": sim.makespan,
@@ -124,6 +128,21 @@ def fidelity(live_log: str | Path, model: Any, *, config: EngineConfig | None = 
         report["what_if"], extra = _what_if(live_log, model, config, list(overrides), sim_v, live_v, what_if_live)
         dists.update(extra)
     return report, dists
+
+
+def _match_overlap(live_log: str | Path, model: Any) -> list[str]:
+    """Run the model the way the live engine ran: overlapped steps (async scheduling: the log's
+    steps tile) or sequential ones. The header does not record it; the log shows it."""
+    host = getattr(model, "host", None)
+    if host is None or not hasattr(model, "set_host"):
+        return []
+    overlaps = log_overlaps(live_log)
+    if overlaps == host.overlap:
+        return []
+    model.set_host(dataclasses.replace(host, overlap=overlaps))
+    return [f"the live log's steps {'overlap' if overlaps else 'run one after another'}: simulated "
+            f"{'with' if overlaps else 'without'} overlap (the model was fitted "
+            f"{'without' if overlaps else 'with'} it)"]
 
 
 def _what_if(live_log, model, config, overrides, sim_v, live_v, what_if_live):

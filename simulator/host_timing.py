@@ -155,3 +155,9 @@ def fit_host_timing(logs: Sequence[str | Path]) -> HostTiming:
     if data.wakes:
         timing.wake = max(float(np.median(data.wakes)) - timing.intake_delay, 0.0)
     return timing
+
+
+def log_overlaps(path: str | Path) -> bool:
+    """Whether the log's consecutive busy steps tile (an overlapped engine's log)."""
+    data = HostData.from_log(path)
+    return bool(data.busy_gaps) and data.tiled >= OVERLAP_SHARE * len(data.busy_gaps)

@@ -107,3 +107,17 @@ def test_cli_prints_the_table_writes_json_and_a_plot_and_exits_on_tolerance(logs
                  "--what-if", "scheduler.enable_chunked_prefill=false", "--what-if-live", str(off)]) == 1
     out = capsys.readouterr().out
     assert "beyond ±5%" in out and "predicted Δ" in out and "chunked prefill off" in out
+
+
+def test_an_overlapped_live_log_is_simulated_with_overlap(logs):
+    """record_live's steps tile, as an async-scheduling engine's do: a model fitted on sequential
+    steps is run overlapped there, and the report says so."""
+    from simulator.host_timing import HostTiming, fit_host_timing, log_overlaps
+
+    on, _ = logs
+    assert log_overlaps(on) and fit_host_timing([on]).overlap
+    model = LinearCostModel(TRUTH)
+    model.set_host(HostTiming(gap_const=1e-4, overlap=False))
+    report, _ = fidelity(on, model, replay=False)
+    assert model.host.overlap and "simulated with overlap" in report["notes"][0]
+    assert abs(report["makespan"]["error_pct"]) < 1

@@ -130,6 +130,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"warning: the cost model is for {ids['cost_model']}, the log ran {ids['log']}")
     print(f"fidelity of {args.cost_model} on {args.log}: {report['live']['requests']:,} requests re-simulated "
           "under the log's config")
+    for note in report["notes"]:
+        print(f"note: {note}")
     print(render(report))
     if "what_if" in report:
         print(render_what_if(report["what_if"]))
