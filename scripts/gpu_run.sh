@@ -72,6 +72,7 @@ for _ in range(900):
            kill -TERM $pid; wait $pid; echo "server exit status $?"; tail -n 5 "$OUT/server.log"
            minivllm analyze "$OUT/serve_live.jsonl" 2>&1 | head -n 30
            python3 -m runtime.bench.step_times "$OUT/serve_live.jsonl"
+           [ -n "${SKIP_LIVE:-}" ] && continue
            minivllm bench live .gpu/conv_head1200.csv --limit 800 --rate-scale "${RATE_SCALE:-6}" "${SRV[@]}" --no-progress \
              --trace "$OUT/live_inproc.jsonl" --json "$OUT/live_inproc.json"
            python3 -m runtime.bench.step_times "$OUT/live_inproc.jsonl" ;;
