@@ -111,12 +111,42 @@ def select_model(train: StepData, held: StepData, candidates: tuple[str, ...] | 
     return Selection(best[1], best[2], scores)
 
 
+def scale_model(model, factor: float) -> None:
+    """Multiply every step time the model predicts by ``factor`` (in place)."""
+    if isinstance(model, LinearCostModel):
+        scaled = LinearCostModel({k: v * factor for k, v in model.coefficients.items()})
+        model.coefficients = scaled.coefficients
+        (model._c, model._pt, model._pa, model._ds, model._dc, model._ns, model._ps) = (
+            model.coefficients[f] for f in FEATURES)
+    else:
+        model.coefficients = {k: v * factor for k, v in model.coefficients.items()}
+        model._coef = [model.coefficients[f] for f in FEATURES]
+        model.ensemble.base *= factor
+        model.ensemble.scale *= factor
+        model.floor *= factor
+
+
+def calibrate(model, logs: list[str]) -> dict[str, Any]:
+    """Scale ``model`` so its total step time on ``logs`` matches theirs: the shape of the step
+    cost from a profile sweep, its level from live runs (another load on a shared CPU, the live
+    engine's own overheads). Host timing then comes from ``logs`` too. Returns what it did."""
+    data = StepData.from_logs(logs)
+    before = evaluate(model, data)
+    factor = 1.0 / (1.0 + before["total_error"] / 100)
+    scale_model(model, factor)
+    after = evaluate(model, data)
+    model.set_host(fit_host_timing(logs))
+    return {"logs": [str(p) for p in logs], "steps": int(len(data.durations)), "factor": factor,
+            "mape_before": before["mape"], "mape_after": after["mape"], "total_error_before": before["total_error"]}
+
+
 def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout_every: int = 5,
-                   holdout_block: int = HOLDOUT_BLOCK, kind: str = "auto", meta: dict[str, Any] | None = None):
+                   holdout_block: int = HOLDOUT_BLOCK, kind: str = "auto", meta: dict[str, Any] | None = None,
+                   calibrate_on: list[str] | None = None):
     """The model for ``logs``: every candidate (``kind="auto"``) or one, fitted on the training
     steps; held-out error on ``holdout`` logs or every ``holdout_every``-th block of
     ``holdout_block`` steps; host timing from the training logs' gaps; the ranges of the training
-    steps."""
+    steps. ``calibrate_on``: live logs that set the level of the step times (``calibrate``)."""
     data = StepData.from_logs(logs)
     if holdout:
         train, held = data, StepData.from_logs(holdout)
@@ -136,4 +166,6 @@ def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout
                                "candidates": selection.scores}
     model.set_host(fit_host_timing(logs))
     model.ranges = FeatureRanges.from_ext(train.ext)
+    if calibrate_on:
+        model.meta["calibration"] = calibrate(model, calibrate_on)
     return model

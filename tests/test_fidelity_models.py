@@ -191,3 +191,28 @@ def test_cli_fit_reports_every_candidate_and_simulate_warns_outside_the_range(pa
     text = capsys.readouterr().out
     assert "chunked prefill off: max_num_batched_tokens 2,048 → 1,024" not in text  # not raised: 2,048 holds it
     assert "lie outside the model's profiled range" in text and "prefill chunk up to" in text
+
+
+class Slower:
+    """The same engine under another load: every step 1.6× as long."""
+
+    def __init__(self, seed: int) -> None:
+        self.inner = Padded(seed)
+
+    def step_time(self, step, spans):
+        return 1.6 * self.inner.step_time(step, spans)
+
+
+@pytest.mark.parametrize("kind", ["linear-absolute", "linear+gbm"])
+def test_calibration_takes_the_shape_from_the_profile_and_the_level_from_live_runs(padded_logs, tmp_path, kind):
+    train, _ = padded_logs
+    live = _log(tmp_path, "live.jsonl", Slower(5), 5)
+    model = fit_cost_model([str(p) for p in train], kind=kind, calibrate_on=[str(live)])
+    cal = model.meta["calibration"]
+    assert cal["factor"] == pytest.approx(1.6, rel=0.08) and cal["total_error_before"] < -30
+    assert abs(model.evaluate(StepData.from_logs([live]))["total_error"]) < 1e-6
+    path = tmp_path / "m.json"
+    model.save(path)
+    back = load_cost_model(path)
+    spans = [Span(i, 100, 1, True) for i in range(8)]
+    assert back.step_time(0, spans) == pytest.approx(model.step_time(0, spans))

@@ -24,7 +24,7 @@ CANDIDATES = ("linear-relative", "linear-absolute", "gbm", "forest", "linear+gbm
 def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every: int = 5,
              holdout_block: int = 32, kind: str = "auto", weighting: str | None = None,
              model_identity: str | None = None, hardware: str | None = None, dtype: str | None = None,
-             command: str | None = None):
+             command: str | None = None, calibrate_on: list[str] | None = None):
     """Fit a cost model on ``logs`` (simulator.fit.fit_cost_model); its error on ``holdout`` logs,
     or on every ``holdout_every``-th step held out of the fit, goes to ``meta["heldout"]``.
     ``weighting`` (relative | absolute) is the older way to ask for one linear fit."""
@@ -49,7 +49,7 @@ def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every
         raise CLIError(f"--holdout-every: must be >= 2, got {holdout_every}")
     try:
         return fit_cost_model(logs, holdout=holdout, holdout_every=holdout_every, holdout_block=holdout_block,
-                              kind=kind, meta=meta)
+                              kind=kind, meta=meta, calibrate_on=calibrate_on)
     except CostModelError as e:
         raise CLIError(str(e)) from None
 
@@ -72,6 +72,10 @@ def print_fit(model, out: str) -> None:
         print(f"  host: gap {host.gap_const * 1e3:.3f} ms + {host.gap_per_seq * 1e6:.2f} µs/seq, wake "
               f"{host.wake * 1e3:.3f} ms, intake delay {host.intake_delay * 1e3:.3f} ms"
               + (", steps overlap" if host.overlap else ""))
+    cal = model.meta.get("calibration")
+    if cal:
+        print(f"  calibrated on {cal['steps']:,} live steps: × {cal['factor']:.3f} (their total step time was "
+              f"{cal['total_error_before']:+.1f}%; MAPE {cal['mape_before']:.1f}% → {cal['mape_after']:.1f}%)")
     if model.meta["unfitted_features"]:
         print(f"warning: no training step exercised {', '.join(model.meta['unfitted_features'])}: "
               "their coefficients are 0")
@@ -79,10 +83,10 @@ def print_fit(model, out: str) -> None:
 
 
 def _fit(args: argparse.Namespace) -> int:
-    for path in [*args.logs, *(args.holdout or [])]:
+    for path in [*args.logs, *(args.holdout or []), *(args.calibrate or [])]:
         require_file(path, "log")
     model = fit_logs(args.logs, holdout=args.holdout, holdout_every=args.holdout_every,
-                     holdout_block=args.holdout_block, kind=args.kind,
+                     holdout_block=args.holdout_block, kind=args.kind, calibrate_on=args.calibrate,
                      weighting=args.weighting, model_identity=args.model_identity, hardware=args.hardware,
                      dtype=args.dtype)
     model.save(args.out)
@@ -132,6 +136,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--holdout-block", type=int, default=32, action=Bounded, at_least=1,
                    help="without --holdout: hold out blocks of N consecutive steps (neighbouring steps are near "
                         "copies; 1 = single steps) (default: %(default)s)")
+    f.add_argument("--calibrate", nargs="+", metavar="LIVE_LOG",
+                   help="live logs that set the level: the fitted model is scaled so its total step time on them "
+                        "matches, and its host timing comes from them (default: none)")
     f.add_argument("--kind", choices=["auto", *CANDIDATES], default="auto",
                    help="the model to fit; auto: every candidate, the lowest held-out MAPE + |total-time error| "
                         "kept (default: %(default)s)")
