@@ -466,3 +466,20 @@ def test_a_request_its_log_refused_leaves_nothing_behind_for_the_next_one():
     assert core.add_request(mine + [50], SamplingParams(max_tokens=1), 1.0) == 1
     core.step(1.0, EX)
     assert [e.num_cached_tokens for e in events if isinstance(e, Admitted)] == [0, 12]
+
+
+@pytest.mark.parametrize(("mode", "synthetic", "kept"), [
+    ("ids", False, True), ("ids", True, True), ("hashes", False, False), ("hashes", True, True),
+    ("none", False, False), ("none", True, False),
+])
+def test_a_rejected_prompt_is_logged_as_trace_prompts_allows(mode, synthetic, kept):
+    """Rejected keeps the prompt only where an Arrived would have kept it as given: ids (token ids or
+    a synthetic record), hashes (a synthetic record only: it holds no one's tokens); none keeps none."""
+    events = []
+    core = engine(num_blocks=20, events=events, trace_prompts=mode)
+    prompt = PromptSynthetic(num_tokens=100, unique_seed=1) if synthetic else list(range(100))
+    with pytest.raises(InvalidRequest):
+        core.add_request(prompt, SamplingParams(max_tokens=21), 0.0)
+    (rejected,) = events
+    expected = prompt if synthetic else PromptIds(prompt)
+    assert rejected.num_prompt_tokens == 100 and rejected.prompt == (expected if kept else None)
