@@ -106,3 +106,11 @@ def test_bench_serve_launch_and_bench_live_on_a_tiny_model(tmp_path, capsys):
     assert main(["bench", "live", *flags, "--trace", str(live), "--model", str(tiny.folder), "--device", "cpu",
                  "--num-blocks", "256"]) == 0
     assert (load_frames(live).requests["num_output_tokens"] == 5).all()
+
+
+def test_text_prompts_and_folded_ids():
+    wl = generate(3, rate=10.0, input_len="fixed:6", output_len="fixed:2", seed=3)
+    text = serve_client.request_bodies(wl, "m", decode=lambda ids: " ".join(map(str, ids)))
+    ids = serve_client.request_bodies(wl, "m", vocab=50)
+    assert all(isinstance(b["prompt"], str) and len(b["prompt"].split()) == 6 for b in text)
+    assert all(max(b["prompt"]) < 50 and b["stream"] and b["ignore_eos"] for b in ids)

@@ -59,6 +59,18 @@ def _add_workload_source(p: argparse.ArgumentParser) -> None:
                    help="seed of synthetic prompts and arrivals (default: %(default)s)")
 
 
+def _text_decoder(source: str):
+    """ids -> text with the tokenizer of ``source`` (its lengths then count in that tokenizer)."""
+    from runtime.executor.model.loader import default_model_path, load_tokenizer
+    from runtime.executor.model.spec import ModelLoadError
+
+    try:
+        tokenizer = load_tokenizer(default_model_path() if source == "default" else source)
+    except ModelLoadError as e:
+        raise CLIError(f"--text-prompts: {e}") from None
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
+
+
 def _model_name(url: str, api_key: str | None) -> str:
     import httpx
 
@@ -85,6 +97,7 @@ def _serve(args: argparse.Namespace) -> int:
     wl = _workload(args)
     if not len(wl):
         raise CLIError("the workload has no requests")
+    decode = _text_decoder(args.text_prompts) if args.text_prompts else None
     server = None
     url = args.url
     if args.launch is not None:
@@ -114,7 +127,8 @@ def _serve(args: argparse.Namespace) -> int:
 
         with bar:
             records, wall = serve_client.run(url, wl, model, api_key=args.api_key, ignore_eos=not args.no_ignore_eos,
-                                             vocab=args.prompt_vocab, timeout=args.timeout, progress=progress)
+                                             vocab=args.prompt_vocab, decode=decode, timeout=args.timeout,
+                                             progress=progress)
     finally:
         if server is not None:
             server.stop()
@@ -192,6 +206,9 @@ def add_parsers(kinds: argparse._SubParsersAction) -> None:
                    help="with --launch: seconds to wait for /ready (default: %(default)s)")
     c = sv.add_argument_group("client")
     c.add_argument("--slo", metavar="TERMS", help="goodput SLO, e.g. ttft_ms=1000,tpot_ms=50 (default: none)")
+    c.add_argument("--text-prompts", metavar="TOKENIZER", nargs="?", const="default",
+                   help="send each prompt as the text its ids decode to with this tokenizer (an HF folder or .gguf; "
+                        "'default': the default model's), for servers that take only text (default: token ids)")
     c.add_argument("--no-ignore-eos", action="store_true",
                    help="let requests stop at eos (default: ignore it, so outputs have the workload's lengths)")
     c.add_argument("--timeout", type=float, default=600.0, action=Bounded, above=0,
