@@ -52,10 +52,11 @@ for stage in "$@"; do
                  --fit "$OUT/qwen3-0.6b-h200.json" ;;
     kernel) minivllm bench decode-kernel --json "$OUT/decode_kernel.json" ;;
     probe) python3 -m runtime.bench.prefill_probe ;;
-    serve) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16
-                --max-model-len 8192 ${SERVE_FLAGS:-})
+    serve) # ENGINE_FLAGS: both the server and bench live (e.g. chunked off); SERVE_FLAGS: the server only
+           SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16
+                --max-model-len 8192 ${ENGINE_FLAGS:-})
            BS=(.gpu/conv_head1200.csv --rate-scale "${RATE_SCALE:-6}" --slo ttft_ms=1000,tpot_ms=50 --no-progress)
-           python3 -m runtime serve "${SRV[@]}" --port 8011 --trace "$OUT/serve_live.jsonl" > "$OUT/server.log" 2>&1 &
+           python3 -m runtime serve "${SRV[@]}" ${SERVE_FLAGS:-} --port 8011 --trace "$OUT/serve_live.jsonl" > "$OUT/server.log" 2>&1 &
            pid=$!
            python3 -c "import time, httpx
 for _ in range(900):
