@@ -128,7 +128,10 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
         chunks, repeats, ctx_chunks = _with_top(_geometric(16, top_chunk, 2), top_chunk), 3, [16, 128, 512, 2048]
         contexts = _geometric(256, lim.max_context - 16, 4) + [lim.max_context // 2, lim.max_context - 256]
         contexts = sorted({c // bs * bs for c in contexts if c >= 256})
-        batches = _with_top(_geometric(1, lim.max_batch, 2), lim.max_batch)
+        # powers of two, and 3, 6, 12 between them: step cost is not linear in the batch (GEMMs padded to
+        # a tile, CUDA graphs captured for bucketed sizes), and live batches are mostly small
+        between = {b for b in (3, 6, 12) if b <= lim.max_batch}
+        batches = _with_top(sorted(set(_geometric(1, lim.max_batch, 2)) | between), lim.max_batch)
         decode_ctx, steps = _with_top(_geometric(32, lim.max_context, 4), lim.max_context), 16
 
     prefill = [PrefillCase(c, 0, repeats) for c in chunks]
