@@ -15,6 +15,13 @@
 #              bench serve of 800 Azure conv requests (arrivals 6x compressed), 3 s idle, a second burst;
 #              then bench live (the same 800 in process); .gpu/ holds the tokenizer and the trace slice
 #              (scripts/gpu_wheels.sh makes it) and travels with carry
+#   matrix     scripts/serve_matrix.py: capacity in process, then bench serve (--launch) and bench live at
+#              LOADS (default 0.5,0.8,1.1 of capacity) x CHUNKED (default on,off); served logs gzipped into
+#              $OUT (the device returns 8 files: one CHUNKED mode per call)
+#   prefix     shared-prefix workload (a 7,680-token document, 40 questions of 64 tokens, 2/s) against the
+#              server with prefix caching off (every request cold) and on (the first cold, the rest warm)
+#   hfserve    scripts/gpu_hf_serve.sh: HF transformers' own server (continuous batching) under bench serve
+#   machine    which machine this is (GPU UUID, host), for runs compared across machines
 # The packages the machine lacks travel as wheels in .whl/: run scripts/gpu_wheels.sh here first and
 # carry .whl in the device call.
 set -uo pipefail
@@ -77,6 +84,27 @@ for _ in range(900):
            minivllm bench live .gpu/conv_head1200.csv --limit 800 --rate-scale "${RATE_SCALE:-6}" "${SRV[@]}" --no-progress \
              --trace "$OUT/live_inproc.jsonl" --json "$OUT/live_inproc.json"
            python3 -m runtime.bench.step_times "$OUT/live_inproc.jsonl" ;;
+    matrix) python3 scripts/serve_matrix.py .gpu/conv_head1200.csv --limit "${LIMIT:-800}" --loads "${LOADS:-0.5,0.8,1.1}" \
+              --chunked "${CHUNKED:-on,off}" ${CAPACITY:+--capacity $CAPACITY} --out /tmp/matrix -- \
+              --model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-model-len 8192 \
+              ${ENGINE_FLAGS:-}
+            cp /tmp/matrix/summary.json "$OUT/matrix_${CHUNKED:-on,off}.json"
+            for f in /tmp/matrix/serve_*.jsonl; do gzip -c "$f" > "$OUT/$(basename "$f").gz"; done
+            tar czf "$OUT/matrix_${CHUNKED:-on,off}_runs.tgz" -C /tmp/matrix $(cd /tmp/matrix && ls *.json *.log)
+            ls -la "$OUT" ;;
+    prefix) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-model-len 8192)
+            for pc in off on; do
+              minivllm bench serve --synthetic 40 --rate 2 --input-len fixed:7744 --output-len fixed:32 \
+                --shared-prefix 7680 --no-progress --json "$OUT/prefix_$pc.json" --server-trace /tmp/prefix_$pc.jsonl \
+                --server-log /tmp/prefix_$pc.log --launch "${SRV[@]}" --prefix-caching $pc
+            done
+            python3 -c "import json, numpy as np
+for pc in ('off', 'on'):
+    t = [r['ttft'] * 1e3 for r in json.load(open('$OUT/prefix_%s.json' % pc))['requests']]
+    print(f'prefix caching {pc}: first request TTFT {t[0]:.1f} ms, the other 39: p50 {np.median(t[1:]):.1f} ms, '
+          f'p90 {np.percentile(t[1:], 90):.1f} ms')" ;;
+    hfserve) OUT="$OUT" bash scripts/gpu_hf_serve.sh ;;
+    machine) nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader; hostname; nproc ;;
     modeltests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_model_gpu.py tests/test_fused_norm_rope_gpu.py 2>&1 | tail -n 30 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac || status=1

@@ -129,7 +129,7 @@ def test_cuda_default_sweep_is_feasible_and_short(tmp_path):
         run_sweep(ShapeSweep(EngineCore(config, sink=writer), executor, vocab_size=151_936), plan, progress=False)
     assert executor.classes == {"prefill", "prefill+context", "decode", "mixed"}
     assert executor.steps < 2_000
-    assert log.stat().st_size < 14 << 20
+    assert log.stat().st_size < 15 << 20  # a device run sends back files of up to 16 MiB
 
 
 def test_chunked_prefill_off_limits_contexts_to_the_budget():

@@ -26,13 +26,19 @@ from runtime.cli.workload import add_workload_args, workload_from_args
 
 
 def _workload(args: argparse.Namespace):
-    from traces.generators import generate
+    from traces.generators import LengthDist, generate
 
     if (args.workload is None) == (args.synthetic is None):
         raise CLIError("give a WORKLOAD file or --synthetic N (one of them)")
     if args.synthetic is not None:
-        wl = generate(args.synthetic, rate=args.rate, cv=args.cv, input_len=args.input_len,
-                      output_len=args.output_len, seed=args.workload_seed)
+        dists = {}
+        for flag, spec in (("--input-len", args.input_len), ("--output-len", args.output_len)):
+            try:
+                dists[flag] = LengthDist.parse(spec, seed=args.workload_seed)
+            except (ValueError, OSError) as e:
+                raise CLIError(f"{flag}: {e}") from None
+        wl = generate(args.synthetic, rate=args.rate, cv=args.cv, input_len=dists["--input-len"],
+                      output_len=dists["--output-len"], shared_prefix=args.shared_prefix, seed=args.workload_seed)
         return wl.scale_rate(args.rate_scale) if args.rate_scale != 1.0 else wl
     return workload_from_args(args, args.workload, seed=args.workload_seed)
 
@@ -52,6 +58,9 @@ def _add_workload_source(p: argparse.ArgumentParser) -> None:
                    help="with --synthetic: fixed:N | uniform:LO:HI | lognormal:MEAN:CV[:MAX] (default: %(default)s)")
     g.add_argument("--output-len", default="uniform:32:256",
                    help="with --synthetic: as --input-len (default: %(default)s)")
+    g.add_argument("--shared-prefix", type=int, default=0, action=Bounded, at_least=0, metavar="TOKENS",
+                   help="with --synthetic: the first TOKENS of every prompt are one shared document (prompts "
+                        "count them in --input-len) (default: none)")
     g.add_argument("--prompt-vocab", type=int, action=Bounded, at_least=2, metavar="N",
                    help="fold prompt token ids into [0, N), for a model with a smaller vocabulary than the "
                         "trace's synthetic prompts (32,000) (default: as they are)")
@@ -128,7 +137,7 @@ def _serve(args: argparse.Namespace) -> int:
         with bar:
             records, wall = serve_client.run(url, wl, model, api_key=args.api_key, ignore_eos=not args.no_ignore_eos,
                                              vocab=args.prompt_vocab, decode=decode, timeout=args.timeout,
-                                             progress=progress)
+                                             time_limit=args.time_limit, progress=progress)
     finally:
         if server is not None:
             server.stop()
@@ -213,6 +222,10 @@ def add_parsers(kinds: argparse._SubParsersAction) -> None:
                    help="let requests stop at eos (default: ignore it, so outputs have the workload's lengths)")
     c.add_argument("--timeout", type=float, default=600.0, action=Bounded, above=0,
                    help="seconds one request may take (default: %(default)s)")
+    c.add_argument("--time-limit", type=float, action=Bounded, above=0, metavar="SECONDS",
+                   help="end the replay this many seconds after it starts: requests still running count as "
+                        "errors 'time limit', those not sent yet as 'not sent'; the report covers the rest "
+                        "(default: none)")
     c.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     c.add_argument("--json", metavar="PATH", help="also write the summary and every request as JSON")
     sv.set_defaults(func=_serve)
