@@ -48,7 +48,7 @@ def _steps(log: Path) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], usage="%(prog)s WORKLOAD [options] -- ENGINE_FLAGS...")
     p.add_argument("workload")
     p.add_argument("--limit", type=int, default=800)
     p.add_argument("--loads", default="0.5,0.8,1.1", help="offered rate as a share of capacity")
@@ -56,9 +56,9 @@ def main() -> None:
     p.add_argument("--slo", default="ttft_ms=1000,tpot_ms=50")
     p.add_argument("--capacity", type=float, help="requests/s (default: measured with bench live)")
     p.add_argument("--out", type=Path, default=Path("out/matrix"))
-    p.add_argument("engine_flags", nargs=argparse.REMAINDER)
-    args = p.parse_args()
-    flags = [f for f in args.engine_flags if f != "--"]
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, flags = p.parse_args(argv[:cut]), argv[cut + 1:]  # after --: the engine flags
     args.out.mkdir(parents=True, exist_ok=True)
     wl = load_workload(args.workload).head(args.limit)
     base_rate = len(wl) / wl.duration  # requests/s of the file's own arrivals
@@ -68,7 +68,7 @@ def main() -> None:
     if capacity is None:
         cap_json = args.out / "capacity.json"
         _run(_minivllm("bench", "live", *source, "--rate-scale", "1000", *flags, "--json", str(cap_json)))
-        capacity = json.loads(cap_json.read_text())["summary"]["request_throughput"]
+        capacity = json.loads(cap_json.read_text())["summary"]["request_throughput_req_s"]
     print(f"capacity {capacity:.1f} req/s; the file's own rate {base_rate:.2f} req/s", flush=True)
 
     rows = []
@@ -84,7 +84,7 @@ def main() -> None:
             _run(_minivllm("bench", "serve", *source, *rate, "--slo", args.slo, "--json",
                            str(args.out / f"serve_{tag}.json"), "--server-trace", str(served_log),
                            "--server-log", str(args.out / f"server_{tag}.log"), "--launch", *mode_flags,
-                           "--trace-if-exists", "overwrite"))
+                           ))
             _run(_minivllm("bench", "live", *source, *rate, *mode_flags, "--trace", str(live_log),
                            "--json", str(args.out / f"live_{tag}.json")))
             serve = json.loads((args.out / f"serve_{tag}.json").read_text())["summary"]
@@ -112,8 +112,8 @@ def render(rows: list[dict], capacity: float) -> str:
             f"{s['itl_ms']['p99']:.1f} | {s['e2e_ms']['p50']:,.0f} | {s.get('goodput_req_s', 0):.1f} "
             f"({s.get('slo_attainment', 0):.0%}) | {s['send_lag_ms']['p99']:.1f} | {a['mean']:.2f} / "
             f"{a['p99']:.1f} / {a['max']:.1f}, {a['over_50ms']} | {b['mean']:.2f} / {b['p99']:.1f} / "
-            f"{b['max']:.1f} | {live['ttft_ms']['p50']:.1f} / {live['ttft_ms']['p99']:.1f}, "
-            f"{live['tpot_ms']['p50']:.1f} |")
+            f"{b['max']:.1f} | {live['ttft_s']['p50'] * 1e3:.1f} / "
+            f"{live['ttft_s']['p99'] * 1e3:.1f}, {live['tpot_s']['p50'] * 1e3:.1f} |")
     return "\n".join(lines) + "\n"
 
 
