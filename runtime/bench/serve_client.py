@@ -4,7 +4,10 @@ Each request is sent at its arrival time (seconds after the run starts) as a str
 ``/v1/completions`` call; the client measures what a user sees: time to the first streamed token
 (TTFT), the gaps between streamed chunks (ITL), time per output token after the first (TPOT),
 end-to-end latency, and errors by kind. Prompts are token ids (exact lengths; our server and vLLM
-take them) or text decoded from those ids (``text_prompts``, for servers that want text).
+take them) or text decoded from those ids (``text_prompts``, for servers that want text). A stream
+ends at ``data: [DONE]`` or, for servers that send none (``transformers serve``), when it closes after
+a chunk with a ``finish_reason``. ``time_limit`` cancels what is still running after that many seconds
+(errors "time limit", and "not sent" for arrivals after it), so a slow server costs a bounded run.
 
 ``run`` returns one ``RequestRecord`` per request; ``summarize`` turns them into percentiles,
 throughput and goodput under SLOs (the share of requests that meet every SLO, per second).
@@ -36,7 +39,8 @@ class RequestRecord:
     e2e: float | None = None
     output_tokens: int = 0
     itl: list[float] = field(default_factory=list)  # gaps between streamed chunks
-    error: str | None = None  # kind: "http 429", "timeout", "connect", "incomplete", ...
+    error: str | None = None  # kind: "http 429", "timeout", "connect", "incomplete", "time limit", ...
+    detail: str | None = None  # the error's text: a response body (first 300 characters), an exception
 
     @property
     def ok(self) -> bool:
@@ -105,7 +109,11 @@ async def _one(client, url: str, headers: dict, body: dict, record: RequestRecor
                timeout: float) -> None:
     import httpx
 
-    await asyncio.sleep(max(0.0, t0 + record.arrival - time.perf_counter()))
+    try:
+        await asyncio.sleep(max(0.0, t0 + record.arrival - time.perf_counter()))
+    except asyncio.CancelledError:
+        record.error = "not sent"
+        raise
     start = record.sent = time.perf_counter()
     record.sent -= t0
     last = start
@@ -113,10 +121,11 @@ async def _one(client, url: str, headers: dict, body: dict, record: RequestRecor
     try:
         async with client.stream("POST", url, json=body, headers=headers, timeout=timeout) as resp:
             if resp.status_code != 200:
-                await resp.aread()
+                text = (await resp.aread()).decode("utf-8", "replace")
                 record.error = f"http {resp.status_code}"
+                record.detail = text[:300]
                 return
-            done = False
+            done = finished = False
             async for line in resp.aiter_lines():
                 if not line.startswith("data:"):
                     continue
@@ -127,33 +136,41 @@ async def _one(client, url: str, headers: dict, body: dict, record: RequestRecor
                 event = json.loads(data)
                 if "error" in event:
                     record.error = "stream error"
+                    record.detail = json.dumps(event["error"])[:300]
                     return
                 now = time.perf_counter()
-                if event.get("choices"):
+                choices = event.get("choices")
+                if choices:
                     if record.ttft is None:
                         record.ttft = now - start
                     else:
                         record.itl.append(now - last)
                     last = now
                     chunks += 1
+                    finished = finished or any(c.get("finish_reason") for c in choices)
                 usage = event.get("usage")
                 if usage:
                     record.output_tokens = usage.get("completion_tokens", 0)
-            if not done:
+            if not (done or finished):  # closed before [DONE] and before any finish_reason
                 record.error = "incomplete"
                 return
             record.e2e = time.perf_counter() - start
             record.output_tokens = record.output_tokens or chunks
+    except asyncio.CancelledError:
+        record.error = "time limit"
+        raise
     except httpx.TimeoutException:
         record.error = "timeout"
-    except httpx.ConnectError:
+    except httpx.ConnectError as e:
         record.error = "connect"
+        record.detail = str(e)[:300]
     except (httpx.HTTPError, json.JSONDecodeError) as e:
         record.error = type(e).__name__
+        record.detail = str(e)[:300]
 
 
 async def _run(base_url: str, bodies: Sequence[dict], records: list[RequestRecord], api_key: str | None,
-               timeout: float, max_connections: int, progress: Any) -> float:
+               timeout: float, max_connections: int, progress: Any, time_limit: float | None = None) -> float:
     import httpx
 
     url = base_url.rstrip("/") + "/completions"
@@ -167,19 +184,24 @@ async def _run(base_url: str, bodies: Sequence[dict], records: list[RequestRecor
             if progress is not None:
                 progress(record)
 
-        await asyncio.gather(*(tracked(b, r) for b, r in zip(bodies, records)))
+        tasks = [asyncio.ensure_future(tracked(b, r)) for b, r in zip(bodies, records)]
+        _, pending = await asyncio.wait(tasks, timeout=time_limit)
+        for task in pending:  # past the time limit: cancelled, counted as errors ("time limit", "not sent")
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
         return time.perf_counter() - t0
 
 
 def run(base_url: str, workload: Workload, model: str, *, api_key: str | None = None, ignore_eos: bool = True,
         vocab: int | None = None, decode: Callable[[list[int]], str] | None = None, timeout: float = 600.0,
-        max_connections: int = 4096,
+        max_connections: int = 4096, time_limit: float | None = None,
         progress: Callable[[RequestRecord], None] | None = None) -> tuple[list[RequestRecord], float]:
-    """Replay ``workload`` against ``base_url`` (``http://host:port/v1``); (records, wall seconds)."""
+    """Replay ``workload`` against ``base_url`` (``http://host:port/v1``); (records, wall seconds).
+    ``time_limit``: seconds after which requests still running or unsent are cancelled."""
     bodies = request_bodies(workload, model, ignore_eos=ignore_eos, vocab=vocab, decode=decode)
     records = [RequestRecord(i, spec.arrival - workload.requests[0].arrival, spec.num_prompt_tokens,
                              spec.params.max_tokens) for i, spec in enumerate(workload)]
-    wall = asyncio.run(_run(base_url, bodies, records, api_key, timeout, max_connections, progress))
+    wall = asyncio.run(_run(base_url, bodies, records, api_key, timeout, max_connections, progress, time_limit))
     return records, wall
 
 
@@ -194,12 +216,16 @@ def _percentiles(values: Sequence[float], scale: float = 1e3) -> dict[str, float
 def summarize(records: Sequence[RequestRecord], wall: float, slo: Slo | None = None) -> dict[str, Any]:
     ok = [r for r in records if r.ok]
     errors: dict[str, int] = {}
+    examples: dict[str, str] = {}  # the first detail of each error kind
     for r in records:
         if r.error is not None:
             errors[r.error] = errors.get(r.error, 0) + 1
+            if r.detail and r.error not in examples:
+                examples[r.error] = r.detail
     out_tokens = sum(r.output_tokens for r in ok)
     summary: dict[str, Any] = {
-        "requests": len(records), "completed": len(ok), "errors": errors, "duration_s": wall,
+        "requests": len(records), "completed": len(ok), "errors": errors, "error_examples": examples,
+        "duration_s": wall,
         "request_throughput": len(ok) / wall if wall > 0 else 0.0,
         "output_throughput_tok_s": out_tokens / wall if wall > 0 else 0.0,
         "total_throughput_tok_s": (out_tokens + sum(r.prompt_tokens for r in ok)) / wall if wall > 0 else 0.0,
@@ -222,6 +248,8 @@ def render(summary: dict[str, Any], title: str = "bench serve") -> str:
              f" ({summary['request_throughput']:.2f} req/s, {summary['output_throughput_tok_s']:,.0f} output tok/s)"]
     if summary["errors"]:
         lines.append("errors: " + ", ".join(f"{k}: {v}" for k, v in sorted(summary["errors"].items())))
+        for kind, detail in sorted(summary.get("error_examples", {}).items()):
+            lines.append(f"  {kind}, e.g.: {detail}")
     lines.append(f"{'ms':<8}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}")
     for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
         s = summary[key]
