@@ -39,11 +39,10 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from prometheus_client.parser import text_string_to_metric_families
 
 from runtime.serving.server.launch import free_port
 from tests.model_helpers import make_tiny
-from tests.test_engine_process import _engine_child, _running
-from tests.test_server_metrics import scrape, value
 from traces.events import Aborted, Arrived, Finished, Header, Step
 from traces.log import fold, read_log
 
@@ -61,6 +60,58 @@ FLAGS = ["--dtype", "float32", "--block-size", "4", "--num-blocks", str(NUM_BLOC
          str(MAX_MODEL_LEN), "--max-num-seqs", "64", "--max-num-batched-tokens", "128"]  # 128: prompts chunked
 VOCAB = 300  # prompt ids below the tiny tokenizer's size
 BOUND_S = 30.0  # a stop, or the end of every stream after it
+
+
+# --- processes and metrics (as tests/test_engine_process.py and test_server_metrics.py read them; not
+# imported from there: those pull in the openai client, which the GPU machine may lack) -------------
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d.name))
+    return out
+
+
+def engine_child(pid: int) -> int:
+    """The spawned engine (not multiprocessing's resource tracker)."""
+    engines = [c for c in _children(pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    assert len(engines) == 1, engines
+    return engines[0]
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")  # a zombie has exited
+
+
+def scrape(url: str) -> dict[tuple[str, tuple], float]:
+    """{(sample name, sorted labels): value} of /metrics."""
+    out = {}
+    for family in text_string_to_metric_families(httpx.get(url + "/metrics").text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def value(samples: dict, name: str, **labels) -> float:
+    matches = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= set(ls)]
+    assert len(matches) == 1, (name, labels, matches)
+    return matches[0]
+
+
+def total(samples: dict, name: str, **labels) -> float:
+    """The sum of a metric's samples with these labels (0 before the first one)."""
+    return sum(v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= set(ls))
 
 
 # --- the server -----------------------------------------------------------------------------------
@@ -98,7 +149,7 @@ class Server:
                     break
             assert time.monotonic() < deadline, f"not ready after {timeout:.0f} s:\n{self.output()}"
             time.sleep(0.2)
-        self.engine_pid = _engine_child(self.proc.pid)
+        self.engine_pid = engine_child(self.proc.pid)
 
     def output(self) -> str:
         return self.out.read_text(errors="replace")
@@ -257,11 +308,6 @@ def run_clients(server: Server, work, timeout: float = 120.0):
     return asyncio.run(main())
 
 
-def total(samples: dict, name: str, **labels) -> float:
-    """The sum of a metric's samples with these labels (0 before the first one)."""
-    return sum(v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= set(ls))
-
-
 def rand_prompt(rng: random.Random, n: int) -> list[int]:
     return [rng.randrange(1, VOCAB) for _ in range(n)]
 
@@ -365,7 +411,7 @@ def test_aborts_mid_step_leave_survivors_whole_and_no_kv_leak(served):
             assert o.ended == "done"
 
     m = served.settle()
-    assert httpx.get(served.url + "/health").status_code == 200 and _running(served.engine_pid)
+    assert httpx.get(served.url + "/health").status_code == 200 and running(served.engine_pid)
     arrived, ends = check_log(served.events(), before)
     rid = by_prompt(arrived)
     aborted = {r for r, e in ends.items() if isinstance(e, Aborted)}
@@ -521,7 +567,7 @@ def test_bad_and_edge_requests_under_load_never_stop_the_engine(served):
         assert o.status == 200 and o.usage["completion_tokens"] == b["max_tokens"], o
 
     served.settle()
-    assert served.engine_pid == engine and _running(engine) and _engine_child(served.proc.pid) == engine
+    assert served.engine_pid == engine and running(engine) and engine_child(served.proc.pid) == engine
     # penalties and stop tokens make some steps non-overlappable: fewer steps tile
     arrived, ends = check_log(served.events(), before, overlapped=0.2)
     assert not any(isinstance(e, Aborted) for e in ends.values())
@@ -577,7 +623,7 @@ def test_sigterm_under_load_exits_in_bound_with_the_log_whole(tiny, device, tmp_
         server.stop(signal.SIGKILL)
     assert value(m, "vllm:num_requests_running") >= 44  # SIGTERM came with the engine busy
     assert rc == 0 and exited < BOUND_S, (rc, exited)
-    assert not _running(engine), "the engine process outlived the server"
+    assert not running(engine), "the engine process outlived the server"
     no_tracebacks(server)
 
     events = server.events()
