@@ -6,7 +6,8 @@ from runtime.engine.core import EngineCore
 from runtime.engine.request import RequestStatus
 from runtime.engine.types import StepResult
 from tests.helpers import SeededTokenExecutor, run_checked
-from traces.events import Aborted, Admitted, Arrived, BlockCached, Finished, Header, PrefixHit, Rejected, Step
+from traces.block_runs import num_blocks
+from traces.events import Aborted, Admitted, Arrived, Finished, Header, PrefixHit, Rejected, Step
 from traces.log import LogWriter, encode, fold, read_log
 from traces.params import InvalidRequest, SamplingParams
 from traces.prompt import TRACE_PROMPTS, PromptIds, PromptSynthetic
@@ -270,8 +271,7 @@ def test_trace_prompts_decides_what_the_log_keeps_of_a_prompt(mode):
     assert all(p.segment_len == 4 for p in prompts) and [len(s) for s in ids] == [2, 2, 3, 2]
     assert ids[0] == ids[1] and ids[2] != ids[0] and ids[3] != ids[0]  # equal prefix ↔ equal ids, per salt
     assert all(0 <= x < 1 << 48 for s in ids for x in s)
-    cached = {b.hash & ((1 << 48) - 1) for e in runs[mode] if isinstance(e, Step) for b in e.block_events
-              if isinstance(b, BlockCached)}
+    cached = {h & ((1 << 48) - 1) for h in core.block_manager.cache_index}  # the last run's: ``mode``'s
     assert set(ids[0] + ids[2] + ids[3]) <= cached  # the very hashes the prefix cache keyed them by
 
 
@@ -392,7 +392,8 @@ def test_model_identity_and_hash_salt_root_the_prefix_cache(prefix):
             core.add_request(list(range(1, 11)), SamplingParams(max_tokens=1), float(t))
             core.step(float(t), EX)
         blocks = [b for e in events for b in getattr(e, "block_events", ())]
-        return {b.hash for b in blocks if isinstance(b, BlockCached)}, sum(isinstance(b, PrefixHit) for b in blocks)
+        hit_blocks = sum(num_blocks(b.runs) for b in blocks if isinstance(b, PrefixHit))
+        return set(core.block_manager.cache_index), hit_blocks
 
     (h1, hits), (h1_again, _), (h2, _), (h3, _) = run("m1", ""), run("m1", ""), run("m2", ""), run("m1", "tenant")
     if not prefix:

@@ -25,7 +25,6 @@ from traces.events import (
     Arrived,
     BlockAllocated,
     BlockCached,
-    BlockEvicted,
     BlockFreed,
     Event,
     Finished,
@@ -78,9 +77,10 @@ def params(draw) -> SamplingParams:
     return p
 
 
+runs = st.lists(ints, max_size=6)
 block_events = st.one_of(
-    st.builds(BlockAllocated, ints, ints), st.builds(BlockFreed, ints, ints), st.builds(BlockCached, ints, ints),
-    st.builds(BlockEvicted, ints, ints), st.builds(PrefixHit, ints, ints), st.builds(Reserved, ints, ints))
+    st.builds(BlockAllocated, ints, runs), st.builds(BlockFreed, ints), st.builds(BlockCached, runs),
+    st.builds(PrefixHit, ints, runs), st.builds(Reserved, ints, ints))
 
 EVENTS = {
     "Header": st.builds(

@@ -83,9 +83,12 @@ def test_logs_are_byte_identical_across_processes_and_hash_seeds(tmp_path):
     # the logs exercise what could differ: prefix hits, evictions, preemptions, stops of each kind
     core, sim = (outs[0] / n for n in ("core.jsonl", "sim.jsonl"))
     text = core.read_text() + sim.read_text()
-    for marker in ('"Preempted"', '["hit",', '["evict",', '"reason":"stop"', '"reason":"length"', '"Aborted"'):
+    for marker in ('"Preempted"', '["hit",', '"reason":"stop"', '"reason":"length"', '"Aborted"'):
         assert marker in text, marker
-    assert core.stat().st_size > 20_000 and sim.stat().st_size > 20_000
+    from traces.log import fold, read_log
+
+    assert fold(read_log(core)).evictions > 0 and fold(read_log(sim)).evictions > 0  # an eviction is an alloc's
+    assert core.stat().st_size > 10_000 and sim.stat().st_size > 10_000
 
 
 if __name__ == "__main__":

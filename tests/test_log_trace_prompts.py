@@ -20,8 +20,6 @@ from tests.sim_helpers import VaryingDurationExecutor, mixed_workload, small_con
 from traces.events import (
     TRACE_PROMPTS_KEY,
     Arrived,
-    BlockCached,
-    BlockEvicted,
     Header,
     PrefixHit,
     Step,
@@ -73,13 +71,11 @@ def record(workload: Workload, config, executor, *, trace_prompts: str = "ids", 
 
 
 def decisions(events: list) -> list:
-    """Everything but the prompt records and the hash values (both follow from what the prompt holds)."""
+    """Everything but the prompt records (the log holds no hash values: they follow from the tokens)."""
     out = []
     for ev in events:
         if isinstance(ev, Step):
-            blocks = [(type(b).__name__, b.block) if isinstance(b, BlockCached | BlockEvicted) else b
-                      for b in ev.block_events]
-            out.append((ev.step, ev.start, ev.end, ev.spans, ev.tokens, blocks))
+            out.append((ev.step, ev.start, ev.end, ev.spans, ev.tokens, ev.block_events))
         elif not isinstance(ev, Header | Arrived):
             out.append(ev)
     return out

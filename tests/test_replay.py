@@ -13,6 +13,7 @@ from simulator.policy import LoggedPolicy
 from simulator.replay import render_timing_replay, resimulate, timing_replay
 from tests.helpers import SeededTokenExecutor
 from tests.sim_helpers import VaryingDurationExecutor, mixed_workload, record_live, small_config
+from traces.block_runs import block_ids
 from traces.events import Arrived, BlockCached, PrefixHit, Step
 from traces.importers.log import read_log_workload
 from traces.log import FoldedState, LogWriter
@@ -151,9 +152,10 @@ def test_a_prefix_hit_never_crosses_cache_salts(salted_log):
         for b in getattr(ev, "block_events", ()):
             state.apply_block_event(b)
             if isinstance(b, BlockCached):  # cached by the one request computing it
-                (owner[b.block],) = [rid for rid, t in state.tables.items() if b.block in t]
+                for block in block_ids(b.runs):
+                    (owner[block],) = [rid for rid, t in state.tables.items() if block in t]
             elif isinstance(b, PrefixHit):
-                assert salt[b.request_id] == salt[owner[b.block]]
+                assert all(salt[b.request_id] == salt[owner[block]] for block in block_ids(b.runs))
     assert 0 < len(_hits(events)) < len(_hits(unsalted))  # sharing within a salt, less of it overall
 
 

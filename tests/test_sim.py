@@ -13,8 +13,6 @@ from tests.sim_helpers import VaryingDurationExecutor, mixed_workload, record_li
 from traces.events import (
     Admitted,
     Arrived,
-    BlockCached,
-    BlockEvicted,
     Finished,
     Header,
     Preempted,
@@ -55,14 +53,12 @@ def test_same_inputs_give_byte_identical_logs(tmp_path):
 
 
 def _decisions(events):
-    """Everything the scheduler and block manager decided, with times; tokens and hashes left out
-    (they depend on the token source)."""
+    """Everything the scheduler and block manager decided, with times; tokens left out (they
+    depend on the token source)."""
     out = []
     for ev in events:
         if isinstance(ev, Step):
-            hashed = (BlockCached, BlockEvicted)  # their hash depends on the tokens
-            blocks = [(type(b).__name__, b.block if isinstance(b, hashed) else msgspec.to_builtins(b))
-                      for b in ev.block_events]
+            blocks = [(type(b).__name__, msgspec.to_builtins(b)) for b in ev.block_events]
             out.append(("step", ev.step, ev.start, ev.end, [tuple(msgspec.to_builtins(s)) for s in ev.spans],
                         [len(t) for t in ev.tokens], blocks))
         elif isinstance(ev, Admitted | Preempted | Finished | Arrived):

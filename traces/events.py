@@ -14,14 +14,21 @@ import msgspec
 from traces.params import SamplingParams
 from traces.prompt import Prompt
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 1: one block event per block (traces/events_v1.py reads it)
+READ_SCHEMA_VERSIONS = (1, 2)
 
 
 class _Event(msgspec.Struct, tag_field="type", omit_defaults=True, kw_only=True):
     pass
 
 
-# --- block events: compact tagged arrays, e.g. ["alloc", 7, 123] -------------------------------
+# --- block operations: compact tagged arrays, e.g. ["alloc", 7, 120, 4] ----------------------------
+#
+# One operation per block-manager call, in the order the calls happened, so ``fold`` rebuilds the
+# block state step by step. Block ids are runs (traces/block_runs.py): ``[first, count, ...]``.
+# What ``fold`` can derive is not written: an eviction (allocating a cached, unreferenced block
+# evicts it), the blocks a free releases (the request's whole table, tail first), the hash a block
+# is cached under (a function of its tokens, which the log holds as far as its prompts record).
 
 
 class _BlockEvent(msgspec.Struct, array_like=True, tag_field="type", frozen=True):
@@ -29,48 +36,41 @@ class _BlockEvent(msgspec.Struct, array_like=True, tag_field="type", frozen=True
 
 
 class BlockAllocated(_BlockEvent, tag="alloc"):
-    """A free (or just evicted) block appended to a request's table; consumes its reservation."""
+    """Blocks appended to a request's table, in order; each consumes one block of its reservation.
+    A block that was cached (unreferenced, evictable) is evicted from the prefix cache first."""
 
     request_id: int
-    block: int
-
-
-class BlockFreed(_BlockEvent, tag="free"):
-    """A request dropped its reference; at ref 0 the block becomes free or evictable (if cached)."""
-
-    request_id: int
-    block: int
-
-
-class BlockCached(_BlockEvent, tag="cache"):
-    """A fully computed block registered in the prefix-cache index under its chain hash."""
-
-    block: int
-    hash: int
-
-
-class BlockEvicted(_BlockEvent, tag="evict"):
-    """A cached block with ref 0 dropped from the index (least recently used) to be reused."""
-
-    block: int
-    hash: int
+    runs: list[int]
 
 
 class PrefixHit(_BlockEvent, tag="hit"):
-    """A cached block appended to a request's table at admission (ref + 1)."""
+    """Cached blocks appended to a request's table at admission (ref + 1 each)."""
 
     request_id: int
-    block: int
+    runs: list[int]
+
+
+class BlockCached(_BlockEvent, tag="cache"):
+    """Fully computed blocks registered in the prefix-cache index."""
+
+    runs: list[int]
+
+
+class BlockFreed(_BlockEvent, tag="free"):
+    """A request released its whole table (tail block first: the LRU order of the blocks it leaves
+    evictable) and its reservation. At ref 0 a block becomes free, or evictable if cached."""
+
+    request_id: int
 
 
 class Reserved(_BlockEvent, tag="reserve"):
-    """A request's block reservation set to ``num_blocks`` (0 releases it)."""
+    """A request's block reservation set to ``num_blocks`` (at admission)."""
 
     request_id: int
     num_blocks: int
 
 
-BlockEvent = BlockAllocated | BlockFreed | BlockCached | BlockEvicted | PrefixHit | Reserved
+BlockEvent = BlockAllocated | PrefixHit | BlockCached | BlockFreed | Reserved
 
 
 class Span(msgspec.Struct, array_like=True, frozen=True):

@@ -1,13 +1,16 @@
-"""Event log: streaming JSON Lines writer/reader (gzip when the path ends in .gz) and ``fold``.
+"""Event log: streaming JSON Lines writer/reader (gzip when the path ends in .gz); ``fold``.
 
 The writer never writes a line its reader would reject (``LogWriteError`` instead), never
 replaces an older log unless told to (``if_exists``), and the reader reads the complete lines of
 a log cut off mid-write (a killed server), saying how much it dropped.
 
-``fold(events)`` is event sourcing taken literally: it rebuilds the block state (tables, ref
-counts, free list, LRU, cache index, reservations) and the computed tokens of every request
-from the log alone, with its own small state machine, so a test can hold it against the live
-engine after every step.
+A log is schema 2 (``SCHEMA_VERSION``): each ``Step`` is written as a ``StepLine`` that leaves out
+what the events before it say (traces/step_codec.py), block operations as runs of ids
+(traces/events.py). The reader hands out the same events whatever the schema of the file: a
+schema-1 log (one block event per block) is converted as it is read (traces/events_v1.py), its
+Header then says schema 2 and ``LogReader.file_schema_version`` says 1.
+
+``fold`` (traces/fold.py, re-exported here) rebuilds the block state from the events.
 """
 
 from __future__ import annotations
@@ -16,54 +19,35 @@ import errno
 import gzip
 import warnings
 import zlib
-from collections import OrderedDict
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 import msgspec
 
 from traces.events import (
+    READ_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
     Aborted,
     Admitted,
     Arrived,
-    BlockAllocated,
-    BlockCached,
-    BlockEvent,
-    BlockEvicted,
-    BlockFreed,
     Event,
     Finished,
     Header,
     Preempted,
-    PrefixHit,
-    Reserved,
+    Rejected,
     Step,
 )
+from traces.events_v1 import EventV1, upgrade
+from traces.fold import BlockState, FoldedState, fold
 from traces.log_check import non_finite
+from traces.log_errors import LogError
 from traces.log_files import IF_EXISTS, open_mode
 from traces.log_lines import LogLines
+from traces.step_codec import StepCodec, StepLine
 
 __all__ = ["IF_EXISTS", "BlockState", "FoldedState", "LogError", "LogReader", "LogWriteError", "LogWriter",
            "TruncatedLogWarning", "encode", "fold", "read_header", "read_log"]
-
-
-@dataclass(frozen=True, slots=True)
-class BlockState:
-    """Comparable snapshot of the block manager (``fold`` builds the same from a log)."""
-
-    tables: dict[int, tuple[int, ...]]
-    ref_counts: tuple[int, ...]
-    free: tuple[int, ...]
-    evictable: tuple[int, ...]
-    cache: dict[int, int]
-    reserved: dict[int, int]
-
-
-class LogError(ValueError):
-    """A log file is malformed; the message names the file and line."""
 
 
 class LogWriteError(ValueError):
@@ -74,8 +58,12 @@ class TruncatedLogWarning(UserWarning):
     """A log ends inside a line (its writer was killed): only its complete lines were read."""
 
 
+# what a line of a schema-2 log decodes to: the events, a Step as its StepLine
+LineV2 = Header | Arrived | Admitted | Preempted | StepLine | Finished | Aborted | Rejected
+
 _encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder(Event)
+_decoder = msgspec.json.Decoder(LineV2)
+_decoder_v1 = msgspec.json.Decoder(EventV1)
 
 
 def encode(event: Event) -> bytes:
@@ -103,7 +91,10 @@ class LogWriter:
         self.rotated_to: Path | None = None
         self._file = self._open_new(if_exists)
         self._buf = bytearray()  # encode_into appends here: no per-event bytes object
-        self.count = 0
+        self._codec = StepCodec()  # what a Step line may leave out
+        self._run: StepLine | None = None  # plain steps not written yet (one line when the run ends)
+        self._line_start = 0
+        self.count = 0  # events taken
 
     def _open_new(self, if_exists: str) -> IO[bytes]:
         for _ in range(100):  # rotate: a file another writer creates after our rotation is rotated too
@@ -121,19 +112,56 @@ class LogWriter:
         bad = non_finite(event)
         if bad is not None:
             raise self._refused(event, f"{bad} is not a finite number (JSON has no NaN or infinity)")
+        cls = event.__class__
+        if cls is Step:
+            try:
+                line = self._codec.line(event)  # type: ignore[arg-type]
+            except (TypeError, ValueError, AttributeError) as e:
+                raise self._refused(event, str(e)) from None
+            if line.plain:  # held: the next plain step with the same tokens joins its line
+                run = self._run
+                if run is not None and run.tokens == line.tokens and run.tokens.__class__ is line.tokens.__class__:
+                    run.end.append(line.end)  # type: ignore[union-attr]
+                else:
+                    if run is not None:
+                        self._write_run()
+                    line.end = [line.end]  # type: ignore[list-item]
+                    self._run = line
+                self._codec.stepped(event)  # type: ignore[arg-type]
+                self.count += 1
+                return
+            self._encode(event, line)
+            self._codec.stepped(event)  # type: ignore[arg-type]
+        else:
+            self._encode(event, event)
+            if cls is Header:  # once per log: read it back in full (its config and extra are Any)
+                self._check_header(event, bytes(self._buf[self._line_start:-1]), self._line_start)  # type: ignore[arg-type]
+            else:
+                self._codec.observe(event)
+        self.count += 1
+        if len(self._buf) > 1 << 16:
+            self._file.write(self._buf)
+            self._buf.clear()
+
+    def _encode(self, event: Event, line: object) -> None:
+        """Append ``line`` (the held run first), or refuse ``event`` leaving the buffer as it was."""
+        if self._run is not None:
+            self._write_run()
         buf = self._buf
-        start = len(buf)
+        start = self._line_start = len(buf)
         try:
-            _encoder.encode_into(event, buf, -1)
+            _encoder.encode_into(line, buf, -1)
         except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as e:  # e.g. a lone surrogate
             del buf[start:]
             raise self._refused(event, str(e)) from None
-        if event.__class__ is Header:  # once per log: read it back in full (its config and extra are Any)
-            self._check_header(event, bytes(buf[start:]), start)
         buf.extend(b"\n")
-        self.count += 1
-        if len(buf) > 1 << 16:
-            self.flush()
+
+    def _write_run(self) -> None:
+        run, self._run = self._run, None
+        if len(run.end) == 1:  # type: ignore[union-attr,arg-type]
+            run.end = run.end[0]  # type: ignore[union-attr,index]
+        _encoder.encode_into(run, self._buf, -1)
+        self._buf.extend(b"\n")
 
     write = __call__
 
@@ -159,6 +187,9 @@ class LogWriter:
             raise self._refused(header, why)
 
     def flush(self) -> None:
+        """Write everything taken so far (a run of plain steps ends here: the next step starts a line)."""
+        if self._run is not None:
+            self._write_run()
         if self._buf:
             self._file.write(self._buf)
             self._buf.clear()
@@ -180,6 +211,7 @@ class LogWriter:
 class LogReader:
     """The events of a log file, streamed (an iterator: ``read_log`` returns one).
 
+    Today's events whatever the file's schema (``file_schema_version``; see the module docstring).
     A log cut off mid-line (its writer was killed) yields its complete lines; at the end of the
     iteration ``truncated`` is True, ``dropped_bytes`` counts the bytes after its last complete
     line (decompressed, for gzip) and a ``TruncatedLogWarning`` naming the file goes to stderr.
@@ -191,6 +223,9 @@ class LogReader:
         self.truncated = False
         self.dropped_bytes = 0
         self.num_lines = 0  # complete lines read so far
+        self.file_schema_version = SCHEMA_VERSION  # what the Header says (a log without one: today's)
+        self._line_decoder = _decoder
+        self._codec = StepCodec()
         self._events = self._read()
 
     def __iter__(self) -> LogReader:
@@ -205,20 +240,28 @@ class LogReader:
             for line in lines:
                 self.num_lines += 1
                 if line.strip():
-                    yield self._decode(line, self.num_lines)
+                    event = self._decode(line, self.num_lines)
+                    if event.__class__ is list:  # a run of plain steps
+                        yield from event  # type: ignore[misc]
+                    else:
+                        yield event
         except zlib.error as e:
             raise LogError(f"{self.path}:{self.num_lines + 1}: corrupt gzip data ({e})") from None
         tail = lines.tail
         if tail.strip():
             try:  # a whole last line that lacks only its newline is still a line
-                event = _decoder.decode(tail)
+                event = self._line_decoder.decode(tail)
             except msgspec.DecodeError as e:
                 if _is_json(tail):  # whole, but not an event: malformed, not cut off
                     raise LogError(f"{self.path}:{self.num_lines + 1}: {e}") from None
                 self.truncated, self.dropped_bytes = True, len(tail)
             else:
                 self.num_lines += 1
-                yield self._checked(event, self.num_lines)
+                event = self._checked(event, self.num_lines)
+                if event.__class__ is list:
+                    yield from event  # type: ignore[misc]
+                else:
+                    yield event
         if lines.stream_cut:
             self.truncated = True
         if self.truncated:
@@ -226,18 +269,40 @@ class LogReader:
             warnings.warn(f"{self.path}: {cut} (was its writer killed?): read its {self.num_lines:,} complete "
                           f"lines, dropped the last {self.dropped_bytes:,} bytes", TruncatedLogWarning, stacklevel=3)
 
-    def _decode(self, line: bytes, lineno: int) -> Event:
+    def _decode(self, line: bytes, lineno: int) -> Event | list[Step]:
         try:
-            event = _decoder.decode(line)
+            event = self._line_decoder.decode(line)
         except msgspec.DecodeError as e:  # includes ValidationError
             raise LogError(f"{self.path}:{lineno}: {e}") from None
         return self._checked(event, lineno)
 
-    def _checked(self, event: Event, lineno: int) -> Event:
-        if lineno == 1 and isinstance(event, Header) and event.schema_version != SCHEMA_VERSION:
-            raise LogError(f"{self.path}:1: schema version {event.schema_version}, "
-                           f"this minivllm reads {SCHEMA_VERSION}")
-        return event
+    def _checked(self, event: object, lineno: int) -> Event | list[Step]:
+        """The event a decoded line stands for (a list of Steps: a run)."""
+        cls = event.__class__
+        if cls is StepLine:
+            try:
+                if event.end.__class__ is list:  # type: ignore[attr-defined]
+                    return self._codec.steps(event)  # type: ignore[arg-type]
+                return self._codec.step(event, event.end)  # type: ignore[arg-type,attr-defined]
+            except LogError as e:
+                raise LogError(f"{self.path}:{lineno}: {e}") from None
+        if cls is Header and lineno == 1:
+            return self._header(event)  # type: ignore[arg-type]
+        if self.file_schema_version == 1:
+            return upgrade(event)  # type: ignore[arg-type]
+        self._codec.observe(event)  # type: ignore[arg-type]
+        return event  # type: ignore[return-value]
+
+    def _header(self, header: Header) -> Header:
+        version = header.schema_version
+        if version not in READ_SCHEMA_VERSIONS:
+            raise LogError(f"{self.path}:1: schema version {version}, this minivllm reads "
+                           f"{' and '.join(map(str, READ_SCHEMA_VERSIONS))}")
+        self.file_schema_version = version
+        if version == SCHEMA_VERSION:
+            return header
+        self._line_decoder = _decoder_v1  # type: ignore[assignment]
+        return msgspec.structs.replace(header, schema_version=SCHEMA_VERSION)
 
 
 def _is_json(data: bytes) -> bool:
@@ -264,114 +329,3 @@ def read_header(path: str | Path) -> Header:
     return first
 
 
-# --- fold ------------------------------------------------------------------------------------------
-
-
-@dataclass
-class FoldedState:
-    num_blocks: int
-    step: int = -1
-    ref_counts: list[int] = field(default_factory=list)
-    free: OrderedDict[int, None] = field(default_factory=OrderedDict)
-    evictable: OrderedDict[int, None] = field(default_factory=OrderedDict)
-    cache: dict[int, int] = field(default_factory=dict)  # hash -> block
-    block_hash: dict[int, int] = field(default_factory=dict)  # block -> hash
-    tables: dict[int, list[int]] = field(default_factory=dict)
-    reserved: dict[int, int] = field(default_factory=dict)
-    computed: dict[int, int] = field(default_factory=dict)  # unfinished requests' computed tokens
-
-    def __post_init__(self) -> None:
-        self.ref_counts = [0] * self.num_blocks
-        self.free = OrderedDict.fromkeys(range(self.num_blocks))
-
-    def apply_block_event(self, ev: BlockEvent) -> None:
-        if isinstance(ev, BlockAllocated):
-            del self.free[ev.block]  # an evicted block was moved to free by its BlockEvicted
-            self._take(ev.request_id, ev.block)
-            left = self.reserved.get(ev.request_id, 0)
-            if left > 1:
-                self.reserved[ev.request_id] = left - 1
-            elif left == 1:
-                del self.reserved[ev.request_id]
-        elif isinstance(ev, PrefixHit):
-            if self.ref_counts[ev.block] == 0:
-                del self.evictable[ev.block]
-            self._take(ev.request_id, ev.block)
-        elif isinstance(ev, BlockFreed):
-            table = self.tables[ev.request_id]
-            table.reverse()
-            table.remove(ev.block)  # frees run tail first: the last occurrence
-            table.reverse()
-            if not table:
-                del self.tables[ev.request_id]
-            self.ref_counts[ev.block] -= 1
-            if self.ref_counts[ev.block] == 0:
-                if ev.block in self.block_hash:
-                    self.evictable[ev.block] = None
-                else:
-                    self.free[ev.block] = None
-        elif isinstance(ev, BlockCached):
-            self.cache[ev.hash] = ev.block
-            self.block_hash[ev.block] = ev.hash
-        elif isinstance(ev, BlockEvicted):
-            del self.evictable[ev.block]
-            del self.cache[ev.hash]
-            del self.block_hash[ev.block]
-            # the allocation that follows takes it; park it at the head of the free list
-            self.free[ev.block] = None
-            self.free.move_to_end(ev.block, last=False)
-        elif isinstance(ev, Reserved):
-            if ev.num_blocks:
-                self.reserved[ev.request_id] = ev.num_blocks
-            else:
-                self.reserved.pop(ev.request_id, None)
-
-    def _take(self, request_id: int, block: int) -> None:
-        self.ref_counts[block] += 1
-        self.tables.setdefault(request_id, []).append(block)
-
-    def apply(self, event: Event) -> None:
-        if isinstance(event, Step):
-            for ev in event.block_events:
-                self.apply_block_event(ev)
-            for span in event.spans:
-                self.computed[span.request_id] = span.start + span.num_tokens
-            self.step = event.step
-        elif isinstance(event, Arrived):
-            self.computed[event.request_id] = 0
-        elif isinstance(event, Admitted):
-            self.computed[event.request_id] = event.num_cached_tokens
-        elif isinstance(event, Preempted):
-            self.computed[event.request_id] = 0
-        elif isinstance(event, (Finished, Aborted)):
-            for ev in event.block_events:
-                self.apply_block_event(ev)
-            self.computed.pop(event.request_id, None)
-
-    def block_state(self) -> BlockState:
-        return BlockState(
-            tables={rid: tuple(t) for rid, t in self.tables.items() if t},
-            ref_counts=tuple(self.ref_counts),
-            free=tuple(self.free),
-            evictable=tuple(self.evictable),
-            cache=dict(self.cache),
-            reserved=dict(self.reserved),
-        )
-
-
-def fold(events: Iterable[Event], upto_step: int | None = None) -> FoldedState:
-    """Rebuild engine state from a log, through step ``upto_step`` (all steps when None)."""
-    state: FoldedState | None = None
-    for event in events:
-        if isinstance(event, Header):
-            state = FoldedState(event.num_blocks)
-            continue
-        if state is None:
-            raise LogError("a log must start with a Header event")
-        stepped = isinstance(event, (Step, Admitted, Preempted))
-        if upto_step is not None and stepped and event.step > upto_step:
-            break
-        state.apply(event)
-    if state is None:
-        raise LogError("empty log")
-    return state

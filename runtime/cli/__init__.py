@@ -33,6 +33,7 @@ COMMAND_MODULES = [
     "runtime.cli.fidelity",
     "runtime.cli.analyze",
     "runtime.cli.regress",
+    "runtime.cli.log",
     "runtime.cli.demo",
 ]
 

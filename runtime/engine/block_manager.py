@@ -13,7 +13,8 @@ Rules
 - ``free`` is idempotent, so aborting at any status never leaks or double-frees.
 
 Every state change is appended to ``events`` (drained by the core into the log) in the order
-it happened; ``traces.log.fold`` replays them.
+it happened, one operation per call with its blocks as runs (``traces.events``: consecutive
+registrations make one ``BlockCached``); ``traces.log.fold`` replays them.
 """
 
 from __future__ import annotations
@@ -22,16 +23,9 @@ import hashlib
 from collections import OrderedDict
 
 from runtime.engine.request import Request
-from traces.events import (
-    BlockAllocated,
-    BlockCached,
-    BlockEvent,
-    BlockEvicted,
-    BlockFreed,
-    PrefixHit,
-    Reserved,
-)
-from traces.log import BlockState
+from traces.block_runs import extend_runs, runs_of
+from traces.events import BlockAllocated, BlockCached, BlockEvent, BlockFreed, PrefixHit, Reserved
+from traces.fold import BlockState
 
 
 def root_hash(model_identity: str, salt: str) -> int:
@@ -163,7 +157,8 @@ class BlockManager:
                 del self.evictable[block]
             self.ref_counts[block] += 1
             table.append(block)
-            self.events.append(PrefixHit(rid, block))
+        if hits:
+            self.events.append(PrefixHit(rid, runs_of(hits)))
         self._registered[rid] = len(hits)
         if reserve:
             self.reserved[rid] = reserve
@@ -184,20 +179,24 @@ class BlockManager:
         from_reservation = min(reserved, need)
         if need - from_reservation > self.num_available_blocks:
             return False
-        events = self.events
+        start = len(table)
+        free_blocks, ref_counts = self.free_blocks, self.ref_counts
         for _ in range(need):
-            if self.free_blocks:
-                block = self.free_blocks.popitem(last=False)[0]
-            else:
+            if free_blocks:
+                block = free_blocks.popitem(last=False)[0]
+            else:  # evict the least recently used cached block (the log's alloc of it says so)
                 block = self.evictable.popitem(last=False)[0]
-                h = self.block_hash[block]
-                del self.cache_index[h]
+                del self.cache_index[self.block_hash[block]]  # type: ignore[index]
                 del self.block_content[block]
                 self.block_hash[block] = None
-                events.append(BlockEvicted(block, h))
-            self.ref_counts[block] = 1
+            ref_counts[block] = 1
             table.append(block)
-            events.append(BlockAllocated(rid, block))
+        events = self.events
+        last = events[-1] if events else None
+        if last.__class__ is BlockAllocated and last.request_id == rid:  # type: ignore[union-attr]
+            extend_runs(last.runs, table[start:])  # type: ignore[union-attr]  # one operation, as fold sees it
+        else:
+            events.append(BlockAllocated(rid, [table[start], 1] if need == 1 else runs_of(table[start:])))
         if from_reservation:
             left = reserved - from_reservation
             self.total_reserved -= from_reservation
@@ -219,6 +218,7 @@ class BlockManager:
             return
         hashes = self._chain(req, full)
         table = self.tables[rid]
+        cached: list[int] = []
         for i in range(done, full):
             h = hashes[i]
             if h in self.cache_index:
@@ -227,7 +227,14 @@ class BlockManager:
             self.cache_index[h] = block
             self.block_hash[block] = h
             self.block_content[block] = self._block_bytes(req, i)
-            self.events.append(BlockCached(block, h))
+            cached.append(block)
+        if cached:
+            events = self.events
+            last = events[-1] if events else None
+            if last.__class__ is BlockCached:  # consecutive registrations: one operation
+                extend_runs(last.runs, cached)  # type: ignore[union-attr]
+            else:
+                events.append(BlockCached(runs_of(cached)))
 
     # --- release ---------------------------------------------------------------------------------
 
@@ -239,7 +246,6 @@ class BlockManager:
         if table:
             for block in reversed(table):
                 self.ref_counts[block] -= 1
-                self.events.append(BlockFreed(rid, block))
                 if self.ref_counts[block] == 0:
                     if self.block_hash[block] is None:
                         self.free_blocks[block] = None
@@ -248,7 +254,8 @@ class BlockManager:
         reserved = self.reserved.pop(rid, 0)
         if reserved:
             self.total_reserved -= reserved
-            self.events.append(Reserved(rid, 0))
+        if table or reserved:
+            self.events.append(BlockFreed(rid))
 
     def forget(self, req: Request) -> None:
         """Drop per-request memo once the request is gone for good (finished or aborted)."""
@@ -266,7 +273,7 @@ class BlockManager:
             ref_counts=tuple(self.ref_counts),
             free=tuple(self.free_blocks),
             evictable=tuple(self.evictable),
-            cache=dict(self.cache_index),
+            cached=frozenset(self.cache_index.values()),
             reserved=dict(self.reserved),
         )
 
