@@ -20,6 +20,7 @@
 #              $OUT (the device returns 8 files: one CHUNKED mode per call)
 #   prefix     shared-prefix workload (a 7,680-token document, 40 questions of 64 tokens, 2/s) against the
 #              server with prefix caching off (every request cold) and on (the first cold, the rest warm)
+#   servetests the served engine on CUDA under load: aborts mid-step, SIGTERM, bad requests (also in tests)
 #   hfserve    scripts/gpu_hf_serve.sh: HF transformers' own server (continuous batching) under bench serve
 #   machine    which machine this is (GPU UUID, host), for runs compared across machines
 # The packages the machine lacks travel as wheels in .whl/: run scripts/gpu_wheels.sh here first and
@@ -41,7 +42,9 @@ for stage in "$@"; do
   echo "=== $stage ($(date -u +%H:%M:%S))"
   case "$stage" in
     tests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_kernels_gpu.py tests/test_model_gpu.py \
-             tests/test_sampling_gpu.py tests/test_sampling_staging.py tests/test_fused_norm_rope_gpu.py 2>&1 | tail -n 40 ;;
+             tests/test_sampling_gpu.py tests/test_sampling_staging.py tests/test_fused_norm_rope_gpu.py \
+             tests/test_serving_under_load.py 2>&1 | tail -n 40 ;;
+    servetests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_serving_under_load.py 2>&1 | tail -n 40 ;;
     stepprof) minivllm bench profile --model-shape qwen3-0.6b "${WL[@]}" --json "$OUT/profile_qwen3.json"
               minivllm bench profile --model-shape smollm2-135m "${WL[@]}" --json "$OUT/profile_smollm2.json" ;;
     quick) minivllm bench throughput --model-shape qwen3-0.6b "${WL[@]}" --peer none --json "$OUT/tp_qwen3_quick.json"

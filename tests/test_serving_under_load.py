@@ -638,12 +638,6 @@ def test_sigterm_under_load_exits_in_bound_with_the_log_whole(tiny, device, tmp_
         assert (o.status == 200 and o.usage["completion_tokens"] == WHOLE_TOKENS) or (o.status >= 500 and o.error), o
     kinds = Counter(o.ended for o in streams)
     assert set(kinds) <= {"done", "error", "closed", "truncated"}, kinds
-    if kinds["truncated"]:
-        # Known (issue 11): sse-starlette cancels every stream at once on shutdown (its
-        # shutdown_grace_period is 0), so uvicorn closes the connection without the last chunk
-        # ("ASGI callable returned without completing response"). Everything above holds; fix it in
-        # the server (an error event, then [DONE]) and this branch goes.
-        pytest.xfail(f"{kinds['truncated']} of {len(streams)} streams cut without their last chunk on SIGTERM")
     for o in streams:
         if o.ended == "error":
             assert o.data[-1] == "[DONE]" and o.error["type"] == "server_error", o

@@ -14,9 +14,10 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+import anyio
 import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -166,7 +167,8 @@ def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str, *, api_k
                         "logprobs": render.completion_logprobs(d.token_ids, d.logprobs)}
 
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return EventSourceResponse(sse_events(streams, base, prompt_tokens, include_usage, choice), ping=15)
+            return _event_stream(lambda stop: sse_events(streams, base, prompt_tokens, include_usage, choice,
+                                                         shutdown=stop))
         outs = await collect_or_abort(raw, streams)
         if outs is None:
             return _client_gone()
@@ -198,7 +200,8 @@ def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str, *, api_k
             role = [{**base, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
                                           "finish_reason": None}]} for i in range(len(streams))]
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return EventSourceResponse(sse_events(streams, base, len(prompt), include_usage, choice, role), ping=15)
+            return _event_stream(lambda stop: sse_events(streams, base, len(prompt), include_usage, choice, role,
+                                                         shutdown=stop))
         outs = await collect_or_abort(raw, streams)
         if outs is None:
             return _client_gone()
@@ -212,6 +215,13 @@ def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str, *, api_k
         return await build(make, heavy=req.logprobs)
 
     return app
+
+
+def _event_stream(events: Callable[[anyio.Event], AsyncIterator[str]]) -> EventSourceResponse:
+    """An SSE response whose events end with an error event and [DONE] when the server stops: the
+    shutdown signal comes 5 s before sse-starlette cancels a stream, so clients get a clean end."""
+    shutdown = anyio.Event()
+    return EventSourceResponse(events(shutdown), ping=15, shutdown_event=shutdown, shutdown_grace_period=5)
 
 
 def _client_gone() -> Response:

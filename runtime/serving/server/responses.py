@@ -9,13 +9,16 @@ A stream that fails after it started ends with an OpenAI error body as its last 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.serving.async_engine import RequestStream
+import anyio
+
+from runtime.serving.async_engine import EngineDead, RequestStream
 from runtime.serving.llm_engine import OutputDelta
 from runtime.serving.server.errors import classify, log_unexpected
 
@@ -108,14 +111,15 @@ async def build(make: Callable[[], dict], heavy: bool) -> dict:
 
 
 async def sse_events(streams: Sequence[RequestStream], base: dict, prompt_tokens: int, include_usage: bool,
-                     choice: Callable[[int, OutputDelta], dict], first: Sequence[dict] = ()) -> AsyncIterator[str]:
+                     choice: Callable[[int, OutputDelta], dict], first: Sequence[dict] = (),
+                     shutdown=None) -> AsyncIterator[str]:
     """SSE payloads: ``first`` chunks, one chunk per delta that carries something, usage, [DONE];
     on a failure after the start, an error event then [DONE]."""
     try:
         for chunk in first:
             yield json.dumps(chunk)
         completion_tokens = 0
-        async for i, d in merge_streams(streams):
+        async for i, d in _until(merge_streams(streams), shutdown):
             completion_tokens += len(d.token_ids)
             if not d.text and d.finish_reason is None and d.logprobs is None:
                 continue  # text held back (partial character or possible stop string): nothing to send yet
@@ -128,3 +132,30 @@ async def sse_events(streams: Sequence[RequestStream], base: dict, prompt_tokens
             log_unexpected(exc, "a stream")
         yield json.dumps(body, ensure_ascii=True)
     yield "[DONE]"
+
+
+async def _until(items: AsyncIterator, shutdown: anyio.Event | None) -> AsyncIterator:
+    """``items``, until ``shutdown`` is set: then EngineDead (the server is stopping)."""
+    it = items.__aiter__()
+    stop = asyncio.ensure_future(shutdown.wait()) if shutdown is not None else None
+    nxt = None
+    try:
+        while True:
+            nxt = asyncio.ensure_future(it.__anext__())
+            await asyncio.wait({nxt} | ({stop} if stop else set()), return_when=asyncio.FIRST_COMPLETED)
+            if not nxt.done():
+                raise EngineDead("the server is shutting down")
+            try:
+                item = nxt.result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        for task in (stop, nxt):
+            if task is not None and not task.done():
+                task.cancel()
+        if nxt is not None:
+            with contextlib.suppress(BaseException):
+                await nxt
+        with contextlib.suppress(RuntimeError):
+            await it.aclose()
