@@ -88,7 +88,8 @@ for _ in range(900):
              --trace "$OUT/live_inproc.jsonl" --json "$OUT/live_inproc.json"
            python3 -m runtime.bench.step_times "$OUT/live_inproc.jsonl" ;;
     matrix) python3 scripts/serve_matrix.py .gpu/conv_head1200.csv --limit "${LIMIT:-800}" --loads "${LOADS:-0.5,0.8,1.1}" \
-              --chunked "${CHUNKED:-on,off}" ${CAPACITY:+--capacity $CAPACITY} --out /tmp/matrix -- \
+              --chunked "${CHUNKED:-on,off}" ${CAPACITY:+--capacity $CAPACITY} --client-processes "${CLIENT_PROCS:-4}" \
+              --out /tmp/matrix -- \
               --model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-model-len 8192 \
               ${ENGINE_FLAGS:-}
             cp /tmp/matrix/summary.json "$OUT/matrix_${CHUNKED:-on,off}.json"

@@ -48,13 +48,15 @@ def _steps(log: Path) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], usage="%(prog)s WORKLOAD [options] -- ENGINE_FLAGS...")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                usage="%(prog)s WORKLOAD [options] -- ENGINE_FLAGS...")
     p.add_argument("workload")
     p.add_argument("--limit", type=int, default=800)
     p.add_argument("--loads", default="0.5,0.8,1.1", help="offered rate as a share of capacity")
     p.add_argument("--chunked", default="on,off")
     p.add_argument("--slo", default="ttft_ms=1000,tpot_ms=50")
     p.add_argument("--capacity", type=float, help="requests/s (default: measured with bench live)")
+    p.add_argument("--client-processes", type=int, default=1, help="bench serve's sending processes")
     p.add_argument("--out", type=Path, default=Path("out/matrix"))
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
@@ -81,7 +83,8 @@ def main() -> None:
             tag = f"{mode}_{load:g}"
             served_log, live_log = args.out / f"serve_{tag}.jsonl", args.out / f"live_{tag}.jsonl"
             rate = ["--rate-scale", f"{scale:.4f}"]
-            _run(_minivllm("bench", "serve", *source, *rate, "--slo", args.slo, "--json",
+            _run(_minivllm("bench", "serve", *source, *rate, "--slo", args.slo, "--client-processes",
+                           str(args.client_processes), "--json",
                            str(args.out / f"serve_{tag}.json"), "--server-trace", str(served_log),
                            "--server-log", str(args.out / f"server_{tag}.log"), "--launch", *mode_flags,
                            ))

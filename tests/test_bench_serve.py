@@ -56,6 +56,34 @@ def test_client_measures_every_request(smollm2_tokenizer):
     assert "goodput under SLO" in serve_client.render(summary)
 
 
+def test_sharded_client_sends_every_request_once_on_schedule(smollm2_tokenizer):
+    from runtime.bench.serve_shards import run_sharded
+
+    wl = generate(15, rate=40.0, input_len="uniform:8:64", output_len="uniform:2:12", seed=4)
+    engine = AsyncLLMEngine(LLMEngine.from_core(make_core(), Overlapping(), smollm2_tokenizer, overlap=True))
+    engine.start()
+    seen = []
+    try:
+        with ServerThread(create_app(engine, smollm2_tokenizer, "m")) as http:
+            bodies, records = serve_client.prepare(wl, "m")
+            records, wall = run_sharded(3, http.url + "/v1", bodies, records, None, 60.0, 64, None, seen.append)
+    finally:
+        engine.shutdown()
+    assert len(seen) == 15 and [r.index for r in records] == list(range(15))
+    assert all(r.ok for r in records), [r.error for r in records]
+    assert [r.output_tokens for r in records] == [s.params.max_tokens for s in wl]
+    assert [r.arrival for r in records] == [s.arrival - wl.requests[0].arrival for s in wl]
+    assert max(abs(r.sent - r.arrival) for r in records) < 2.0 and wall >= records[-1].arrival
+
+
+def test_a_failing_client_process_is_an_error_not_a_hang():
+    from runtime.bench.serve_shards import run_sharded
+
+    bodies, records = serve_client.prepare(generate(2, rate=10.0, input_len="fixed:4", output_len="fixed:2"), "m")
+    with pytest.raises(RuntimeError, match="client process failed"):
+        run_sharded(2, "http://127.0.0.1:9/v1", [object()] * 2, records, None, 5.0, 4, None, None)
+
+
 def test_connection_errors_are_counted_not_raised():
     wl = generate(3, rate=100.0, input_len="fixed:4", output_len="fixed:2", seed=0)
     records, wall = serve_client.run("http://127.0.0.1:9/v1", wl, "m", timeout=5.0)

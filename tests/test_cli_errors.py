@@ -67,7 +67,8 @@ COMMANDS = {
         ("--limit", "0"), ("--cost-model", "nope")]),
     "bench core": (["bench", "core"], (), [("--steps", "0")]),
     "bench serve": (["bench", "serve", "--synthetic", "2", "--url", "http://127.0.0.1:9/v1"], (), [
-        ("--input-len", "bogus:1"), ("--output-len", "uniform:5"), ("--shared-prefix", "-1"), ("--rate", "0")]),
+        ("--input-len", "bogus:1"), ("--output-len", "uniform:5"), ("--shared-prefix", "-1"), ("--rate", "0"),
+        ("--client-processes", "0")]),
     "demo": (["demo", "--out", "/dev/null"], (), [("--requests", "0"), ("--rate", "0"),
                                                    ("--max-num-batched-tokens", "0")]),
 }

@@ -169,7 +169,7 @@ async def _one(client, url: str, headers: dict, body: dict, record: RequestRecor
         record.detail = str(e)[:300]
 
 
-async def _run(base_url: str, bodies: Sequence[dict], records: list[RequestRecord], api_key: str | None,
+async def replay(base_url: str, bodies: Sequence[dict], records: list[RequestRecord], api_key: str | None,
                timeout: float, max_connections: int, progress: Any, time_limit: float | None = None) -> float:
     import httpx
 
@@ -185,11 +185,23 @@ async def _run(base_url: str, bodies: Sequence[dict], records: list[RequestRecor
                 progress(record)
 
         tasks = [asyncio.ensure_future(tracked(b, r)) for b, r in zip(bodies, records)]
-        _, pending = await asyncio.wait(tasks, timeout=time_limit)
+        done, pending = await asyncio.wait(tasks, timeout=time_limit)
         for task in pending:  # past the time limit: cancelled, counted as errors ("time limit", "not sent")
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+        for task in done:  # a bug, not a server's answer: raise it rather than report a short run
+            if task.exception() is not None:
+                raise task.exception()
         return time.perf_counter() - t0
+
+
+def prepare(workload: Workload, model: str, *, ignore_eos: bool = True, vocab: int | None = None,
+            decode: Callable[[list[int]], str] | None = None) -> tuple[list[dict], list[RequestRecord]]:
+    """The request bodies of ``workload`` and one empty record each (arrivals from the first)."""
+    bodies = request_bodies(workload, model, ignore_eos=ignore_eos, vocab=vocab, decode=decode)
+    records = [RequestRecord(i, spec.arrival - workload.requests[0].arrival, spec.num_prompt_tokens,
+                             spec.params.max_tokens) for i, spec in enumerate(workload)]
+    return bodies, records
 
 
 def run(base_url: str, workload: Workload, model: str, *, api_key: str | None = None, ignore_eos: bool = True,
@@ -198,10 +210,8 @@ def run(base_url: str, workload: Workload, model: str, *, api_key: str | None = 
         progress: Callable[[RequestRecord], None] | None = None) -> tuple[list[RequestRecord], float]:
     """Replay ``workload`` against ``base_url`` (``http://host:port/v1``); (records, wall seconds).
     ``time_limit``: seconds after which requests still running or unsent are cancelled."""
-    bodies = request_bodies(workload, model, ignore_eos=ignore_eos, vocab=vocab, decode=decode)
-    records = [RequestRecord(i, spec.arrival - workload.requests[0].arrival, spec.num_prompt_tokens,
-                             spec.params.max_tokens) for i, spec in enumerate(workload)]
-    wall = asyncio.run(_run(base_url, bodies, records, api_key, timeout, max_connections, progress, time_limit))
+    bodies, records = prepare(workload, model, ignore_eos=ignore_eos, vocab=vocab, decode=decode)
+    wall = asyncio.run(replay(base_url, bodies, records, api_key, timeout, max_connections, progress, time_limit))
     return records, wall
 
 

@@ -96,6 +96,7 @@ def _serve(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from runtime.bench import serve_client
+    from runtime.bench.serve_shards import run_sharded
     from runtime.bench.server_process import ServerProcess
     from runtime.serving.server.launch import free_port
 
@@ -135,9 +136,19 @@ def _serve(args: argparse.Namespace) -> int:
                 bar.set_postfix(errors=failed[0], refresh=False)
 
         with bar:
-            records, wall = serve_client.run(url, wl, model, api_key=args.api_key, ignore_eos=not args.no_ignore_eos,
-                                             vocab=args.prompt_vocab, decode=decode, timeout=args.timeout,
-                                             time_limit=args.time_limit, progress=progress)
+            if args.client_processes == 1:
+                records, wall = serve_client.run(url, wl, model, api_key=args.api_key,
+                                                 ignore_eos=not args.no_ignore_eos, vocab=args.prompt_vocab,
+                                                 decode=decode, timeout=args.timeout, time_limit=args.time_limit,
+                                                 progress=progress)
+            else:
+                bodies, records = serve_client.prepare(wl, model, ignore_eos=not args.no_ignore_eos,
+                                                       vocab=args.prompt_vocab, decode=decode)
+                try:
+                    records, wall = run_sharded(args.client_processes, url, bodies, records, args.api_key,
+                                                args.timeout, 4096, args.time_limit, progress)
+                except RuntimeError as e:
+                    raise CLIError(f"--client-processes: {e}") from None
     finally:
         if server is not None:
             server.stop()
@@ -226,6 +237,9 @@ def add_parsers(kinds: argparse._SubParsersAction) -> None:
                    help="end the replay this many seconds after it starts: requests still running count as "
                         "errors 'time limit', those not sent yet as 'not sent'; the report covers the rest "
                         "(default: none)")
+    c.add_argument("--client-processes", type=int, default=1, action=Bounded, at_least=1, metavar="N",
+                   help="send from N processes (request i from process i mod N, one common start): one process "
+                        "falls behind at thousands of streamed tokens a second (default: %(default)s)")
     c.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     c.add_argument("--json", metavar="PATH", help="also write the summary and every request as JSON")
     sv.set_defaults(func=_serve)
