@@ -20,6 +20,7 @@ from runtime.cli import build_parser
 from runtime.cli.serve import build_app
 from runtime.serving.server.launch import ServerThread, free_port
 from tests.model_helpers import make_tiny
+from tests.proc_helpers import engine_child, running
 from tests.test_server_fakes import Exploding, exploding_llm_engine
 from tests.test_server_harness import serve, wait_until
 from traces.log import read_log
@@ -106,34 +107,6 @@ def test_a_start_up_error_is_the_cli_error_it_was(tiny, tmp_path):
 # --- processes ---------------------------------------------------------------------------------------
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(d.name))
-    return out
-
-
-def _engine_child(pid: int) -> int:
-    """The spawned engine (not multiprocessing's resource tracker)."""
-    engines = [c for c in _children(pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
-    assert len(engines) == 1, engines
-    return engines[0]
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")  # a zombie has exited (only its parent has not looked yet)
-
-
 def _maps_torch(pid: int) -> bool:
     return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
 
@@ -158,11 +131,11 @@ def _log_is_whole(path: Path) -> None:
 def test_a_signal_stops_the_server_and_its_engine_with_the_log_closed(tiny, tmp_path, sig):
     server = _launch(tiny, tmp_path)
     try:
-        engine = _engine_child(server.proc.pid)
+        engine = engine_child(server.proc.pid)
         assert _maps_torch(engine) and not _maps_torch(server.proc.pid)  # torch lives in the engine only
         server.proc.send_signal(sig)
         assert server.proc.wait(30) in ((0,) if sig == signal.SIGTERM else (0, 130))  # 130: as Ctrl-C
-        wait_until(lambda: not _running(engine), 10, "the engine process to exit")
+        wait_until(lambda: not running(engine), 10, "the engine process to exit")
     finally:
         server.stop()
     _log_is_whole(tmp_path / "live.jsonl")
@@ -172,10 +145,10 @@ def test_a_signal_stops_the_server_and_its_engine_with_the_log_closed(tiny, tmp_
 def test_a_killed_front_end_leaves_no_engine_behind(tiny, tmp_path):
     server = _launch(tiny, tmp_path)
     try:
-        engine = _engine_child(server.proc.pid)
+        engine = engine_child(server.proc.pid)
         server.proc.kill()
         server.proc.wait(10)
-        wait_until(lambda: not _running(engine), 15, "the orphaned engine to exit")
+        wait_until(lambda: not running(engine), 15, "the orphaned engine to exit")
     finally:
         server.stop()
     _log_is_whole(tmp_path / "live.jsonl")  # it stopped cleanly: its log flushed and closed

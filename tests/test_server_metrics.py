@@ -9,10 +9,10 @@ import time
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from runtime.serving.async_engine import CLIENT_DISCONNECTED
 from runtime.serving.server.metrics import build_1_2_5_buckets
+from tests.proc_helpers import scrape, value
 from tests.test_server_harness import MODES, assert_still_serving, serve, wait_idle, wait_until
 from traces.events import Aborted, Admitted, Arrived
 
@@ -24,21 +24,6 @@ VLLM_NAMES = (
     "vllm:prefix_cache_hits_total", "vllm:request_prompt_tokens_sum", "vllm:request_generation_tokens_sum",
     "vllm:request_queue_time_seconds_count",
 )
-
-
-def scrape(url: str) -> dict[tuple[str, tuple], float]:
-    """{(sample name, sorted labels): value} of /metrics."""
-    out = {}
-    for family in text_string_to_metric_families(httpx.get(url + "/metrics").text):
-        for sample in family.samples:
-            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return out
-
-
-def value(samples: dict, name: str, **labels) -> float:
-    matches = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= set(ls)]
-    assert len(matches) == 1, (name, labels, matches)
-    return matches[0]
 
 
 def test_buckets_as_vllm_builds_them():

@@ -39,10 +39,10 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
-from prometheus_client.parser import text_string_to_metric_families
 
 from runtime.serving.server.launch import free_port
 from tests.model_helpers import make_tiny
+from tests.proc_helpers import engine_child, running, scrape, total, value
 from traces.events import Aborted, Arrived, Finished, Header, Step
 from traces.log import fold, read_log
 
@@ -60,58 +60,6 @@ FLAGS = ["--dtype", "float32", "--block-size", "4", "--num-blocks", str(NUM_BLOC
          str(MAX_MODEL_LEN), "--max-num-seqs", "64", "--max-num-batched-tokens", "128"]  # 128: prompts chunked
 VOCAB = 300  # prompt ids below the tiny tokenizer's size
 BOUND_S = 30.0  # a stop, or the end of every stream after it
-
-
-# --- processes and metrics (as tests/test_engine_process.py and test_server_metrics.py read them; not
-# imported from there: those pull in the openai client, which the GPU machine may lack) -------------
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(d.name))
-    return out
-
-
-def engine_child(pid: int) -> int:
-    """The spawned engine (not multiprocessing's resource tracker)."""
-    engines = [c for c in _children(pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
-    assert len(engines) == 1, engines
-    return engines[0]
-
-
-def running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")  # a zombie has exited
-
-
-def scrape(url: str) -> dict[tuple[str, tuple], float]:
-    """{(sample name, sorted labels): value} of /metrics."""
-    out = {}
-    for family in text_string_to_metric_families(httpx.get(url + "/metrics").text):
-        for sample in family.samples:
-            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return out
-
-
-def value(samples: dict, name: str, **labels) -> float:
-    matches = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= set(ls)]
-    assert len(matches) == 1, (name, labels, matches)
-    return matches[0]
-
-
-def total(samples: dict, name: str, **labels) -> float:
-    """The sum of a metric's samples with these labels (0 before the first one)."""
-    return sum(v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= set(ls))
 
 
 # --- the server -----------------------------------------------------------------------------------
