@@ -24,7 +24,8 @@ CANDIDATES = ("linear-relative", "linear-absolute", "gbm", "forest", "linear+gbm
 def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every: int = 5,
              holdout_block: int = 32, kind: str = "auto", weighting: str | None = None,
              model_identity: str | None = None, hardware: str | None = None, dtype: str | None = None,
-             command: str | None = None, calibrate_on: list[str] | None = None):
+             command: str | None = None, calibrate_on: list[str] | None = None,
+             decode_steps_of: list[str] | None = None):
     """Fit a cost model on ``logs`` (simulator.fit.fit_cost_model); its error on ``holdout`` logs,
     or on every ``holdout_every``-th step held out of the fit, goes to ``meta["heldout"]``.
     ``weighting`` (relative | absolute) is the older way to ask for one linear fit."""
@@ -49,7 +50,7 @@ def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every
         raise CLIError(f"--holdout-every: must be >= 2, got {holdout_every}")
     try:
         return fit_cost_model(logs, holdout=holdout, holdout_every=holdout_every, holdout_block=holdout_block,
-                              kind=kind, meta=meta, calibrate_on=calibrate_on)
+                              kind=kind, meta=meta, calibrate_on=calibrate_on, decode_steps_of=decode_steps_of)
     except CostModelError as e:
         raise CLIError(str(e)) from None
 
@@ -76,6 +77,11 @@ def print_fit(model, out: str) -> None:
     if cal:
         print(f"  calibrated on {cal['steps']:,} live steps: × {cal['factor']:.3f} (their total step time was "
               f"{cal['total_error_before']:+.1f}%; MAPE {cal['mape_before']:.1f}% → {cal['mape_after']:.1f}%)")
+        if "intake" in cal:
+            i = cal["intake"]
+            print(f"  intake delay by re-simulation: {i['intake_delay_s'] * 1e3:.2f} ms (live TTFT p50 "
+                  + ", ".join(f"{t * 1e3:.1f}" for t in i["live_ttft_p50_s"]) + " ms; simulated "
+                  + ", ".join(f"{t * 1e3:.1f}" for t in i["sim_ttft_p50_s_after"]) + " ms)")
     if model.meta["unfitted_features"]:
         print(f"warning: no training step exercised {', '.join(model.meta['unfitted_features'])}: "
               "their coefficients are 0")
@@ -83,10 +89,11 @@ def print_fit(model, out: str) -> None:
 
 
 def _fit(args: argparse.Namespace) -> int:
-    for path in [*args.logs, *(args.holdout or []), *(args.calibrate or [])]:
+    for path in [*args.logs, *(args.holdout or []), *(args.calibrate or []), *(args.decode_steps_of or [])]:
         require_file(path, "log")
     model = fit_logs(args.logs, holdout=args.holdout, holdout_every=args.holdout_every,
                      holdout_block=args.holdout_block, kind=args.kind, calibrate_on=args.calibrate,
+                     decode_steps_of=args.decode_steps_of,
                      weighting=args.weighting, model_identity=args.model_identity, hardware=args.hardware,
                      dtype=args.dtype)
     model.save(args.out)
@@ -139,6 +146,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--calibrate", nargs="+", metavar="LIVE_LOG",
                    help="live logs that set the level: the fitted model is scaled so its total step time on them "
                         "matches, and its host timing comes from them (default: none)")
+    f.add_argument("--decode-steps-of", nargs="+", metavar="LOG",
+                   help="logs of which only the pure-decode steps join the fit (e.g. a profile sweep whose prefill "
+                        "steps an engine change made stale, still covering the large batches) (default: none)")
     f.add_argument("--kind", choices=["auto", *CANDIDATES], default="auto",
                    help="the model to fit; auto: every candidate, the lowest held-out MAPE + |total-time error| "
                         "kept (default: %(default)s)")

@@ -1,0 +1,63 @@
+"""One cost model against several live runs: the fidelity table of docs/BENCHMARKS.md.
+
+    python scripts/fidelity_table.py --cost-model qwen3-0.6b-h200 \\
+        --run fit:serve_on_0.5.jsonl.gz --run held-out:serve_on_0.8.jsonl.gz \\
+        --pair held-out:serve_on_0.8.jsonl.gz:serve_off_0.8.jsonl.gz --json table.json
+
+``--run ROLE:LOG`` re-simulates LOG under its own config; ``--pair ROLE:ON_LOG:OFF_LOG`` re-simulates
+ON_LOG's workload under OFF_LOG's config (the Headers' differences become ``--what-if`` overrides)
+and checks it against OFF_LOG, signs of the differences included. The model is loaded afresh for
+each row (``fidelity`` adapts its overlap to the log). Prints the markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from simulator.cost_model import load_cost_model  # noqa: E402
+from simulator.fidelity_table import markdown, pair_row, run_row, sign_table  # noqa: E402
+
+
+def _split(spec: str, parts: int) -> list[str]:
+    role, _, rest = spec.partition(":")
+    fields = rest.rsplit(":", parts - 2) if parts > 2 else [rest]
+    if not rest or len(fields) != parts - 1:
+        raise SystemExit(f"expected ROLE:{'LOG' if parts == 2 else 'ON_LOG:OFF_LOG'}, got {spec!r}")
+    return [role, *fields]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cost-model", required=True, help="cost-model JSON or a shipped name")
+    p.add_argument("--run", action="append", default=[], metavar="ROLE:LOG")
+    p.add_argument("--pair", action="append", default=[], metavar="ROLE:ON_LOG:OFF_LOG")
+    p.add_argument("--json", metavar="PATH", help="write the rows as JSON")
+    args = p.parse_args(argv)
+    rows = []
+    for spec in args.run:
+        role, log = _split(spec, 2)
+        rows.append(run_row(log, load_cost_model(args.cost_model), role))
+    for spec in args.pair:
+        role, on, off = _split(spec, 3)
+        rows.append(pair_row(on, off, load_cost_model(args.cost_model), role))
+    print(markdown(rows))
+    if any(r["kind"] == "what-if" for r in rows):
+        print("\npredicted / live change, on → off (✗: wrong sign)\n")
+        print(sign_table(rows))
+    for r in rows:
+        if r["kind"] == "what-if":
+            print(f"{r['run']}: overrides {' '.join(r['overrides'])}")
+        for note in r["notes"]:
+            print(f"{r['run']}: note: {note}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"cost_model": args.cost_model, "rows": rows}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

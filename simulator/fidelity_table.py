@@ -1,0 +1,119 @@
+"""Fidelity of one cost model over several live runs, as one table (issue 12's goal).
+
+``run_row(log, model)``: the run re-simulated under its own config; signed errors of TTFT, TPOT
+and E2E at p50 and p90 and of the makespan. ``pair_row(on_log, off_log, model)``: the what-if —
+``on_log``'s workload re-simulated under ``off_log``'s config (every field in which the two
+Headers differ becomes an override), the errors against ``off_log``, and whether the predicted
+difference (sim off vs sim on) has the sign of the live one (live off vs live on) per metric and
+for the makespan. ``markdown`` renders the rows; ``within`` says which goals a row misses.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from simulator.config_diff import flat
+from simulator.fidelity import CHECKED, fidelity, rel_error
+from simulator.replay import log_config
+
+COLUMNS = tuple((m, p) for m, ps in CHECKED.items() for p in ps)  # (ttft, p50), (ttft, p90), ...
+GOALS = {"run": (5.0, 2.0), "what-if": (10.0, 10.0)}  # (latency %, makespan %)
+
+
+def _name(path: str | Path) -> str:
+    name = Path(path).name
+    for suffix in (".gz", ".jsonl", ".json"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def overrides_between(base_log: str | Path, other_log: str | Path) -> list[str]:
+    """FIELD=VALUE for every config field in which ``other_log``'s Header differs from ``base_log``'s."""
+    _, a = log_config(base_log)
+    _, b = log_config(other_log)
+    fa, fb = flat(a), flat(b)
+    out = []
+    for key in sorted(set(fa) | set(fb)):
+        if key == "model_identity" or fa.get(key) == fb.get(key):
+            continue
+        value = fb.get(key)
+        out.append(f"{key}={str(value).lower() if isinstance(value, bool) else value}")
+    return out
+
+
+def run_row(log: str | Path, model: Any, role: str = "") -> dict[str, Any]:
+    report, _ = fidelity(log, model, replay=True)
+    return {"kind": "run", "run": _name(log), "role": role, "notes": report["notes"],
+            "errors": {f"{m}_{p}": report["metrics"][m][p]["error_pct"] for m, p in COLUMNS},
+            "makespan": report["makespan"]["error_pct"], "step_mape": report["replay"]["step_mape"],
+            "steps": report["steps"]}
+
+
+def pair_row(on_log: str | Path, off_log: str | Path, model: Any, role: str = "") -> dict[str, Any]:
+    overrides = overrides_between(on_log, off_log)
+    report, _ = fidelity(on_log, model, overrides=overrides, what_if_live=off_log, replay=False)
+    w = report["what_if"]
+    signs: dict[str, bool] = {}
+    for m, p in COLUMNS:
+        signs[f"{m}_{p}"] = bool(w["predicted_change"][m][p]["same_sign"])
+    base_ms, live_on_ms = report["makespan"]["sim_s"], report["makespan"]["live_s"]
+    predicted = rel_error(w["makespan"]["sim_s"], base_ms)
+    actual = rel_error(w["makespan"]["live_s"], live_on_ms)
+    signs["makespan"] = math.isfinite(predicted) and math.isfinite(actual) and (predicted > 0) == (actual > 0)
+    return {"kind": "what-if", "run": f"{_name(on_log)} → {_name(off_log)}", "role": role, "overrides": overrides,
+            "notes": report["notes"],
+            "errors": {f"{m}_{p}": w["vs_live"][m][p]["error_pct"] for m, p in COLUMNS},
+            "makespan": w["makespan"]["error_pct"], "signs": signs,
+            "live_change": {f"{m}_{p}": w["predicted_change"][m][p]["live_pct"] for m, p in COLUMNS}
+            | {"makespan": actual},
+            "predicted_change": {f"{m}_{p}": w["predicted_change"][m][p]["predicted_pct"] for m, p in COLUMNS}
+            | {"makespan": predicted}}
+
+
+def within(row: dict[str, Any]) -> list[str]:
+    """The goals ``row`` misses: latency errors beyond 5% (what-if: 10%), makespan beyond 2%
+    (what-if: 10%), a wrong sign of an on/off difference."""
+    lat, span = GOALS[row["kind"]]
+    bad = [f"{k} {v:+.1f}%" for k, v in row["errors"].items() if not (math.isfinite(v) and abs(v) <= lat)]
+    if not (math.isfinite(row["makespan"]) and abs(row["makespan"]) <= span):
+        bad.append(f"makespan {row['makespan']:+.1f}%")
+    bad += [f"sign of {k}" for k, ok in row.get("signs", {}).items() if not ok]
+    return bad
+
+
+def _pct(v: float) -> str:
+    return "—" if not math.isfinite(v) else f"{v:+.1f}%"
+
+
+def markdown(rows: list[dict[str, Any]], fmt: Callable[[float], str] = _pct) -> str:
+    """One line per row: the signed errors, the makespan error, the signs (what-if rows) and the
+    goals missed."""
+    head = ["run", "role", *(f"{m.upper()} {p}" for m, p in COLUMNS), "makespan", "on/off signs", "goal"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(COLUMNS) + 1) + "---|---|"]
+    for r in rows:
+        signs = r.get("signs")
+        sign = "" if signs is None else f"{sum(signs.values())}/{len(signs)}"
+        if signs and not all(signs.values()):
+            sign += " (wrong: " + ", ".join(k for k, ok in signs.items() if not ok) + ")"
+        bad = within(r)
+        cells = [r["run"], r["role"], *(fmt(r["errors"][f"{m}_{p}"]) for m, p in COLUMNS), fmt(r["makespan"]), sign,
+                 "met" if not bad else f"{len(bad)} missed"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def sign_table(rows: list[dict[str, Any]]) -> str:
+    """Per what-if row: the predicted and the live on → off difference per metric."""
+    keys = [f"{m}_{p}" for m, p in COLUMNS] + ["makespan"]
+    head = ["pair", *(k.replace("_", " ").upper().replace("MAKESPAN", "makespan") for k in keys)]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * len(keys)]
+    for r in rows:
+        if r["kind"] != "what-if":
+            continue
+        cells = [f"{_pct(r['predicted_change'][k])} / {_pct(r['live_change'][k])}"
+                 + ("" if r["signs"][k] else " ✗") for k in keys]
+        lines.append("| " + " | ".join([r["run"], *cells]) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,106 @@
+"""The fidelity table over several runs (simulator/fidelity_table.py, scripts/fidelity_table.py),
+the intake delay fitted by re-simulation (simulator/intake.py) and decode-only training steps."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from simulator.cost_model import LinearCostModel, RecordedCostModel, StepData
+from simulator.fidelity_table import markdown, overrides_between, pair_row, run_row, sign_table, within
+from simulator.fit import decode_steps, fit_cost_model
+from simulator.host_timing import HostTiming
+from simulator.intake import fit_intake_delay, live_ttft_p50, simulated_ttft_p50
+from tests.sim_helpers import VaryingDurationExecutor, mixed_workload, record_live, small_config
+from traces.log import LogWriter
+
+TRUTH = {"const": 0.002, "prefill_tokens": 1e-5, "decode_seqs": 1e-5, "seqs": 3e-4}
+
+
+def _record(path, config, seed=5, n=40):
+    with LogWriter(path) as w:
+        for ev in record_live(mixed_workload(n, seed=seed, rate=30), config, VaryingDurationExecutor(seed=2)):
+            w(ev)
+    return path
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("table")
+    on = _record(tmp / "on.jsonl", small_config(num_blocks=64, budget=64))
+    off = _record(tmp / "off.jsonl", small_config(num_blocks=64, budget=1024, chunked=False))
+    return on, off
+
+
+def test_overrides_name_every_config_difference(logs):
+    on, off = logs
+    assert overrides_between(on, off) == ["scheduler.enable_chunked_prefill=false",
+                                          "scheduler.max_num_batched_tokens=1024"]
+    assert overrides_between(on, on) == []
+
+
+def test_recorded_durations_meet_every_goal(logs):
+    on, _ = logs
+    row = run_row(on, RecordedCostModel.from_log(on), "fit")
+    assert row["run"] == "on" and within(row) == []
+    assert all(abs(v) < 1e-9 for v in row["errors"].values()) and abs(row["makespan"]) < 1e-9
+    assert "| on | fit | +0.0%" in markdown([row]) and "| met |" in markdown([row])
+
+
+def test_pair_row_checks_the_what_if_against_the_other_live_run(logs):
+    on, off = logs
+    row = pair_row(on, off, LinearCostModel(TRUTH), "what-if")
+    assert row["overrides"] == overrides_between(on, off)
+    assert set(row["signs"]) == {*row["errors"], "makespan"}
+    for key, ok in row["signs"].items():
+        p, a = row["predicted_change"][key], row["live_change"][key]
+        if math.isfinite(p) and math.isfinite(a) and p != 0 and a != 0:
+            assert ok == ((p > 0) == (a > 0)), key
+    table = sign_table([row])
+    assert table.splitlines()[2].startswith("| on → off |")
+    missed = within(row)
+    assert all(isinstance(m, str) for m in missed)
+    assert ("met" if not missed else f"{len(missed)} missed") in markdown([row])
+
+
+def test_intake_delay_fitted_by_resimulation_matches_the_live_ttft(logs):
+    on, _ = logs
+    model = LinearCostModel(TRUTH)
+    model.set_host(HostTiming(wake=0.004))
+    live = live_ttft_p50(on)
+    base = simulated_ttft_p50(model, on, 0.0)
+    assert simulated_ttft_p50(model, on, 0.01) > base
+    out = fit_intake_delay(model, [on])
+    assert out["intake_delay_s"] >= 0 and model.intake_delay == out["intake_delay_s"]
+    assert model.host.intake_delay == out["intake_delay_s"]
+    assert model.host.wake == pytest.approx(max(0.004 - out["intake_delay_s"], 0.0))
+    if base < live:
+        assert out["sim_ttft_p50_s_after"][0] == pytest.approx(live, rel=0.05, abs=1e-3)
+    else:  # the simulation is already slower: no delay
+        assert out["intake_delay_s"] == 0.0
+
+
+def test_decode_steps_of_a_log_join_the_fit(logs, tmp_path):
+    on, off = logs
+    dec = decode_steps([str(off)])
+    assert len(dec.durations) and (dec.features[:, 1] == 0).all()
+    model = fit_cost_model([str(on)], kind="linear-absolute", decode_steps_of=[str(off)])
+    n_on = len(StepData.from_logs([str(on)]).durations)
+    assert model.meta["training"]["steps"] + model.meta["heldout"]["steps"] == n_on + len(dec.durations)
+
+
+def test_script_writes_tables_and_json(logs, tmp_path, capsys):
+    from scripts.fidelity_table import main
+
+    on, off = logs
+    model = tmp_path / "m.json"
+    LinearCostModel(TRUTH).save(model)
+    out = tmp_path / "t.json"
+    assert main(["--cost-model", str(model), "--run", f"fit:{on}", "--pair", f"what-if:{on}:{off}",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "| on | fit |" in text and "| on → off | what-if |" in text and "predicted / live change" in text
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["kind"] for r in rows] == ["run", "what-if"]
