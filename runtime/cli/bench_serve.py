@@ -60,7 +60,7 @@ def _add_workload_source(p: argparse.ArgumentParser) -> None:
                    help="with --synthetic: as --input-len (default: %(default)s)")
     g.add_argument("--shared-prefix", type=int, default=0, action=Bounded, at_least=0, metavar="TOKENS",
                    help="with --synthetic: the first TOKENS of every prompt are one shared document (prompts "
-                        "count them in --input-len) (default: none)")
+                        "count them in --input-len) (default: %(default)s, none shared)")
     g.add_argument("--prompt-vocab", type=int, action=Bounded, at_least=2, metavar="N",
                    help="fold prompt token ids into [0, N), for a model with a smaller vocabulary than the "
                         "trace's synthetic prompts (32,000) (default: as they are)")
