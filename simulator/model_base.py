@@ -76,6 +76,12 @@ class TimedModel:
     def host_gap(self, previous_spans: int | None) -> float:
         return 0.0 if self.host is None else self.host.gap(previous_spans)
 
+    @property
+    def plans_ahead(self) -> bool:
+        """The engine plans step k+1 when step k starts (async scheduling): an arrival during step k
+        joins step k+2 at the earliest."""
+        return self._overlap is not None
+
     def _overlapped(self, device: float, spans: int) -> float:
         """With overlapping steps a step costs max(host, device) + launch."""
         c, per, launch = self._overlap  # type: ignore[misc]

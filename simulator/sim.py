@@ -97,7 +97,8 @@ class Simulation:
 
     def run(self) -> SimResult:
         self.env.process(self._arrivals())  # created first: at t=start arrivals precede the engine
-        self.env.process(self._engine())
+        ahead = getattr(self.cost_model, "plans_ahead", False)
+        self.env.process(self._engine_planning_ahead() if ahead else self._engine())
         self.env.run()
         if self.core.has_unfinished():
             raise SimulationError(f"simulation ended with {len(self.core.requests)} unfinished requests")
@@ -161,6 +162,55 @@ class Simulation:
             result.end_time = env.now
             if result.num_steps % every == 0:
                 self._report_progress()
+
+    def _engine_planning_ahead(self):
+        """The async engine (runtime/engine/step_loop.py): step k+1 is planned as step k starts, and
+        starts when step k ends; a step whose tokens could change the next plan is completed first."""
+        env, core = self.env, self.core
+        schedule, step_time = core.schedule, self.cost_model.step_time
+        host_gap = getattr(self.cost_model, "host_gap", None)
+        flight: tuple[Any, float, float, bool] | None = None  # plan, start, end, overlappable
+        while True:
+            if flight is None and not core.requests:  # idle: wait for an arrival
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+                gap = host_gap(None) if host_gap is not None else 0.0
+                if gap > 0:
+                    yield env.timeout(gap)
+            if flight is not None and not flight[3]:
+                yield from self._land(flight, advanced=False)
+                flight = None
+            if flight is not None:
+                core.advance(flight[0])
+            now = env.now
+            plan = schedule(now)
+            landed = flight
+            flight = None
+            if plan.spans:
+                start = max(now, landed[2]) if landed is not None else now
+                flight = (plan, start, start + step_time(plan.step, plan.spans), core.overlappable(plan))
+            elif landed is None:
+                raise SimulationError(
+                    f"engine stalled at t={now}: {core.num_waiting} waiting, {core.num_running} running")
+            if landed is not None:
+                yield from self._land(landed, advanced=True)
+
+    def _land(self, flight: tuple[Any, float, float, bool], advanced: bool):
+        """Wait for a launched step's end, then commit it (``complete`` once ``advance`` ran)."""
+        plan, start, end, _ = flight
+        if end > self.env.now:
+            yield self.env.at(end)
+        if self.token_fn is None:
+            tokens = [[SYNTHETIC_TOKEN] for s in plan.spans if s.sample]
+        else:
+            tokens = [[self.token_fn(s.request_id, s.start + s.num_tokens)] for s in plan.spans if s.sample]
+        finish = self.core.complete if advanced else self.core.commit
+        finish(plan, StepResult(tokens, end - start), start)
+        self.result.num_steps += 1
+        self.result.end_time = self.env.now
+        if self.result.num_steps % self.progress_every == 0:
+            self._report_progress()
 
     def _report_progress(self) -> None:
         if self.progress is None:

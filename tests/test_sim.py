@@ -187,3 +187,37 @@ def test_live_driver_matches_seeded_executor_tokens():
     wl = mixed_workload(20, seed=4)
     events = record_live(wl, small_config(), SeededTokenExecutor(seed=1))
     assert sum(isinstance(e, Finished) for e in events) == len(wl)
+
+
+class _AheadCost(LinearCostModel):
+    """COST on an engine that plans step k+1 as step k starts (async scheduling)."""
+
+    plans_ahead = True
+
+
+def test_an_engine_planning_ahead_admits_a_request_two_steps_after_it_arrives():
+    """Step k is planned when step k-1 starts: a request that arrived after that start waits for
+    step k+1, and steps start where the one before ended (they tile, as an async engine's do)."""
+    wl = mixed_workload(60, seed=5, rate=120)
+    cfg = small_config(chunked=True)
+    logs = {}
+    for name, cost in (("sequential", COST), ("ahead", _AheadCost(COST.coefficients))):
+        events: list = []
+        simulate(wl, cfg, cost, sink=events.append)
+        logs[name] = events
+    events = logs["ahead"]
+    steps = {e.step: e for e in events if isinstance(e, Step)}
+    arrived = {e.request_id: e.time for e in events if isinstance(e, Arrived)}
+    checked = 0
+    for e in events:
+        if isinstance(e, Admitted) and e.step - 1 in steps:
+            planned_at = steps[e.step - 1].start
+            assert arrived[e.request_id] <= planned_at + 1e-12, (e, planned_at)
+            checked += 1
+    assert checked > 20
+    ordered = [steps[k] for k in sorted(steps)]
+    assert all(b.start >= a.end - 1e-12 for a, b in zip(ordered, ordered[1:]))
+    assert any(b.start == a.end for a, b in zip(ordered, ordered[1:]))
+    admitted = lambda evs: [(e.request_id, e.step) for e in evs if isinstance(e, Admitted)]
+    assert admitted(logs["ahead"]) != admitted(logs["sequential"])
+    assert sum(isinstance(e, Finished) for e in events) == len(wl)
