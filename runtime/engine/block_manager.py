@@ -62,7 +62,7 @@ class BlockManager:
         self.free_blocks: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.evictable: OrderedDict[int, None] = OrderedDict()  # LRU first
         self.block_hash: list[int | None] = [None] * num_blocks
-        self.block_content: dict[int, bytes] = {}
+        self.block_content: list[bytes | None] = [None] * num_blocks  # a cached block's tokens (hits verify them)
         self.cache_index: dict[int, int] = {}  # hash -> block
         self.tables: dict[int, list[int]] = {}
         self.reserved: dict[int, int] = {}
@@ -202,7 +202,7 @@ class BlockManager:
             else:  # evict the least recently used cached block (the log's alloc of it says so)
                 block = self.evictable.popitem(last=False)[0]
                 del self.cache_index[self.block_hash[block]]  # type: ignore[index]
-                del self.block_content[block]
+                self.block_content[block] = None
                 self.block_hash[block] = None
             ref_counts[block] = 1
             table.append(block)

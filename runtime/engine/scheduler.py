@@ -86,8 +86,21 @@ class Scheduler:
         tables = bm.tables
         bs = bm.block_size
         running = self.running
-        num_running = len(running)
-        decodes = [req for req in running.values() if len(req.token_ids) - req.num_computed_tokens == 1]
+        # decodes (a running request with one token left), in admission order: the fast path right
+        # here (its block exists); from the first that needs a block on, in order in the loop below
+        decodes: list[Request] = []
+        prefills: list[Request] = []
+        for req in running.values():
+            computed = req.num_computed_tokens
+            if len(req.token_ids) - computed != 1:
+                prefills.append(req)
+            elif decodes or budget <= 0 or computed >= len(tables[req.request_id]) * bs:
+                decodes.append(req)
+            else:
+                rid = req.request_id
+                scheduled[rid] = 1
+                spans.append(Span(rid, computed, 1, True))
+                budget -= 1
 
         for req in decodes:
             if budget <= 0:
@@ -96,15 +109,15 @@ class Scheduler:
                 continue
             rid = req.request_id
             computed = req.num_computed_tokens
-            if computed < len(tables[rid]) * bs:  # fast path: its block already exists
+            if computed < len(tables[rid]) * bs:  # its block already exists
                 scheduled[rid] = 1
                 spans.append(Span(rid, computed, 1, True))
                 budget -= 1
             else:
                 budget -= self._fit(req, 1, scheduled, spans, preempted)
-        if len(decodes) != num_running:  # continuing prefills (a snapshot: _fit may preempt)
+        if prefills:  # continuing prefills (a snapshot: _fit may preempt)
             chunked = cfg.enable_chunked_prefill
-            for req in [r for r in running.values() if len(r.token_ids) - r.num_computed_tokens != 1]:
+            for req in prefills:
                 if budget <= 0:
                     break
                 if req.status is not status:
