@@ -1,21 +1,21 @@
-"""SimPy model of a serving engine: the live EngineCore driven in virtual time by a cost model.
+"""The live EngineCore driven in virtual time by a cost model: a discrete-event loop of its own.
 
-Two processes:
-- arrivals: at each workload arrival time, ``core.add_request`` (and wake the engine if idle);
-- engine:   ``plan = core.schedule(now)``; idle → wait for an arrival; else
-            ``yield timeout(cost_model.step_time(plan))`` then ``core.commit`` with synthetic
-            tokens (never eos: the core's eos_token_id is None here, and trace requests stop at
-            their workload output length through max_tokens + ignore_eos).
+Two kinds of event, in one loop:
+- an arrival: at each workload arrival time (plus the cost model's ``intake_delay``, the front
+  door's), ``core.add_request``; an idle engine wakes at the first one it takes;
+- a step: ``plan = core.schedule(now)``, ``now + cost_model.step_time(plan)`` its end, then
+  ``core.commit`` with synthetic tokens (never eos: the core's eos_token_id is None here, and trace
+  requests stop at their workload output length through max_tokens + ignore_eos).
 
 Engine time outside steps comes from the cost model where it has it: ``host_gap(previous spans,
 or None after idle)`` (fitted models, simulator/host_timing.py) or ``gap_before(step)`` (a
-recording's own gaps) is waited out before each schedule, and a request reaches the core
-``intake_delay`` seconds after its arrival stamp (which the log keeps).
+recording's own gaps) is waited out before each schedule.
 
-Ordering at equal times is defined, not left to event ids: an arrival at time t is scheduled
-URGENT, so it lands before a step that starts (or commits) at t. Live drivers follow the same
-rule — arrivals up to a step's end are added before its commit — which is what lets a
-re-simulation with recorded durations reproduce a live log decision for decision.
+Ordering at equal times is defined: an arrival at time t lands before a step that starts (or
+commits) at t — every arrival up to a step's end is added before its commit. Live drivers follow
+the same rule, which is what lets a re-simulation with recorded durations reproduce a live log
+decision for decision. (This is the order the SimPy model this loop replaced gave, its arrival
+events urgent; its logs are the same bytes.)
 
 Same workload + config + cost model + seed → byte-identical log (no clock, no unseeded RNG).
 """
@@ -24,11 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from heapq import heappush
 from typing import Any
-
-import simpy
-from simpy.events import NORMAL, URGENT, Event
 
 from runtime.engine.config import EngineConfig
 from runtime.engine.core import EngineCore
@@ -45,21 +41,6 @@ TokenFn = Callable[[int, int], int]  # (request_id, position) -> token id
 
 class SimulationError(RuntimeError):
     """The simulated engine could not make progress."""
-
-
-class _Env(simpy.Environment):
-    """A SimPy environment that can schedule an event at an absolute time.
-
-    ``timeout(t - now)`` lands at ``now + (t - now)``, which floating point may put one ulp
-    away from ``t``; workload arrival times must be hit exactly for runs to be comparable.
-    """
-
-    def at(self, when: float, priority: int = NORMAL) -> Event:
-        event = Event(self)
-        event._ok = True  # a triggered event with value None, like simpy's Timeout
-        event._value = None
-        heappush(self._queue, (when, priority, next(self._eid), event))
-        return event
 
 
 @dataclass
@@ -89,62 +70,83 @@ class Simulation:
         self.token_fn = token_fn
         self.progress = progress  # anything with .update(n): advanced by finished requests
         self.progress_every = progress_every
-        start = min(0.0, workload.requests[0].arrival) if len(workload) else 0.0
-        self.env = _Env(initial_time=start)
+        self.start = min(0.0, workload.requests[0].arrival) if len(workload) else 0.0
         self.result = SimResult()
-        self._wake: Event | None = None
         self._reported = 0
 
     def run(self) -> SimResult:
-        self.env.process(self._arrivals())  # created first: at t=start arrivals precede the engine
-        ahead = getattr(self.cost_model, "plans_ahead", False)
-        self.env.process(self._engine_planning_ahead() if ahead else self._engine())
-        self.env.run()
-        if self.core.has_unfinished():
-            raise SimulationError(f"simulation ended with {len(self.core.requests)} unfinished requests")
+        delay = float(getattr(self.cost_model, "intake_delay", 0.0) or 0.0)
+        specs = self.workload.requests
+        # the engine sees a request this long after its arrival stamp (a front door's intake)
+        self._seen = [s.arrival + delay for s in specs] if delay else [s.arrival for s in specs]
+        self._arrived = 0  # specs handed to the engine so far (in workload order)
+        if getattr(self.cost_model, "plans_ahead", False):
+            self._run_planning_ahead()
+        else:
+            self._run_sequential()
+        core = self.core
+        if core.has_unfinished():
+            raise SimulationError(f"simulation ended with {len(core.requests)} unfinished requests")
         self._report_progress()
         return self.result
 
-    # --- processes ----------------------------------------------------------------------------------
-
-    def _arrivals(self):
-        env, core, result = self.env, self.core, self.result
-        # the engine sees a request this long after its arrival stamp (a front door's intake)
-        delay = float(getattr(self.cost_model, "intake_delay", 0.0) or 0.0)
-        for i, spec in enumerate(self.workload.requests):
-            seen = spec.arrival + delay if delay else spec.arrival
-            if seen > env.now:
-                yield env.at(seen, URGENT)
+    def _arrive_until(self, t: float) -> None:
+        """Add every request seen by ``t`` (in workload order, up to the first seen later)."""
+        seen, specs, core, result = self._seen, self.workload.requests, self.core, self.result
+        arrived, num = self._arrived, len(seen)
+        while arrived < num and seen[arrived] <= t:
+            spec = specs[arrived]
+            arrived += 1
             try:
                 core.add_request(spec.prompt, spec.params, now=spec.arrival, priority=spec.priority,
                                  cache_salt=spec.cache_salt)
             except InvalidRequest as e:
-                result.rejected.append((i, str(e)))
+                result.rejected.append((arrived - 1, str(e)))
                 continue
             result.num_requests += 1
-            wake = self._wake
-            if wake is not None and not wake.triggered:
-                wake.succeed()
+        self._arrived = arrived
 
-    def _engine(self):
-        env, core, result = self.env, self.core, self.result
+    def _wait_for_work(self, now: float) -> float | None:
+        """Idle: the time of the next arrival the engine takes, with it added; None when none is left."""
+        seen, requests = self._seen, self.core.requests
+        while not requests and self._arrived < len(seen):
+            now = max(now, seen[self._arrived])
+            self._arrive_until(now)
+        return now if requests else None
+
+    def _tokens(self, spans) -> list[list[int]]:
+        token_fn = self.token_fn
+        if token_fn is None:
+            return [[SYNTHETIC_TOKEN] for s in spans if s.sample]
+        return [[token_fn(s.request_id, s.start + s.num_tokens)] for s in spans if s.sample]
+
+    def _counted(self, end: float) -> None:
+        result = self.result
+        result.num_steps += 1
+        result.end_time = end
+        if result.num_steps % self.progress_every == 0:
+            self._report_progress()
+
+    def _run_sequential(self) -> None:
+        core = self.core
         schedule, commit, step_time = core.schedule, core.commit, self.cost_model.step_time
         gap_before = getattr(self.cost_model, "gap_before", None)
         host_gap = getattr(self.cost_model, "host_gap", None)
+        seen, num, requests, arrive_until = self._seen, len(self._seen), core.requests, self._arrive_until
         previous: int | None = None  # spans of the step before, None after idle
-        token_fn = self.token_fn
-        every = self.progress_every
+        now = self.start
+        arrive_until(now)
         while True:
-            if not core.requests:  # idle: wait for an arrival
-                self._wake = env.event()
-                yield self._wake
-                self._wake = None
-                previous = None
+            if not requests:  # idle: wake at the next arrival the engine takes
+                woke = self._wait_for_work(now)
+                if woke is None:
+                    return
+                now, previous = woke, None
             if host_gap is not None or gap_before is not None:
-                gap = host_gap(previous) if host_gap is not None else gap_before(result.num_steps)
+                gap = host_gap(previous) if host_gap is not None else gap_before(self.result.num_steps)
                 if gap > 0:  # engine time before the step (arrivals meanwhile join it)
-                    yield env.timeout(gap)
-            now = env.now
+                    now = now + gap
+                    arrive_until(now)
             plan = schedule(now)
             spans = plan.spans
             if not spans:
@@ -152,41 +154,37 @@ class Simulation:
                     f"engine stalled at t={now}: {core.num_waiting} waiting, {core.num_running} running")
             duration = step_time(plan.step, spans)
             previous = len(spans)
-            yield env.timeout(duration)
-            if token_fn is None:
-                tokens = [[SYNTHETIC_TOKEN] for s in spans if s.sample]
-            else:
-                tokens = [[token_fn(s.request_id, s.start + s.num_tokens)] for s in spans if s.sample]
-            commit(plan, StepResult(tokens, duration), now)
-            result.num_steps += 1
-            result.end_time = env.now
-            if result.num_steps % every == 0:
-                self._report_progress()
+            end = now + duration
+            if self._arrived < num and seen[self._arrived] <= end:
+                arrive_until(end)
+            commit(plan, StepResult(self._tokens(spans), duration), now, False)  # no deltas: the log is the output
+            now = end
+            self._counted(end)
 
-    def _engine_planning_ahead(self):
-        """The async engine (runtime/engine/step_loop.py): step k+1 is planned as step k starts, and
-        starts when step k ends; a step whose tokens could change the next plan is completed first."""
-        env, core = self.env, self.core
+    def _run_planning_ahead(self) -> None:
+        """The async engine (runtime/engine/step_loop.py): step k+1 is planned as step k starts and
+        starts when step k ends, so an arrival during step k joins step k+2 at the earliest; a step
+        whose tokens could change the next plan is completed before the next one is planned."""
+        core = self.core
         schedule, step_time = core.schedule, self.cost_model.step_time
         host_gap = getattr(self.cost_model, "host_gap", None)
         flight: tuple[Any, float, float, bool] | None = None  # plan, start, end, overlappable
+        now = self.start
+        self._arrive_until(now)
         while True:
-            if flight is None and not core.requests:  # idle: wait for an arrival
-                self._wake = env.event()
-                yield self._wake
-                self._wake = None
-                gap = host_gap(None) if host_gap is not None else 0.0
-                if gap > 0:
-                    yield env.timeout(gap)
+            if flight is None and not core.requests:  # idle: wake at the next arrival the engine takes
+                woke = self._wait_for_work(now)
+                if woke is None:
+                    return
+                now = woke + (host_gap(None) if host_gap is not None else 0.0)
+                self._arrive_until(now)
             if flight is not None and not flight[3]:
-                yield from self._land(flight, advanced=False)
+                now = self._land(flight, advanced=False)
                 flight = None
             if flight is not None:
                 core.advance(flight[0])
-            now = env.now
             plan = schedule(now)
-            landed = flight
-            flight = None
+            landed, flight = flight, None
             if plan.spans:
                 start = max(now, landed[2]) if landed is not None else now
                 flight = (plan, start, start + step_time(plan.step, plan.spans), core.overlappable(plan))
@@ -194,23 +192,20 @@ class Simulation:
                 raise SimulationError(
                     f"engine stalled at t={now}: {core.num_waiting} waiting, {core.num_running} running")
             if landed is not None:
-                yield from self._land(landed, advanced=True)
+                now = self._land(landed, advanced=True)
 
-    def _land(self, flight: tuple[Any, float, float, bool], advanced: bool):
-        """Wait for a launched step's end, then commit it (``complete`` once ``advance`` ran)."""
+    def _land(self, flight: tuple[Any, float, float, bool], advanced: bool) -> float:
+        """A launched step ends: arrivals up to its end join, then it is committed (``complete``
+        once ``advance`` ran). Returns its end."""
         plan, start, end, _ = flight
-        if end > self.env.now:
-            yield self.env.at(end)
-        if self.token_fn is None:
-            tokens = [[SYNTHETIC_TOKEN] for s in plan.spans if s.sample]
+        self._arrive_until(end)
+        result = StepResult(self._tokens(plan.spans), end - start)
+        if advanced:
+            self.core.complete(plan, result, start)
         else:
-            tokens = [[self.token_fn(s.request_id, s.start + s.num_tokens)] for s in plan.spans if s.sample]
-        finish = self.core.complete if advanced else self.core.commit
-        finish(plan, StepResult(tokens, end - start), start)
-        self.result.num_steps += 1
-        self.result.end_time = self.env.now
-        if self.result.num_steps % self.progress_every == 0:
-            self._report_progress()
+            self.core.commit(plan, result, start, False)
+        self._counted(end)
+        return end
 
     def _report_progress(self) -> None:
         if self.progress is None:

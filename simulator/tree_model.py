@@ -13,6 +13,7 @@ the parts every fitted model has (model_base.TimedModel). No pickle.
 from __future__ import annotations
 
 import json
+from operator import mul
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ class TreeCostModel(TimedModel):
 
     def step_time(self, step: int, spans: list[Span]) -> float:
         x = ext_features(spans)
-        t = sum(c * v for c, v in zip(self._coef, x)) + self.ensemble.predict_one(x)
+        t = sum(map(mul, self._coef, x)) + self.ensemble.predict_one(x)  # Σ c·v, left to right
         t = max(t, self.floor)
         return t if self._overlap is None else self._overlapped(t, len(spans))
 

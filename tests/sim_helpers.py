@@ -1,7 +1,7 @@
 """Helpers for simulator tests: a live-style driver that records a log, and small workloads.
 
 ``record_live`` is the reference for what a live engine does with a workload, written without
-SimPy: arrivals up to ``now`` are added before a step is scheduled, arrivals up to the step's
+the simulator: arrivals up to ``now`` are added before a step is scheduled, arrivals up to the step's
 end are added before it is committed, an idle engine jumps to the next arrival.
 """
 

@@ -294,3 +294,19 @@ def test_the_salted_root_is_its_own_hash_domain():
     block = array("i", [1, 2, 3, 4]).tobytes()
     assert salted_root(0, block.decode("latin-1")) != chain_hash(0, block)
     assert root_hash("m", "s") not in {salted_root(root_hash("m", ""), "s"), salted_root(root_hash("m", "s"), "")}
+
+
+@pytest.mark.parametrize("salt", [None, "tenant"])
+def test_the_memoized_chain_is_chain_hash_block_after_block(salt):
+    """``_chain`` hashes a request's blocks in one pass over its bytes; each is ``chain_hash`` of
+    the one before (rooted in the engine's root, or the salted root) and the block's tokens."""
+    bm = BlockManager(20, BS, root=root_hash("m", ""))
+    r = req(0, range(1, 5 * BS + 3))
+    r.cache_salt = salt
+    parent = bm.root if salt is None else salted_root(bm.root, salt)
+    expected = []
+    for i in range(5):
+        parent = chain_hash(parent, r.token_ids[i * BS:(i + 1) * BS].tobytes())
+        expected.append(parent)
+    assert bm._chain(r, 2) == expected[:2]  # memoized: the rest continues the chain
+    assert bm._chain(r, 5) == expected and bm.prompt_hashes(r) == expected

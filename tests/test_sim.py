@@ -1,4 +1,4 @@
-"""The SimPy model: determinism, equivalence with a live-driven engine, stops, rejections."""
+"""The simulator: determinism, equivalence with a live-driven engine, stops, rejections."""
 
 from __future__ import annotations
 

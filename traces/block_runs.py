@@ -19,6 +19,14 @@ __all__ = ["block_ids", "extend_runs", "iter_block_ids", "num_blocks", "runs_of"
 
 def runs_of(ids: Iterable[int]) -> list[int]:
     """The runs of ``ids`` (see the module docstring)."""
+    if ids.__class__ is list and ids:  # one run, checked at C speed (a chunk from a fresh pool)
+        first, n = ids[0], len(ids)  # type: ignore[index]
+        if n == 1:
+            return [first, 1]
+        if ids[-1] - first == n - 1 and ids == list(range(first, first + n)):  # type: ignore[index]
+            return [first, n]
+        if first - ids[-1] == n - 1 and ids == list(range(first, first - n, -1)):  # type: ignore[index]
+            return [first, -n]
     runs: list[int] = []
     extend_runs(runs, ids)
     return runs
@@ -26,25 +34,30 @@ def runs_of(ids: Iterable[int]) -> list[int]:
 
 def extend_runs(runs: list[int], ids: Iterable[int]) -> None:
     """Append ``ids`` to the sequence ``runs`` encodes, in place, merging with its last run."""
+    if runs:
+        first, count = runs[-2], runs[-1]
+        del runs[-2:]
+    else:
+        first = count = None
+    append = runs.append
     for b in ids:
-        if runs:
-            first, count = runs[-2], runs[-1]
+        if first is not None:
             if count == 1:  # a lone block: the next one decides the direction
                 if b == first + 1:
-                    runs[-1] = 2
+                    count = 2
                     continue
                 if b == first - 1:
-                    runs[-1] = -2
+                    count = -2
                     continue
-            elif count > 0:
-                if b == first + count:
-                    runs[-1] = count + 1
-                    continue
-            elif b == first + count:  # descending: first + count is the id after the last
-                runs[-1] = count - 1
+            elif b == first + count:  # the id after the run's last, ascending (count > 0) or descending
+                count = count + 1 if count > 0 else count - 1  # type: ignore[operator]
                 continue
-        runs.append(b)
-        runs.append(1)
+            append(first)
+            append(count)  # type: ignore[arg-type]
+        first, count = b, 1
+    if first is not None:
+        append(first)
+        append(count)  # type: ignore[arg-type]
 
 
 def iter_block_ids(runs: list[int]) -> Iterator[int]:

@@ -180,7 +180,7 @@ def make_header(config: Any, *, clock: str, model_identity: str = "", eos_token_
     versions = {"python": platform.python_version()}
     # installed distributions (metadata only: nothing is imported, and the header doesn't depend
     # on what the process happened to import)
-    for dist in ("minivllm", "msgspec", "numpy", "simpy", "torch", "triton", "transformers"):
+    for dist in ("minivllm", "msgspec", "numpy", "torch", "triton", "transformers"):
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

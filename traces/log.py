@@ -109,30 +109,40 @@ class LogWriter:
         raise FileExistsError(errno.EEXIST, "could not move the file there out of the way", str(self.path))
 
     def __call__(self, event: Event) -> None:
-        bad = non_finite(event)
-        if bad is not None:
-            raise self._refused(event, f"{bad} is not a finite number (JSON has no NaN or infinity)")
         cls = event.__class__
         if cls is Step:
-            try:
-                line = self._codec.line(event)  # type: ignore[arg-type]
-            except (TypeError, ValueError, AttributeError) as e:
-                raise self._refused(event, str(e)) from None
-            if line.plain:  # held: the next plain step with the same tokens joins its line
-                run = self._run
-                if run is not None and run.tokens == line.tokens and run.tokens.__class__ is line.tokens.__class__:
-                    run.end.append(line.end)  # type: ignore[union-attr]
-                else:
-                    if run is not None:
-                        self._write_run()
-                    line.end = [line.end]  # type: ignore[list-item]
-                    self._run = line
-                self._codec.stepped(event)  # type: ignore[arg-type]
-                self.count += 1
-                return
-            self._encode(event, line)
-            self._codec.stepped(event)  # type: ignore[arg-type]
+            a, b = event.start, event.end  # type: ignore[union-attr]
+            # all a Step has to check: two finite floats (NaN or ±inf makes the sum NaN)
+            if not (a.__class__ is float and b.__class__ is float and (a - a) + (b - b) == 0.0):
+                self._check_finite(event)
+            codec = self._codec
+            tokens = codec.carried(event)  # type: ignore[arg-type]
+            if tokens is not None:
+                blocks = event.block_events  # type: ignore[union-attr]
+                if not blocks:  # plain: held, the next plain step with the same tokens joins its line
+                    run = self._run
+                    if run is not None and run.tokens == tokens and run.tokens.__class__ is tokens.__class__:
+                        run.end.append(event.end)  # type: ignore[union-attr]
+                    else:
+                        if run is not None:
+                            self._write_run()
+                        self._run = StepLine(end=[event.end], tokens=tokens)  # type: ignore[union-attr]
+                    self.count += 1
+                    return
+                try:
+                    self._encode(event, StepLine(end=event.end, tokens=tokens, block_events=blocks))  # type: ignore[union-attr]
+                except LogWriteError:
+                    codec.uncarry()
+                    raise
+            else:
+                try:
+                    line = codec.line(event)  # type: ignore[arg-type]
+                except (TypeError, ValueError, AttributeError) as e:
+                    raise self._refused(event, str(e)) from None
+                self._encode(event, line)
+                codec.stepped(event)  # type: ignore[arg-type]
         else:
+            self._check_finite(event)
             self._encode(event, event)
             if cls is Header:  # once per log: read it back in full (its config and extra are Any)
                 self._check_header(event, bytes(self._buf[self._line_start:-1]), self._line_start)  # type: ignore[arg-type]
@@ -142,6 +152,11 @@ class LogWriter:
         if len(self._buf) > 1 << 16:
             self._file.write(self._buf)
             self._buf.clear()
+
+    def _check_finite(self, event: Event) -> None:
+        bad = non_finite(event)
+        if bad is not None:
+            raise self._refused(event, f"{bad} is not a finite number (JSON has no NaN or infinity)")
 
     def _encode(self, event: Event, line: object) -> None:
         """Append ``line`` (the held run first), or refuse ``event`` leaving the buffer as it was."""

@@ -68,6 +68,8 @@ class StepCodec:
         # span sampled (they decode next), and where it ended
         self.decoding: dict[int, bool] = {}
         self.computed: dict[int, int] = {}
+        self._order: list[int] | None = []  # the decoding requests (None: to be listed again)
+        self._last_end: float | None = None  # before the last ``carried`` step
 
     # --- both sides ------------------------------------------------------------------------------
 
@@ -76,12 +78,14 @@ class StepCodec:
         cls = event.__class__
         if cls is Admitted:
             rid = event.request_id  # type: ignore[union-attr]
-            self.decoding.pop(rid, None)  # re-admitted: to the end, as in the scheduler's order
+            if self.decoding.pop(rid, False):  # re-admitted: to the end, as in the scheduler's order
+                self._order = None
             self.decoding[rid] = False
             self.computed[rid] = event.num_cached_tokens  # type: ignore[union-attr]
         elif cls is Preempted or cls is Finished or cls is Aborted:
             rid = event.request_id  # type: ignore[union-attr]
-            self.decoding.pop(rid, None)
+            if self.decoding.pop(rid, False):
+                self._order = None
             self.computed.pop(rid, None)
 
     def _stepped(self, step: Step) -> None:
@@ -90,12 +94,19 @@ class StepCodec:
         decoding, computed = self.decoding, self.computed
         for s in step.spans:
             rid = s.request_id
-            if rid in decoding:
-                decoding[rid] = s.sample
+            was = decoding.get(rid)
+            if was is not None:
+                sample = s.sample
+                if was is not sample:
+                    decoding[rid] = sample
+                    self._order = None
                 computed[rid] = s.start + s.num_tokens
 
     def _decoding(self) -> list[int]:
-        return [rid for rid, sampled in self.decoding.items() if sampled]
+        order = self._order
+        if order is None:
+            order = self._order = [rid for rid, sampled in self.decoding.items() if sampled]
+        return order
 
     # --- writer ------------------------------------------------------------------------------------
 
@@ -106,27 +117,67 @@ class StepCodec:
         k = 0
         if decoding:
             computed = self.computed
-            n = len(spans)
-            for rid in decoding:
-                if k == n:
-                    break
-                s = spans[k]
+            for rid, s in zip(decoding, spans):
                 if s.request_id != rid or s.num_tokens != 1 or s.sample is not True or s.start != computed[rid]:
                     break
                 k += 1
+        rest = spans[k:] if k else spans
+        last_end = self.last_end
         return StepLine(
             end=step.end,
             step=None if step.step == self.next_step else step.step,
-            start=None if self.last_end is not None and _same(self.last_end, step.start) else step.start,
+            start=None if last_end is not None and _same(last_end, step.start) else step.start,
             decodes=None if k == len(decoding) else k,
-            spans=spans[k:] if k else spans,
-            tokens=_tokens_out(step.tokens, spans),
+            spans=rest,
+            tokens=_tokens_out(step.tokens, k, rest),
             block_events=step.block_events,
         )
 
     def stepped(self, step: Step) -> None:
         """Follow ``step`` once its line is written."""
         self._stepped(step)
+
+    def carried(self, step: Step) -> int | list | None:
+        """If ``step`` leaves out all of its spans (it decodes every decoding request and nothing
+        else, right after the previous step, one token each), follow it and return its line's
+        tokens (an int, or [] when it samples nothing); else None, and nothing changed. Its line is
+        then ``StepLine(end, tokens, block_events)``: with no block events, a plain step. (``line``
+        says the same, slower: the writer's shortcut for the commonest step.)"""
+        start, last_end = step.start, self.last_end
+        if (step.step != self.next_step or start != last_end or last_end is None
+                or (start == 0.0 and not _same(last_end, start))):
+            return None
+        spans = step.spans
+        decoding = self._order if self._order is not None else self._decoding()
+        if len(spans) != len(decoding):
+            return None
+        tokens = step.tokens
+        if tokens:
+            first = tokens[0]
+            if (len(first) != 1 or first[0].__class__ is not int or len(tokens) != len(spans)
+                    or tokens.count(first) != len(tokens)):
+                return None
+            out = first[0]
+        else:
+            out = tokens
+        computed = self.computed
+        for done, (rid, s) in enumerate(zip(decoding, spans)):
+            c = computed[rid]
+            if s.request_id != rid or s.start != c or s.num_tokens != 1 or s.sample is not True:
+                for undo in decoding[:done]:  # not carried after all: as it was
+                    computed[undo] -= 1
+                return None
+            computed[rid] = c + 1
+        self.next_step += 1
+        self._last_end, self.last_end = last_end, step.end
+        return out
+
+    def uncarry(self) -> None:
+        """Undo the last ``carried`` (its line could not be written)."""
+        for rid in self._decoding():
+            self.computed[rid] -= 1
+        self.next_step -= 1
+        self.last_end = self._last_end
 
     # --- reader ------------------------------------------------------------------------------------
 
@@ -164,11 +215,14 @@ class StepCodec:
         return step
 
 
-def _tokens_out(tokens: list[list[int]], spans: list[Span]) -> int | list[int | list[int]]:
-    """A step's tokens as its line writes them (see the module docstring)."""
+def _tokens_out(tokens: list[list[int]], carried: int, rest: list[Span]) -> int | list[int | list[int]]:
+    """A step's tokens as its line writes them (see the module docstring); ``carried`` sampling
+    decode spans lead the step, ``rest`` follows them."""
     if not tokens:
         return tokens  # type: ignore[return-value]
     first = tokens[0]
-    if len(first) == 1 and all(t == first for t in tokens) and len(tokens) == sum(s.sample is True for s in spans):
+    n = len(tokens)
+    if (len(first) == 1 and first[0].__class__ is int and tokens.count(first) == n
+            and n == carried + sum(s.sample is True for s in rest)):
         return first[0]
     return [t[0] if len(t) == 1 else t for t in tokens]

@@ -41,6 +41,9 @@ def salted_root(root: int, cache_salt: str) -> int:
     return int.from_bytes(h.digest(), "little", signed=True)
 
 
+_BLAKE2B_8 = hashlib.blake2b(digest_size=8)  # copied, never updated: what chain_hash starts from
+
+
 def chain_hash(parent: int, content: bytes) -> int:
     h = hashlib.blake2b(parent.to_bytes(8, "little", signed=True), digest_size=8)
     h.update(content)
@@ -59,7 +62,7 @@ class BlockManager:
         self.free_blocks: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.evictable: OrderedDict[int, None] = OrderedDict()  # LRU first
         self.block_hash: list[int | None] = [None] * num_blocks
-        self.block_content: dict[int, bytes] = {}
+        self.block_content: list[bytes | None] = [None] * num_blocks  # a cached block's tokens (hits verify them)
         self.cache_index: dict[int, int] = {}  # hash -> block
         self.tables: dict[int, list[int]] = {}
         self.reserved: dict[int, int] = {}
@@ -96,15 +99,27 @@ class BlockManager:
         return req.token_ids[i * bs : (i + 1) * bs].tobytes()
 
     def _chain(self, req: Request, num_blocks: int) -> list[int]:
-        """Chain hashes of the first ``num_blocks`` full blocks of ``req`` (memoized)."""
+        """Chain hashes of the first ``num_blocks`` full blocks of ``req`` (memoized): ``chain_hash``
+        block after block, the parent kept as the digest's bytes (``chain_hash`` reads them back)."""
         hashes = self._hashes.setdefault(req.request_id, [])
+        done = len(hashes)
+        if done >= num_blocks:
+            return hashes
         if hashes:
             parent = hashes[-1]
         else:
             parent = self.root if req.cache_salt is None else salted_root(self.root, req.cache_salt)
-        for i in range(len(hashes), num_blocks):
-            parent = chain_hash(parent, self._block_bytes(req, i))
-            hashes.append(parent)
+        bs = self.block_size
+        data = req.token_ids[done * bs : num_blocks * bs].tobytes()
+        width = len(data) // (num_blocks - done)
+        digest = parent.to_bytes(8, "little", signed=True)
+        blank, from_bytes = _BLAKE2B_8, int.from_bytes
+        for offset in range(0, len(data), width):
+            h = blank.copy()  # cheaper than a new blake2b(digest_size=8)
+            h.update(digest)
+            h.update(data[offset : offset + width])
+            digest = h.digest()
+            hashes.append(from_bytes(digest, "little", signed=True))
         return hashes
 
     def prompt_hashes(self, req: Request) -> list[int]:
@@ -187,7 +202,7 @@ class BlockManager:
             else:  # evict the least recently used cached block (the log's alloc of it says so)
                 block = self.evictable.popitem(last=False)[0]
                 del self.cache_index[self.block_hash[block]]  # type: ignore[index]
-                del self.block_content[block]
+                self.block_content[block] = None
                 self.block_hash[block] = None
             ref_counts[block] = 1
             table.append(block)
@@ -219,14 +234,19 @@ class BlockManager:
         hashes = self._chain(req, full)
         table = self.tables[rid]
         cached: list[int] = []
+        bs = self.block_size
+        data = req.token_ids[done * bs : full * bs].tobytes()
+        width = len(data) // (full - done)
+        cache_index, block_hash, block_content = self.cache_index, self.block_hash, self.block_content
         for i in range(done, full):
             h = hashes[i]
-            if h in self.cache_index:
+            if h in cache_index:
                 continue  # the same content is already cached (e.g. computed concurrently)
             block = table[i]
-            self.cache_index[h] = block
-            self.block_hash[block] = h
-            self.block_content[block] = self._block_bytes(req, i)
+            cache_index[h] = block
+            block_hash[block] = h
+            offset = (i - done) * width
+            block_content[block] = data[offset : offset + width]
             cached.append(block)
         if cached:
             events = self.events
@@ -244,13 +264,15 @@ class BlockManager:
         table = self.tables.pop(rid, None)
         self._registered.pop(rid, None)
         if table:
+            ref_counts, block_hash = self.ref_counts, self.block_hash
+            free_blocks, evictable = self.free_blocks, self.evictable
             for block in reversed(table):
-                self.ref_counts[block] -= 1
-                if self.ref_counts[block] == 0:
-                    if self.block_hash[block] is None:
-                        self.free_blocks[block] = None
+                ref_counts[block] -= 1
+                if ref_counts[block] == 0:
+                    if block_hash[block] is None:
+                        free_blocks[block] = None
                     else:
-                        self.evictable[block] = None
+                        evictable[block] = None
         reserved = self.reserved.pop(rid, 0)
         if reserved:
             self.total_reserved -= reserved

@@ -28,13 +28,13 @@ from traces.params import InvalidRequest, SamplingParams
 from traces.prompt import TRACE_PROMPTS, Prompt, PromptIds, PromptSynthetic, materialize
 
 SEGMENT_ID_BITS = 48  # a hashed block's id: what PromptSynthetic seeds its tokens with
+_FINISHED = RequestStatus.FINISHED  # (an enum member read once: a class attribute lookup costs)
 
 
 @dataclass(slots=True)
-class _PendingStep:
-    """A planned step not yet completed: when it was planned, what ``advance`` did."""
+class _Advanced:
+    """What ``advance`` did to a step that ``complete`` has not completed yet."""
 
-    time: float
     block_events: list = field(default_factory=list)
     finished: list[Request] = field(default_factory=list)
 
@@ -61,7 +61,8 @@ class EngineCore:
         self.requests: dict[int, Request] = {}  # unfinished requests
         self._next_request_id = 0
         self._next_step = 0
-        self._pending: dict[int, _PendingStep] = {}  # planned steps not yet completed
+        self._planned: dict[int, float] = {}  # steps planned, not yet completed: when they were planned
+        self._advanced: dict[int, _Advanced] = {}  # of those, the ones ``advance`` took
 
     # --- requests ------------------------------------------------------------------------------
 
@@ -189,7 +190,7 @@ class EngineCore:
         if plan.empty:
             return plan
         self._next_step += 1
-        self._pending[plan.step] = _PendingStep(now)
+        self._planned[plan.step] = now
         return plan
 
     def overlappable(self, plan: StepPlan) -> bool:
@@ -199,10 +200,76 @@ class EngineCore:
         requests = self.requests
         return not any(requests[s.request_id].next_token_matters() for s in plan.spans if s.sample)
 
-    def commit(self, plan: StepPlan, result: StepResult, start: float) -> list[RequestDelta]:
-        """Apply the executor's result: ``advance`` then ``complete``."""
-        self.advance(plan)
-        return self.complete(plan, result, start)
+    def commit(self, plan: StepPlan, result: StepResult, start: float, deltas: bool = True) -> list[RequestDelta]:
+        """Apply the executor's result: what ``advance`` then ``complete`` do, in one pass over the
+        spans, with the same state and events (a request a token stops is ended after every span
+        has advanced, as ``complete`` ends it after ``advance``). ``deltas=False``: return none
+        (a caller that reads only the log, like the simulator)."""
+        planned = self._planned.pop(plan.step)
+        bm = self.block_manager
+        bs = bm.block_size
+        requests = self.requests
+        scheduler = self.scheduler
+        finished: list[Request] = []
+        stopped: list[Request] = []
+        out: list[RequestDelta] = []
+        committed: list[list[int]] = []
+        token_ids_of = result.token_ids
+        logprobs = result.logprobs if deltas else None
+        for span in plan.spans:
+            rid = span.request_id
+            req = requests[rid]
+            pos = span.start
+            computed = pos + span.num_tokens
+            req.num_computed_tokens = computed
+            if computed // bs != pos // bs:  # a block became full: cache it
+                bm.register_computed(req)
+            if not span.sample:
+                continue
+            new = token_ids_of[len(committed)]
+            if not new:
+                raise ValueError(f"the executor returned no token for request {rid}'s sampling span")
+            token_ids = req.token_ids
+            token_ids.append(new[0])
+            at_limit = len(token_ids) >= req.max_total_tokens
+            if at_limit:  # its length limit: ended now, KV freed
+                scheduler.remove(req)
+                req.status = _FINISHED
+                finished.append(req)
+            if req.stops_on_token:
+                reason = req.check_stop(new[0])
+            else:  # what check_stop says of a request no token value ends
+                reason = "length" if at_limit else None
+            if len(new) > 1:
+                if reason is not None:
+                    new = new[:1]
+                else:
+                    for i in range(1, len(new)):
+                        token_ids.append(new[i])
+                        reason = req.check_stop(new[i])
+                        if reason is not None:
+                            new = new[: i + 1]
+                            break
+            if deltas:
+                lps = logprobs[len(committed)] if logprobs is not None else None
+                out.append(RequestDelta(rid, new, reason, lps[: len(new)] if lps is not None else None))
+            committed.append(new)
+            if reason is not None:
+                req.finish_reason = reason
+                if req.status is not _FINISHED:  # a token stop: ended below
+                    stopped.append(req)
+        block_events = bm.drain_events()
+        if stopped:
+            self._stopped_by_value(plan)
+            for req in stopped:
+                scheduler.remove(req)
+                req.status = _FINISHED
+                finished.append(req)
+            block_events += bm.drain_events()
+        for req in finished:
+            del requests[req.request_id]
+        self._emit(plan, planned, start, start + result.duration, committed, block_events, finished)
+        return out
 
     def advance(self, plan: StepPlan) -> None:
         """Everything a step's commit does that doesn't need its token values: advance the spans,
@@ -211,7 +278,7 @@ class EngineCore:
         bm = self.block_manager
         bs = bm.block_size
         requests = self.requests
-        pending = self._pending[plan.step]
+        advanced = self._advanced[plan.step] = _Advanced()
         for span in plan.spans:
             req = requests[span.request_id]
             pos, n = span.start, span.num_tokens
@@ -223,15 +290,16 @@ class EngineCore:
                 if len(req.token_ids) >= req.max_total_tokens:
                     self.scheduler.remove(req)
                     req.status = RequestStatus.FINISHED
-                    pending.finished.append(req)
-        pending.block_events = bm.drain_events()
+                    advanced.finished.append(req)
+        advanced.block_events = bm.drain_events()
 
     def complete(self, plan: StepPlan, result: StepResult, start: float) -> list[RequestDelta]:
         """Write the sampled tokens over their placeholders, apply token stops, emit the step's events."""
         end = start + result.duration
         requests = self.requests
-        pending = self._pending.pop(plan.step)
-        finished = pending.finished
+        planned = self._planned.pop(plan.step)
+        advanced = self._advanced.pop(plan.step)
+        finished = advanced.finished
         deltas: list[RequestDelta] = []
         committed: list[list[int]] = []
         tokens_iter = iter(result.token_ids)
@@ -270,25 +338,35 @@ class EngineCore:
                     finished.append(req)
         for req in finished:
             del requests[req.request_id]
-        block_events = pending.block_events
+        block_events = advanced.block_events
         if stopped_by_value:
-            if plan.step != self._next_step - 1:
-                raise RuntimeError(f"step {plan.step} stopped a request on a token value, but a later step "
-                                   "was already planned: it should not have been overlapped")
+            self._stopped_by_value(plan)
             block_events = block_events + self.block_manager.drain_events()
-        if self.sink is not None:
-            for rid in plan.preempted:
-                self.sink(Preempted(time=pending.time, step=plan.step, request_id=rid))
-            for a in plan.admitted:
-                self.sink(Admitted(time=pending.time, step=plan.step, request_id=a.request_id,
-                                   num_cached_tokens=a.num_cached_tokens,
-                                   num_reserved_blocks=a.num_reserved_blocks))
-            self.sink(Step(step=plan.step, start=start, end=end, spans=plan.spans,
-                           tokens=committed, block_events=block_events))
-            for req in finished:
-                self.sink(Finished(time=end, request_id=req.request_id, reason=req.finish_reason,
-                                   num_output_tokens=req.num_output_tokens))
+        self._emit(plan, planned, start, end, committed, block_events, finished)
         return deltas
+
+    def _stopped_by_value(self, plan: StepPlan) -> None:
+        if plan.step != self._next_step - 1:
+            raise RuntimeError(f"step {plan.step} stopped a request on a token value, but a later step "
+                               "was already planned: it should not have been overlapped")
+
+    def _emit(self, plan: StepPlan, planned: float, start: float, end: float, committed: list[list[int]],
+              block_events: list, finished: list[Request]) -> None:
+        """Write a completed step's events: its preemptions and admissions (as of when it was planned),
+        the Step, and the requests it finished."""
+        sink = self.sink
+        if sink is None:
+            return
+        for rid in plan.preempted:
+            sink(Preempted(time=planned, step=plan.step, request_id=rid))
+        for a in plan.admitted:
+            sink(Admitted(time=planned, step=plan.step, request_id=a.request_id, num_cached_tokens=a.num_cached_tokens,
+                          num_reserved_blocks=a.num_reserved_blocks))
+        sink(Step(step=plan.step, start=start, end=end, spans=plan.spans, tokens=committed,
+                  block_events=block_events))
+        for req in finished:
+            sink(Finished(time=end, request_id=req.request_id, reason=req.finish_reason,  # type: ignore[arg-type]
+                          num_output_tokens=req.num_output_tokens))
 
     def step(self, now: float, executor: Executor) -> StepOutput:
         plan = self.schedule(now)

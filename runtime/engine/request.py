@@ -32,7 +32,7 @@ class Request:
     __slots__ = (
         "request_id", "token_ids", "num_prompt_tokens", "params", "arrival_time", "priority",
         "status", "num_computed_tokens", "num_cached_tokens", "finish_reason", "admit_seq",
-        "max_total_tokens", "num_preemptions", "eos_token_id", "cache_salt",
+        "max_total_tokens", "num_preemptions", "eos_token_id", "cache_salt", "stops_on_token",
     )
 
     def __init__(
@@ -61,6 +61,9 @@ class Request:
         self.num_preemptions = 0
         self.eos_token_id = eos_token_id
         self.cache_salt = cache_salt  # roots its prefix-hash chain: shares blocks only within the salt
+        # whether a sampled token's value can end it (eos, a stop token id); if not, only its length
+        # does (``check_stop``'s answer is then known without it). Params and eos are fixed at creation.
+        self.stops_on_token = bool(params.stop_token_ids) or (not params.ignore_eos and eos_token_id is not None)
 
     @property
     def num_tokens(self) -> int:

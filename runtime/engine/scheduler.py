@@ -20,6 +20,8 @@ from runtime.engine.request import Request, RequestStatus
 from runtime.engine.types import Admission, StepPlan
 from traces.events import Span
 
+_RUNNING = RequestStatus.RUNNING  # (an enum member read once: a class attribute lookup costs)
+
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager) -> None:
@@ -49,11 +51,12 @@ class Scheduler:
         req.num_preemptions += 1
         self.waiting.push(req, front=True)
 
-    def _fit(self, req: Request, n: int, scheduled: dict[int, tuple[Request, int]],
-             preempted: list[int]) -> int:
-        """Allocate blocks for ``n`` more tokens of ``req``, preempting while they don't fit.
+    def _fit(self, req: Request, n: int, scheduled: dict[int, int], spans: list[Span], preempted: list[int]) -> int:
+        """Allocate blocks for ``n`` more tokens of ``req``, preempting while they don't fit; on
+        success schedule it (``scheduled``, ``spans``).
 
-        Returns the net budget used: ``n`` if scheduled, minus what un-scheduled victims gave back.
+        Returns the net budget used: ``n`` if scheduled, minus what un-scheduled victims gave back
+        (their spans are dropped by ``schedule``).
         """
         used = 0
         while not self.bm.allocate(req, req.num_computed_tokens + n):
@@ -62,10 +65,12 @@ class Scheduler:
             preempted.append(victim.request_id)
             undone = scheduled.pop(victim.request_id, None)
             if undone is not None:
-                used -= undone[1]
+                used -= undone
             if victim is req:
                 return used
-        scheduled[req.request_id] = (req, n)
+        scheduled[req.request_id] = n
+        start = req.num_computed_tokens
+        spans.append(Span(req.request_id, start, n, start + n == len(req.token_ids)))
         return used + n
 
     # --- the step ----------------------------------------------------------------------------------
@@ -74,78 +79,94 @@ class Scheduler:
         cfg = self.config
         bm = self.bm
         budget = cfg.max_num_batched_tokens
-        chunked = cfg.enable_chunked_prefill
-        scheduled: dict[int, tuple[Request, int]] = {}
+        scheduled: dict[int, int] = {}  # request -> tokens this step, in the order of ``spans``
+        spans: list[Span] = []
         preempted: list[int] = []
-        running = RequestStatus.RUNNING
+        status = _RUNNING
         tables = bm.tables
         bs = bm.block_size
+        running = self.running
+        # decodes (a running request with one token left), in admission order: the fast path right
+        # here (its block exists); from the first that needs a block on, in order in the loop below
         decodes: list[Request] = []
         prefills: list[Request] = []
-        for req in self.running.values():
-            if len(req.token_ids) - req.num_computed_tokens == 1:
+        for req in running.values():
+            computed = req.num_computed_tokens
+            if len(req.token_ids) - computed != 1:
+                prefills.append(req)
+            elif decodes or budget <= 0 or computed >= len(tables[req.request_id]) * bs:
                 decodes.append(req)
             else:
-                prefills.append(req)
+                rid = req.request_id
+                scheduled[rid] = 1
+                spans.append(Span(rid, computed, 1, True))
+                budget -= 1
 
         for req in decodes:
             if budget <= 0:
                 break
-            if req.status is not running:  # preempted earlier in this step
+            if req.status is not status:  # preempted earlier in this step
                 continue
-            if req.num_computed_tokens < len(tables[req.request_id]) * bs:
-                scheduled[req.request_id] = (req, 1)  # fast path: its block already exists
+            rid = req.request_id
+            computed = req.num_computed_tokens
+            if computed < len(tables[rid]) * bs:  # its block already exists
+                scheduled[rid] = 1
+                spans.append(Span(rid, computed, 1, True))
                 budget -= 1
             else:
-                budget -= self._fit(req, 1, scheduled, preempted)
-        for req in prefills:
-            if budget <= 0:
-                break
-            if req.status is not running:
-                continue
-            remaining = len(req.token_ids) - req.num_computed_tokens
-            if remaining <= budget:
-                budget -= self._fit(req, remaining, scheduled, preempted)
-            elif chunked:
-                budget -= self._fit(req, budget, scheduled, preempted)
+                budget -= self._fit(req, 1, scheduled, spans, preempted)
+        if prefills:  # continuing prefills (a snapshot: _fit may preempt)
+            chunked = cfg.enable_chunked_prefill
+            for req in prefills:
+                if budget <= 0:
+                    break
+                if req.status is not status:
+                    continue
+                remaining = len(req.token_ids) - req.num_computed_tokens
+                if remaining <= budget:
+                    budget -= self._fit(req, remaining, scheduled, spans, preempted)
+                elif chunked:
+                    budget -= self._fit(req, budget, scheduled, spans, preempted)
 
         admitted: list[Admission] = []
-        if not preempted:
-            waiting = self.waiting
-            while len(waiting) and budget > 0 and len(self.running) < cfg.max_num_seqs:
-                req = waiting.peek()
-                hits = bm.probe(req)
-                cached = len(hits) * bm.block_size
-                remaining = req.num_tokens - cached
-                if remaining <= budget:
-                    n = remaining
-                elif chunked:
-                    n = budget
-                else:
-                    break
-                reserved = bm.admit(req, hits, n, cfg.reserve_full_prompt)
-                if reserved is None:
-                    break
-                waiting.pop()
-                req.status = RequestStatus.RUNNING
-                req.num_computed_tokens = cached
-                req.num_cached_tokens = cached
-                req.admit_seq = self._admit_counter
-                self._admit_counter += 1
-                self.running[req.request_id] = req
-                ok = bm.allocate(req, cached + n)
-                assert ok, "admission reserved the blocks of its first chunk"
-                scheduled[req.request_id] = (req, n)
-                admitted.append(Admission(req.request_id, cached, reserved))
-                budget -= n
+        if preempted:  # no admission in a step that preempted; victims lose their spans
+            gone = set(preempted)
+            spans = [s for s in spans if s.request_id not in gone]
+        elif budget > 0 and len(running) < cfg.max_num_seqs and len(self.waiting):
+            self._admit(budget, scheduled, spans, admitted)
+        return StepPlan(step, spans, [tables[s.request_id] for s in spans], admitted, preempted,
+                        sum(scheduled.values()))
 
-        spans: list[Span] = []
-        tables: list[list[int]] = []
-        total = 0
-        tables_of = bm.tables
-        for rid, (req, n) in scheduled.items():
-            start = req.num_computed_tokens
-            spans.append(Span(rid, start, n, start + n == len(req.token_ids)))
-            tables.append(tables_of[rid])
-            total += n
-        return StepPlan(step, spans, tables, admitted, preempted, total)
+    def _admit(self, budget: int, scheduled: dict[int, int], spans: list[Span], admitted: list[Admission]) -> None:
+        """Admit waiting requests (policy order) while budget, sequence slots and KV capacity allow."""
+        cfg = self.config
+        bm = self.bm
+        waiting = self.waiting
+        chunked = cfg.enable_chunked_prefill
+        while len(waiting) and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            req = waiting.peek()
+            hits = bm.probe(req)
+            cached = len(hits) * bm.block_size
+            remaining = req.num_tokens - cached
+            if remaining <= budget:
+                n = remaining
+            elif chunked:
+                n = budget
+            else:
+                break
+            reserved = bm.admit(req, hits, n, cfg.reserve_full_prompt)
+            if reserved is None:
+                break
+            waiting.pop()
+            req.status = RequestStatus.RUNNING
+            req.num_computed_tokens = cached
+            req.num_cached_tokens = cached
+            req.admit_seq = self._admit_counter
+            self._admit_counter += 1
+            self.running[req.request_id] = req
+            ok = bm.allocate(req, cached + n)
+            assert ok, "admission reserved the blocks of its first chunk"
+            scheduled[req.request_id] = n
+            spans.append(Span(req.request_id, cached, n, cached + n == len(req.token_ids)))
+            admitted.append(Admission(req.request_id, cached, reserved))
+            budget -= n

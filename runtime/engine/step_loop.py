@@ -23,9 +23,10 @@ is later, and ends when its tokens are on the host, so the logged steps tile the
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import msgspec
 
 from runtime.engine.core import EngineCore
 from runtime.engine.types import Executor, OverlappingExecutor, StepOutput, StepPlan
@@ -86,6 +87,6 @@ class StepLoop:
         end = self.clock()
         start = max(launched.planned_at, self._last_end)
         self._last_end = end
-        result = dataclasses.replace(result, duration=end - start)
+        result = msgspec.structs.replace(result, duration=end - start)
         finish = self.core.complete if advanced else self.core.commit
         return StepOutput(launched.plan, result, finish(launched.plan, result, start))

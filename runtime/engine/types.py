@@ -21,15 +21,13 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Admission:
+class Admission(msgspec.Struct, frozen=True, gc=False):
     request_id: int
     num_cached_tokens: int
     num_reserved_blocks: int
 
 
-@dataclass(frozen=True, slots=True)
-class StepPlan:
+class StepPlan(msgspec.Struct, frozen=True, gc=False):  # a Struct: built once a step, cheaply
     """What the policy decided for one step; everything an executor needs besides weights.
 
     ``block_tables[i]`` is the live table of ``spans[i]``'s request: read it during the step,
@@ -48,8 +46,7 @@ class StepPlan:
         return not self.spans
 
 
-@dataclass(frozen=True, slots=True)
-class StepResult:
+class StepResult(msgspec.Struct, frozen=True, gc=False):
     """What the executor did: tokens per sampling span (in span order) and the time it took."""
 
     token_ids: list[list[int]]

@@ -1,0 +1,53 @@
+"""A tree ensemble's remembered predictions (per cell of split thresholds) are bit for bit the walk's."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.trees import LEAF, Tree, TreeEnsemble
+
+
+def random_tree(rng: random.Random, n_features: int, depth: int) -> Tree:
+    feature, threshold, left, right, value = [], [], [], [], []
+
+    def node(d: int) -> int:
+        i = len(value)
+        feature.append(0), threshold.append(0.0), left.append(LEAF), right.append(LEAF), value.append(rng.gauss(0, 1))
+        if d < depth and rng.random() < 0.8:
+            feature[i] = rng.randrange(n_features)
+            threshold[i] = rng.choice([rng.uniform(-10, 10), float(rng.randrange(-10, 10)) + 0.5])
+            left[i] = node(d + 1)
+            right[i] = node(d + 1)
+        return i
+
+    node(0)
+    return Tree(feature, threshold, left, right, value)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 2**32), st.integers(1, 6))
+def test_remembered_predictions_are_the_walk(seed, n_features):
+    rng = random.Random(seed)
+    ensemble = TreeEnsemble([random_tree(rng, n_features, 4) for _ in range(rng.randrange(1, 30))],
+                            base=rng.gauss(0, 1), scale=rng.uniform(0.01, 1))
+    cuts = ensemble._thresholds(n_features)
+    for _ in range(300):  # on, just off and far from every threshold, ints and floats
+        x = []
+        for f in range(n_features):
+            near = rng.choice(cuts[f]) if cuts[f] and rng.random() < 0.7 else rng.uniform(-20, 20)
+            x.append(rng.choice([near, near + 1e-12, near - 1e-12, round(near), near * 2]))
+        assert ensemble.predict_one(x) == ensemble.walk(x)
+        assert ensemble.predict_one(x) == ensemble.walk(x)  # remembered
+
+
+def test_the_memo_is_bounded():
+    rng = random.Random(3)
+    ensemble = TreeEnsemble([random_tree(rng, 2, 5) for _ in range(5)])
+    ensemble.MAX_CELLS = 4
+    for _ in range(50):
+        x = [rng.uniform(-20, 20), rng.uniform(-20, 20)]
+        assert ensemble.predict_one(x) == ensemble.walk(x)
+        assert len(ensemble._cells) <= 4
