@@ -172,6 +172,18 @@ def test_ranges_warn_with_the_share_of_steps_and_time_outside():
     assert RangeTracker(LinearCostModel({"const": 1e-3}), ranges).warning() is None
 
 
+def test_the_range_tracker_simulates_as_its_model_does():
+    """It passes the host hooks on: an overlapped model's tracker plans ahead, with its intake delay."""
+    from simulator.host_timing import HostTiming
+
+    model = LinearCostModel({"const": 1e-3})
+    model.set_host(HostTiming(intake_delay=0.002, overlap=True))
+    ranges = FeatureRanges.from_ext(np.array([[1, 0, 0, 8, 800, 8, 0, 8, 0, 0]], dtype=float))
+    tracker = RangeTracker(model, ranges)
+    assert tracker.plans_ahead and model.plans_ahead and tracker.intake_delay == 0.002
+    assert tracker.host_gap(3) == model.host_gap(3)
+
+
 def test_cli_fit_reports_every_candidate_and_simulate_warns_outside_the_range(padded_logs, tmp_path, capsys):
     train, held = padded_logs
     out = tmp_path / "m.json"
