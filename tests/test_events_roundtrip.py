@@ -79,7 +79,7 @@ def params(draw) -> SamplingParams:
 
 runs = st.lists(ints, max_size=6)
 block_events = st.one_of(
-    st.builds(BlockAllocated, ints, runs), st.builds(BlockFreed, ints), st.builds(BlockCached, runs),
+    st.builds(BlockAllocated, ints, runs), st.builds(BlockFreed, ints), st.builds(BlockCached, ints, runs),
     st.builds(PrefixHit, ints, runs), st.builds(Reserved, ints, ints))
 
 EVENTS = {

@@ -152,8 +152,8 @@ def test_a_prefix_hit_never_crosses_cache_salts(salted_log):
         for b in getattr(ev, "block_events", ()):
             state.apply_block_event(b)
             if isinstance(b, BlockCached):  # cached by the one request computing it
-                for block in block_ids(b.runs):
-                    (owner[block],) = [rid for rid, t in state.tables.items() if block in t]
+                for i in block_ids(b.runs):
+                    owner[state.tables[b.request_id][i]] = b.request_id
             elif isinstance(b, PrefixHit):
                 assert all(salt[b.request_id] == salt[owner[block]] for block in block_ids(b.runs))
     assert 0 < len(_hits(events)) < len(_hits(unsalted))  # sharing within a salt, less of it overall

@@ -51,8 +51,10 @@ class PrefixHit(_BlockEvent, tag="hit"):
 
 
 class BlockCached(_BlockEvent, tag="cache"):
-    """Fully computed blocks registered in the prefix-cache index."""
+    """Fully computed blocks of a request registered in the prefix-cache index: ``runs`` of
+    positions in its table (not block ids: they are those the table holds there)."""
 
+    request_id: int
     runs: list[int]
 
 

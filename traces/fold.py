@@ -103,7 +103,8 @@ class FoldedState:
                         (self.evictable if b in cached else self.free)[b] = None
             self.reserved.pop(rid, None)
         elif cls is BlockCached:
-            self.cached.update(block_ids(ev.runs))  # type: ignore[union-attr]
+            table = self.tables[ev.request_id]  # type: ignore[union-attr]
+            self.cached.update(table[i] for i in block_ids(ev.runs))  # type: ignore[union-attr]
         elif cls is Reserved:
             if ev.num_blocks:  # type: ignore[union-attr]
                 self.reserved[ev.request_id] = ev.num_blocks  # type: ignore[union-attr]

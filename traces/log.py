@@ -38,7 +38,7 @@ from traces.events import (
     Rejected,
     Step,
 )
-from traces.events_v1 import EventV1, upgrade
+from traces.events_v1 import EventV1, Upgrader
 from traces.fold import BlockState, FoldedState, fold
 from traces.log_check import non_finite
 from traces.log_errors import LogError
@@ -304,7 +304,7 @@ class LogReader:
         if cls is Header and lineno == 1:
             return self._header(event)  # type: ignore[arg-type]
         if self.file_schema_version == 1:
-            return upgrade(event)  # type: ignore[arg-type]
+            return self._upgrade(event)  # type: ignore[arg-type]
         self._codec.observe(event)  # type: ignore[arg-type]
         return event  # type: ignore[return-value]
 
@@ -317,6 +317,7 @@ class LogReader:
         if version == SCHEMA_VERSION:
             return header
         self._line_decoder = _decoder_v1  # type: ignore[assignment]
+        self._upgrade = Upgrader()
         return msgspec.structs.replace(header, schema_version=SCHEMA_VERSION)
 
 

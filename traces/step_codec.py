@@ -44,7 +44,7 @@ class StepLine(msgspec.Struct, tag="Step", tag_field="type", omit_defaults=True,
     decodes: int | None = None  # leading decode spans, of the decoding requests in order; None: all
     spans: list[Span] = []  # the spans after them
     tokens: int | list[int | list[int]] = []  # per sampling span, an int x for [x]; an int: each drew [x]
-    block_events: list[BlockEvent] = []
+    block_events: list[BlockEvent] = msgspec.field(default_factory=list, name="blocks")
 
     @property
     def plain(self) -> bool:

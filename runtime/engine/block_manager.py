@@ -13,8 +13,8 @@ Rules
 - ``free`` is idempotent, so aborting at any status never leaks or double-frees.
 
 Every state change is appended to ``events`` (drained by the core into the log) in the order
-it happened, one operation per call with its blocks as runs (``traces.events``: consecutive
-registrations make one ``BlockCached``); ``traces.log.fold`` replays them.
+it happened, one operation per call with its blocks as runs (``traces.events``);
+``traces.log.fold`` replays them.
 """
 
 from __future__ import annotations
@@ -247,14 +247,9 @@ class BlockManager:
             block_hash[block] = h
             offset = (i - done) * width
             block_content[block] = data[offset : offset + width]
-            cached.append(block)
-        if cached:
-            events = self.events
-            last = events[-1] if events else None
-            if last.__class__ is BlockCached:  # consecutive registrations: one operation
-                extend_runs(last.runs, cached)  # type: ignore[union-attr]
-            else:
-                events.append(BlockCached(runs_of(cached)))
+            cached.append(i)
+        if cached:  # positions in its table
+            self.events.append(BlockCached(rid, [cached[0], 1] if len(cached) == 1 else runs_of(cached)))
 
     # --- release ---------------------------------------------------------------------------------
 
