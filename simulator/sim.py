@@ -133,6 +133,7 @@ class Simulation:
         gap_before = getattr(self.cost_model, "gap_before", None)
         host_gap = getattr(self.cost_model, "host_gap", None)
         seen, num, requests, arrive_until = self._seen, len(self._seen), core.requests, self._arrive_until
+        result, token_fn, every = self.result, self.token_fn, self.progress_every
         previous: int | None = None  # spans of the step before, None after idle
         now = self.start
         arrive_until(now)
@@ -157,9 +158,16 @@ class Simulation:
             end = now + duration
             if self._arrived < num and seen[self._arrived] <= end:
                 arrive_until(end)
-            commit(plan, StepResult(self._tokens(spans), duration), now, False)  # no deltas: the log is the output
+            if token_fn is None:  # (inlined _tokens and _counted: this runs once a simulated step)
+                tokens = [[SYNTHETIC_TOKEN] for s in spans if s.sample]
+            else:
+                tokens = [[token_fn(s.request_id, s.start + s.num_tokens)] for s in spans if s.sample]
+            commit(plan, StepResult(tokens, duration), now, False)  # no deltas: the log is the output
             now = end
-            self._counted(end)
+            result.num_steps += 1
+            result.end_time = end
+            if result.num_steps % every == 0:
+                self._report_progress()
 
     def _run_planning_ahead(self) -> None:
         """The async engine (runtime/engine/step_loop.py): step k+1 is planned as step k starts and
@@ -198,7 +206,9 @@ class Simulation:
         """A launched step ends: arrivals up to its end join, then it is committed (``complete``
         once ``advance`` ran). Returns its end."""
         plan, start, end, _ = flight
-        self._arrive_until(end)
+        arrived = self._arrived
+        if arrived < len(self._seen) and self._seen[arrived] <= end:
+            self._arrive_until(end)
         result = StepResult(self._tokens(plan.spans), end - start)
         if advanced:
             self.core.complete(plan, result, start)

@@ -198,7 +198,12 @@ class EngineCore:
         next inputs (see ``Request.next_token_matters``): then the next step may be planned and
         launched before these tokens reach the host, and the log stays what a sequential run writes."""
         requests = self.requests
-        return not any(requests[s.request_id].next_token_matters() for s in plan.spans if s.sample)
+        for s in plan.spans:
+            if s.sample:
+                req = requests[s.request_id]
+                if req.token_may_matter and req.next_token_matters():
+                    return False
+        return True
 
     def commit(self, plan: StepPlan, result: StepResult, start: float, deltas: bool = True) -> list[RequestDelta]:
         """Apply the executor's result: what ``advance`` then ``complete`` do, in one pass over the

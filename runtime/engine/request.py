@@ -32,7 +32,7 @@ class Request:
     __slots__ = (
         "request_id", "token_ids", "num_prompt_tokens", "params", "arrival_time", "priority",
         "status", "num_computed_tokens", "num_cached_tokens", "finish_reason", "admit_seq",
-        "max_total_tokens", "num_preemptions", "eos_token_id", "cache_salt", "stops_on_token",
+        "max_total_tokens", "num_preemptions", "eos_token_id", "cache_salt", "stops_on_token", "token_may_matter",
     )
 
     def __init__(
@@ -64,6 +64,9 @@ class Request:
         # whether a sampled token's value can end it (eos, a stop token id); if not, only its length
         # does (``check_stop``'s answer is then known without it). Params and eos are fixed at creation.
         self.stops_on_token = bool(params.stop_token_ids) or (not params.ignore_eos and eos_token_id is not None)
+        # False: ``next_token_matters`` is False all along (no stop strings, penalties or token stops)
+        self.token_may_matter = self.stops_on_token or bool(params.stop) or params.repetition_penalty != 1.0 \
+            or params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
 
     @property
     def num_tokens(self) -> int:
