@@ -211,7 +211,7 @@ class Simulation:
             self._arrive_until(end)
         result = StepResult(self._tokens(plan.spans), end - start)
         if advanced:
-            self.core.complete(plan, result, start)
+            self.core.complete(plan, result, start, False)  # no deltas: the log is the output
         else:
             self.core.commit(plan, result, start, False)
         self._counted(end)

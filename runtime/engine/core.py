@@ -298,14 +298,15 @@ class EngineCore:
                     advanced.finished.append(req)
         advanced.block_events = bm.drain_events()
 
-    def complete(self, plan: StepPlan, result: StepResult, start: float) -> list[RequestDelta]:
-        """Write the sampled tokens over their placeholders, apply token stops, emit the step's events."""
+    def complete(self, plan: StepPlan, result: StepResult, start: float, deltas: bool = True) -> list[RequestDelta]:
+        """Write the sampled tokens over their placeholders, apply token stops, emit the step's events
+        (``deltas=False``: return none, as ``commit``)."""
         end = start + result.duration
         requests = self.requests
         planned = self._planned.pop(plan.step)
         advanced = self._advanced.pop(plan.step)
         finished = advanced.finished
-        deltas: list[RequestDelta] = []
+        out: list[RequestDelta] = []
         committed: list[list[int]] = []
         tokens_iter = iter(result.token_ids)
         logprobs_iter = iter(result.logprobs) if result.logprobs is not None else None
@@ -320,20 +321,25 @@ class EngineCore:
             lps = next(logprobs_iter) if logprobs_iter is not None else None
             token_ids = req.token_ids
             slot = len(token_ids) - 1  # the placeholder advance() reserved
-            reason = None
-            for i, token in enumerate(new):
-                if i == 0:
-                    token_ids[slot] = token
-                else:
-                    token_ids.append(token)
-                reason = req.check_stop(token)
-                if reason is not None:
-                    new = new[: i + 1]
-                    break
+            if len(new) == 1 and not req.stops_on_token:  # what check_stop says of it: only its length
+                token_ids[slot] = new[0]
+                reason = "length" if len(token_ids) >= req.max_total_tokens else None
+            else:
+                reason = None
+                for i, token in enumerate(new):
+                    if i == 0:
+                        token_ids[slot] = token
+                    else:
+                        token_ids.append(token)
+                    reason = req.check_stop(token)
+                    if reason is not None:
+                        new = new[: i + 1]
+                        break
             committed.append(new)
-            if lps is not None:
-                lps = lps[: len(new)]
-            deltas.append(RequestDelta(span.request_id, new, reason, lps))
+            if deltas:
+                if lps is not None:
+                    lps = lps[: len(new)]
+                out.append(RequestDelta(span.request_id, new, reason, lps))
             if reason is not None:
                 req.finish_reason = reason
                 if req.status is not RequestStatus.FINISHED:  # not ended by advance(): a token stop
@@ -348,7 +354,7 @@ class EngineCore:
             self._stopped_by_value(plan)
             block_events = block_events + self.block_manager.drain_events()
         self._emit(plan, planned, start, end, committed, block_events, finished)
-        return deltas
+        return out
 
     def _stopped_by_value(self, plan: StepPlan) -> None:
         if plan.step != self._next_step - 1:
