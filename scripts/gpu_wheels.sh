@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # openai (+ distro, jiter): transformers serve's API types (scripts/gpu_hf_serve.sh); 2.x is the last line on httpx
 # (the machine has httpx; openai 3.x needs httpx2)
-PACKAGES=(msgspec simpy gguf fastapi starlette uvicorn sse-starlette pydantic pydantic-core annotated-types
+PACKAGES=(msgspec gguf fastapi starlette uvicorn sse-starlette pydantic pydantic-core annotated-types
           typing-inspection opentelemetry-api importlib-metadata h11 anyio sniffio click openai==2.54.0 distro jiter)
 mkdir -p .whl
 for py in 3.10 3.11 3.12 3.13; do
