@@ -127,3 +127,22 @@ def recorded_tokens(path: str | Path):
                 for i, tok in enumerate(tokens):
                     table[span.request_id, span.start + span.num_tokens + i] = tok
     return lambda request_id, position: table[request_id, position]
+
+
+# what VaryingDurationExecutor charges: 2 ms + 10 µs per token + 0.3 ms per span
+VARYING_TRUTH = {"const": 0.002, "prefill_tokens": 1e-5, "decode_seqs": 1e-5, "seqs": 3e-4}
+
+
+def record_on_off(tmp: Path, n: int = 40) -> tuple[Path, Path]:
+    """Two live-style logs of one workload (VaryingDurationExecutor): chunked on (budget 64) and off."""
+    from traces.log import LogWriter
+
+    paths = []
+    for name, config in (("on", small_config(num_blocks=64, budget=64)),
+                         ("off", small_config(num_blocks=64, budget=1024, chunked=False))):
+        path = tmp / f"{name}.jsonl"
+        with LogWriter(path) as w:
+            for ev in record_live(mixed_workload(n, seed=5, rate=30), config, VaryingDurationExecutor(seed=2)):
+                w(ev)
+        paths.append(path)
+    return paths[0], paths[1]

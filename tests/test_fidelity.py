@@ -14,26 +14,15 @@ from runtime.cli import main
 from simulator.cost_model import LinearCostModel, RecordedCostModel
 from simulator.fidelity import check, fidelity
 from simulator.request_times import RequestTimes
-from tests.sim_helpers import VaryingDurationExecutor, mixed_workload, record_live, small_config
-from traces.log import LogWriter, read_log
+from tests.sim_helpers import VARYING_TRUTH, record_on_off
+from traces.log import read_log
 
-# what VaryingDurationExecutor charges: 2 ms + 10 µs per token + 0.3 ms per span
-TRUTH = {"const": 0.002, "prefill_tokens": 1e-5, "decode_seqs": 1e-5, "seqs": 3e-4}
-
-
-def _record(path, config, seed=5, n=40):
-    with LogWriter(path) as w:
-        for ev in record_live(mixed_workload(n, seed=seed, rate=30), config, VaryingDurationExecutor(seed=2)):
-            w(ev)
-    return path
+TRUTH = VARYING_TRUTH
 
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("fidelity")
-    on = _record(tmp / "on.jsonl", small_config(num_blocks=64, budget=64))
-    off = _record(tmp / "off.jsonl", small_config(num_blocks=64, budget=1024, chunked=False))
-    return on, off
+    return record_on_off(tmp_path_factory.mktemp("fidelity"))
 
 
 def test_request_times_agree_with_the_analysis(logs):

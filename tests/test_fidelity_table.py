@@ -13,25 +13,14 @@ from simulator.fidelity_table import markdown, overrides_between, pair_row, run_
 from simulator.fit import decode_steps, fit_cost_model
 from simulator.host_timing import HostTiming
 from simulator.intake import fit_intake_delay, live_ttft_p50, simulated_ttft_p50
-from tests.sim_helpers import VaryingDurationExecutor, mixed_workload, record_live, small_config
-from traces.log import LogWriter
+from tests.sim_helpers import VARYING_TRUTH, record_on_off
 
-TRUTH = {"const": 0.002, "prefill_tokens": 1e-5, "decode_seqs": 1e-5, "seqs": 3e-4}
-
-
-def _record(path, config, seed=5, n=40):
-    with LogWriter(path) as w:
-        for ev in record_live(mixed_workload(n, seed=seed, rate=30), config, VaryingDurationExecutor(seed=2)):
-            w(ev)
-    return path
+TRUTH = VARYING_TRUTH
 
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("table")
-    on = _record(tmp / "on.jsonl", small_config(num_blocks=64, budget=64))
-    off = _record(tmp / "off.jsonl", small_config(num_blocks=64, budget=1024, chunked=False))
-    return on, off
+    return record_on_off(tmp_path_factory.mktemp("table"))
 
 
 def test_overrides_name_every_config_difference(logs):
