@@ -133,20 +133,12 @@ def check(path: Path) -> list[str]:
     the same decisions (and so the same tokens) as recorded."""
     from analysis.regress import regress
     from simulator.cost_model import RecordedCostModel
-    from simulator.replay import resimulate
-    from traces.events import Step
-    from traces.log import LogWriter, read_log
-
-    table = {}
-    for ev in read_log(path):
-        if isinstance(ev, Step):
-            for span, tokens in zip((s for s in ev.spans if s.sample), ev.tokens):
-                for k, tok in enumerate(tokens):
-                    table[span.request_id, span.start + span.num_tokens + k] = tok
+    from simulator.replay import recorded_tokens, resimulate
+    from traces.log import LogWriter
     with tempfile.TemporaryDirectory() as tmp:
         resim = Path(tmp) / "resim.jsonl"
         with LogWriter(resim) as log:
-            resimulate(path, RecordedCostModel.from_log(path), sink=log, token_fn=lambda r, p: table[r, p])
+            resimulate(path, RecordedCostModel.from_log(path), sink=log, token_fn=recorded_tokens(path))
         report = regress(path, resim, ignore=("latency",))
     return [] if report.passed else report.failures + [str(report.first_divergence)]
 

@@ -24,7 +24,16 @@ from typing import Any
 import numpy as np
 
 from simulator.features import EXT_FEATURES, FEATURE_DOC, FEATURES, ext_features, step_features
-from simulator.model_base import FORMAT, CostModel, CostModelError, TimedModel, mape, read_model_doc, total_error
+from simulator.model_base import (
+    FORMAT,
+    CostModel,
+    CostModelError,
+    TimedModel,
+    mape,
+    prediction_errors,
+    read_model_doc,
+    total_error,
+)
 from simulator.nnls import nnls
 from simulator.tree_model import TreeCostModel
 from traces.events import Span, Step
@@ -171,13 +180,7 @@ class LinearCostModel(TimedModel):
 
     def evaluate(self, data: StepData) -> dict[str, Any]:
         """Per-step MAPE overall and per log."""
-        pred = self.predict(data.features)
-        out: dict[str, Any] = {"logs": data.logs, "steps": int(len(data.durations)),
-                               "mape": mape(pred, data.durations), "total_error": total_error(pred, data.durations)}
-        if data.log_index is not None and len(data.logs) > 1:
-            out["per_log"] = {log: mape(pred[data.log_index == i], data.durations[data.log_index == i])
-                              for i, log in enumerate(data.logs)}
-        return out
+        return prediction_errors(self.predict(data.features), data)
 
     # --- persistence -------------------------------------------------------------------------------
 

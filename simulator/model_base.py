@@ -49,6 +49,16 @@ def total_error(predicted: np.ndarray, actual: np.ndarray) -> float:
     return float((predicted.sum() - total) / total * 100) if total > 0 else float("nan")
 
 
+def prediction_errors(pred: np.ndarray, data: Any) -> dict[str, Any]:
+    """Per-step MAPE and total-time error of ``pred`` against a StepData's durations, overall and per log."""
+    out: dict[str, Any] = {"logs": data.logs, "steps": int(len(data.durations)),
+                           "mape": mape(pred, data.durations), "total_error": total_error(pred, data.durations)}
+    if data.log_index is not None and len(data.logs) > 1:
+        out["per_log"] = {log: mape(pred[data.log_index == i], data.durations[data.log_index == i])
+                          for i, log in enumerate(data.logs)}
+    return out
+
+
 def read_model_doc(path: str | Path) -> dict[str, Any]:
     try:
         doc = json.loads(Path(path).read_text())

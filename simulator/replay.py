@@ -163,3 +163,18 @@ def resimulate(path: str | Path, cost_model: CostModel, config: EngineConfig | N
         _, config = log_config(path)
     return simulate(read_log_workload(path), config, cost_model, sink=sink, token_fn=token_fn,
                     progress=progress, header_extra={"resimulated_from": str(path)})
+
+
+def recorded_tokens(path: str | Path):
+    """A simulator token function returning the tokens a log recorded: ``(request, position) -> id``
+    (a re-simulation with them makes the recorded run's token-dependent decisions)."""
+    from traces.events import Step
+    from traces.log import read_log
+
+    table: dict[tuple[int, int], int] = {}
+    for ev in read_log(path):
+        if isinstance(ev, Step):
+            for span, tokens in zip((s for s in ev.spans if s.sample), ev.tokens):
+                for i, tok in enumerate(tokens):
+                    table[span.request_id, span.start + span.num_tokens + i] = tok
+    return lambda request_id, position: table[request_id, position]

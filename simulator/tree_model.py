@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from simulator.features import EXT_FEATURES, FEATURE_DOC, FEATURES, ext_features
-from simulator.model_base import FORMAT, CostModelError, TimedModel, mape, total_error
+from simulator.model_base import FORMAT, CostModelError, TimedModel, prediction_errors
 from simulator.trees import TreeEnsemble
 from traces.events import Span
 
@@ -54,13 +54,7 @@ class TreeCostModel(TimedModel):
 
     def evaluate(self, data: Any) -> dict[str, Any]:
         """Per-step MAPE and total-time error, overall and per log (``data``: a StepData)."""
-        pred = self.predict_ext(data.ext)
-        out: dict[str, Any] = {"logs": data.logs, "steps": int(len(data.durations)),
-                               "mape": mape(pred, data.durations), "total_error": total_error(pred, data.durations)}
-        if data.log_index is not None and len(data.logs) > 1:
-            out["per_log"] = {log: mape(pred[data.log_index == i], data.durations[data.log_index == i])
-                              for i, log in enumerate(data.logs)}
-        return out
+        return prediction_errors(self.predict_ext(data.ext), data)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": 1, "kind": "trees", **self.meta, "features": FEATURE_DOC,

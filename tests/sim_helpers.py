@@ -12,10 +12,10 @@ from pathlib import Path
 from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
 from runtime.engine.types import StepResult
+from simulator.replay import recorded_tokens  # noqa: F401  (tests import it from here)
 from tests.helpers import SeededTokenExecutor
-from traces.events import Step, make_header
+from traces.events import make_header
 from traces.generators import generate
-from traces.log import read_log
 from traces.params import SamplingParams
 from traces.prompt import PromptIds, PromptSynthetic
 from traces.workload import RequestSpec, Workload
@@ -115,18 +115,6 @@ def mixed_workload(n: int = 60, seed: int = 0, rate: float = 40.0) -> Workload:
 
 def synthetic(n: int, **kw) -> PromptSynthetic:
     return PromptSynthetic(num_tokens=n, **kw)
-
-
-def recorded_tokens(path: str | Path):
-    """A simulator token function returning the tokens a log recorded: ``(request, position) -> id``."""
-    table: dict[tuple[int, int], int] = {}
-    for ev in read_log(path):
-        if isinstance(ev, Step):
-            sampled = (s for s in ev.spans if s.sample)
-            for span, tokens in zip(sampled, ev.tokens):
-                for i, tok in enumerate(tokens):
-                    table[span.request_id, span.start + span.num_tokens + i] = tok
-    return lambda request_id, position: table[request_id, position]
 
 
 # what VaryingDurationExecutor charges: 2 ms + 10 µs per token + 0.3 ms per span

@@ -94,25 +94,15 @@ def test_execute_replay_samples_every_recorded_token(name, replay_factory):
     assert report.compared_tokens == sum(len(t) for e in events if isinstance(e, Step) for t in e.tokens)
 
 
-def _recorded_tokens(path: Path):
-    table = {}
-    for ev in read_log(path):
-        if isinstance(ev, Step):
-            for span, tokens in zip((s for s in ev.spans if s.sample), ev.tokens):
-                for k, tok in enumerate(tokens):
-                    table[span.request_id, span.start + span.num_tokens + k] = tok
-    return lambda request_id, position: table[request_id, position]
-
-
 @pytest.mark.parametrize("name", LOGS)
 def test_resimulation_with_the_recorded_durations_makes_the_recorded_decisions(name, tmp_path):
     from simulator.cost_model import RecordedCostModel
-    from simulator.replay import resimulate
+    from simulator.replay import recorded_tokens, resimulate
 
     path = golden(name)
     resim = tmp_path / "resim.jsonl"
     with LogWriter(resim) as log:
-        resimulate(path, RecordedCostModel.from_log(path), sink=log, token_fn=_recorded_tokens(path))
+        resimulate(path, RecordedCostModel.from_log(path), sink=log, token_fn=recorded_tokens(path))
     # decisions, tokens and every latency percentile (to float rounding) are the recording's
     report = regress(path, resim, default_tolerance=1e-6, two_sided=True)
     assert report.passed, report.failures

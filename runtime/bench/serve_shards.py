@@ -27,7 +27,7 @@ def _shard(base_url: str, bodies: Sequence[dict], records: list[RequestRecord], 
     start_epoch = start.get()
 
     def progress(record: RequestRecord) -> None:
-        out.put(("done", record.error is not None))
+        out.put(("done", record))
 
     async def main() -> float:
         await asyncio.sleep(max(0.0, start_epoch - time.time()))
@@ -67,8 +67,8 @@ def run_sharded(processes: int, base_url: str, bodies: Sequence[dict], records: 
                     raise RuntimeError(f"a client process failed (exit status {dead[0]})") from None
                 continue
             if msg[0] == "done":
-                if progress is not None:  # the record itself comes with its shard's list
-                    progress(RequestRecord(-1, 0.0, 0, 0, error="x" if msg[1] else None))
+                if progress is not None:
+                    progress(msg[1])
             else:
                 merged.extend(msg[1])
                 wall, finished = max(wall, msg[2]), finished + 1
