@@ -155,4 +155,5 @@ def run_engine_process(spec: EngineSpec, commands: Connection, outputs: Connecti
     except BaseException as e:  # type and stack only: the message could quote a prompt
         print(f"minivllm engine process: unhandled {type(e).__name__}\n{''.join(traceback.format_tb(e.__traceback__))}",
               file=sys.stderr, flush=True)
-        sys.exit(1)
+        sys.stdout.flush()
+        os._exit(1)  # the log is closed already; interpreter shutdown can hang on what the failure left behind
