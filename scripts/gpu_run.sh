@@ -58,7 +58,7 @@ for stage in "$@"; do
              --max-num-batched-tokens 16384 --json "$OUT/tp_qwen3.json" ;;
     smollm2) minivllm bench throughput --model-shape smollm2-135m "${WL[@]}" --hf-peers cb,static --static-batch 64 \
                --max-num-batched-tokens 16384 --json "$OUT/tp_smollm2.json" ;;
-    costmodel) minivllm profile --model random:qwen3-0.6b --device cuda --dtype bfloat16 --out "$OUT/profile_h200.jsonl" \
+    costmodel) minivllm profile --model random:qwen3-0.6b --device cuda --dtype bfloat16 --max-model-len 8192 --out "$OUT/profile_h200.jsonl" \
                  --fit "$OUT/qwen3-0.6b-h200.json" ;;
     kernel) minivllm bench decode-kernel --json "$OUT/decode_kernel.json" ;;
     probe) python3 -m runtime.bench.prefill_probe ;;
@@ -92,9 +92,10 @@ for _ in range(900):
               --out /tmp/matrix -- \
               --model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-model-len 8192 \
               ${ENGINE_FLAGS:-}
-            cp /tmp/matrix/summary.json "$OUT/matrix_${CHUNKED:-on,off}.json"
+            tag=$(echo "${CHUNKED:-on,off}" | tr , _)  # no commas: the device does not return such names
+            cp /tmp/matrix/summary.json "$OUT/matrix_$tag.json"
             for f in /tmp/matrix/serve_*.jsonl; do gzip -c "$f" > "$OUT/$(basename "$f").gz"; done
-            tar czf "$OUT/matrix_${CHUNKED:-on,off}_runs.tgz" -C /tmp/matrix $(cd /tmp/matrix && ls *.json *.log)
+            tar czf "$OUT/matrix_${tag}_runs.tgz" -C /tmp/matrix $(cd /tmp/matrix && ls *.json *.log)
             ls -la "$OUT" ;;
     prefix) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-model-len 8192)
             for pc in off on; do
