@@ -15,7 +15,8 @@ import httpx
 import openai
 import pytest
 
-from runtime.serving.async_engine import EngineOverloaded, SlowClient
+from runtime.serving.async_engine import EngineOverloaded, SlowClient, merge_deltas
+from runtime.serving.llm_engine import OutputDelta
 from tests.test_server_harness import MODES, make_engine, make_gate, serve, wait_idle, wait_until
 from traces.params import SamplingParams
 
@@ -167,6 +168,40 @@ def test_slow_consumer_is_aborted_without_leaking(smollm2_tokenizer, mode):
         wait_idle(engine)
     finally:
         engine.shutdown()
+
+
+def test_a_consumer_that_fell_behind_gets_the_waiting_deltas_merged(smollm2_tokenizer):
+    engine = make_engine(smollm2_tokenizer, "thread", delay=0.002)
+    engine.start()
+    params = SamplingParams(max_tokens=60, ignore_eos=True)
+
+    async def read(lag: float) -> list:
+        stream = engine.submit([5, 6, 7], params)
+        await asyncio.sleep(lag)  # steps run on while nobody reads
+        return [d async for d in stream]
+
+    try:
+        prompt_reader = asyncio.run(read(0.0))
+        late_reader = asyncio.run(read(0.3))
+        wait_idle(engine)
+    finally:
+        engine.shutdown()
+    assert len(late_reader) < len(prompt_reader) / 2  # fewer, larger items
+    for got in (prompt_reader, late_reader):
+        assert sum((d.token_ids for d in got), []) == sum((d.token_ids for d in prompt_reader), [])
+        assert "".join(d.text for d in got) == "".join(d.text for d in prompt_reader)
+        assert [d.finish_reason for d in got].count("length") == 1 and got[-1].finish_reason == "length"
+        assert got[-1].num_output_tokens == 60
+
+
+def test_merge_deltas_keeps_every_token_and_logprob_and_the_last_state():
+    deltas = [OutputDelta(7, t, [i], None, 3, i + 1, [{i: -0.5}]) for i, t in enumerate(["a", "", "bc"])]
+    deltas.append(OutputDelta(7, "d", [3], "stop", 3, 4, [{3: -1.0}], first_token_time=1.5))
+    merged = merge_deltas(deltas)
+    assert (merged.text, merged.token_ids, merged.finish_reason, merged.num_output_tokens) == ("abcd", [0, 1, 2, 3],
+                                                                                                "stop", 4)
+    assert merged.logprobs == [{0: -0.5}, {1: -0.5}, {2: -0.5}, {3: -1.0}] and merged.first_token_time == 1.5
+    assert merge_deltas(deltas[:1]) is deltas[0]
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -33,6 +33,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import msgspec
+
 from runtime.engine.config import EngineConfig
 from runtime.engine.core import EngineCore
 from runtime.serving.engine_loop import CLIENT_DISCONNECTED, CLIENT_TOO_SLOW
@@ -53,7 +55,7 @@ from runtime.serving.warmup import WarmupReport
 from traces.params import InvalidRequest, SamplingParams
 
 __all__ = ["CLIENT_DISCONNECTED", "CLIENT_TOO_SLOW", "AsyncLLMEngine", "EngineConnection", "EngineDead",
-           "EngineOverloaded", "RequestStream", "SlowClient"]
+           "EngineOverloaded", "RequestStream", "SlowClient", "merge_deltas"]
 
 
 class EngineOverloaded(RuntimeError):
@@ -297,12 +299,17 @@ def _replace_all(handle: _Handle, error: BaseException) -> None:
 
 
 class RequestStream:
-    """Async iterator over one request's OutputDelta items; ``cancel()`` aborts the request."""
+    """Async iterator over one request's OutputDelta items; ``cancel()`` aborts the request.
+
+    A consumer that fell behind gets the deltas waiting in its queue merged into one (vLLM V1's
+    output collector does the same): under load the HTTP side sends fewer, larger SSE events
+    instead of falling further behind one token at a time."""
 
     def __init__(self, engine: AsyncLLMEngine, handle: _Handle) -> None:
         self._engine = engine
         self._handle = handle
         self._finished = False
+        self._error: BaseException | None = None  # met while merging: raised on the next call
 
     def __aiter__(self) -> RequestStream:
         return self
@@ -310,14 +317,41 @@ class RequestStream:
     async def __anext__(self) -> OutputDelta:
         if self._finished:
             raise StopAsyncIteration
-        item = await self._handle.out.get()
+        out = self._handle.out
+        item = self._error or await out.get()
         if isinstance(item, BaseException):
             self._finished = True
             raise item
+        if item.finish_reason is None and not out.empty():
+            item = self._merge_waiting(item, out)
         if item.finish_reason is not None:
             self._finished = True
         return item
 
+    def _merge_waiting(self, first: OutputDelta, out: asyncio.Queue) -> OutputDelta:
+        deltas = [first]
+        while not out.empty() and deltas[-1].finish_reason is None:
+            item = out.get_nowait()
+            if isinstance(item, BaseException):
+                self._error = item
+                break
+            deltas.append(item)
+        return merge_deltas(deltas)
+
     def cancel(self) -> None:
         """Abort the request unless it already finished. Idempotent."""
         self._engine._cancel(self._handle)
+
+    def fail(self, error: BaseException) -> None:
+        """Abort the request (unless it finished) and end the stream with ``error`` (event loop)."""
+        self._engine._cancel(self._handle)
+        _replace_all(self._handle, error)
+
+
+def merge_deltas(deltas: Sequence[OutputDelta]) -> OutputDelta:
+    """Consecutive deltas of one request as one: the last one's state, everyone's tokens."""
+    if len(deltas) == 1:
+        return deltas[0]
+    logprobs = None if deltas[0].logprobs is None else [lp for d in deltas for lp in d.logprobs or ()]
+    return msgspec.structs.replace(deltas[-1], text="".join(d.text for d in deltas),
+                                   token_ids=[t for d in deltas for t in d.token_ids], logprobs=logprobs)
