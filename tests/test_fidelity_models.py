@@ -10,7 +10,7 @@ import pytest
 
 from runtime.cli import main
 from simulator.cost_model import LinearCostModel, StepData, TreeCostModel, load_cost_model
-from simulator.fit import CANDIDATES, fit_candidate, fit_cost_model, select_model
+from simulator.fit import CANDIDATES, EXTRAPOLATING, fit_candidate, fit_cost_model, select_model
 from simulator.host_timing import HostData, HostTiming, fit_host_timing
 from simulator.ranges import FeatureRanges, RangeTracker
 from simulator.sim import simulate
@@ -85,6 +85,20 @@ def test_selection_keeps_the_lowest_held_out_score_and_trees_catch_the_jump(padd
     eight = [Span(i, 100, 1, True) for i in range(8)]
     jump = hybrid.step_time(0, eight) - hybrid.step_time(0, seven)
     assert 2e-3 < jump < 6e-3
+
+
+def test_auto_keeps_a_model_that_extrapolates_even_when_trees_alone_score_best(padded_logs):
+    train, held = padded_logs
+    data, held_data = StepData.from_logs(train), StepData.from_logs([held])
+    trees_only = select_model(data, held_data, ("gbm", "linear-relative"))
+    assert trees_only.best == "gbm"  # inside the fitted shapes, trees alone win here
+    kept = select_model(data, held_data, ("gbm", "linear-relative"), keep=EXTRAPOLATING)
+    assert kept.best == "linear-relative" and set(kept.scores) == {"gbm", "linear-relative"}
+    # twice the sequences, far past the fitted shapes: the line prices them, the trees barely move
+    far = [Span(i, 100, 1, True) for i in range(200)]
+    farther = [Span(i, 100, 1, True) for i in range(400)]
+    assert kept.model.step_time(0, farther) > 1.5 * kept.model.step_time(0, far)
+    assert trees_only.model.step_time(0, farther) < 1.05 * trees_only.model.step_time(0, far)
 
 
 def test_tree_model_file_roundtrip_without_pickle(padded_logs, tmp_path):
@@ -192,6 +206,7 @@ def test_cli_fit_reports_every_candidate_and_simulate_warns_outside_the_range(pa
     assert all(name in text for name in CANDIDATES) and "← kept" in text and "host: gap" in text
     doc = json.loads(out.read_text())
     assert doc["selection"]["chosen"] == doc["candidate"] and "ranges" in doc and "host" in doc
+    assert doc["candidate"] in EXTRAPOLATING and text.count("(trees alone: not kept by auto)") == 2
     assert main(["cost-model", "eval", str(out), str(held)]) == 0
     assert "total step time" in capsys.readouterr().out
     # a chunked-off simulation of longer prompts leaves the fitted range, and says so

@@ -3,7 +3,8 @@
 fit: every candidate (simulator/fit.py: linear on relative or absolute errors, boosted trees, a
 random forest, linear + boosted residual) is fitted on the Step events of LOG...; each one's error
 is measured on ``--holdout`` logs, or, without them, on every 5th step held out of the fit; the
-lowest held-out MAPE + |total-time error| is kept (``--kind`` forces one). The model also gets
+lowest held-out MAPE + |total-time error| among those with a linear part is kept (``--kind``
+forces one). The model also gets
 the host timing of the logs' gaps and the ranges of the fitted steps.
 """
 
@@ -56,12 +57,15 @@ def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every
 
 
 def print_fit(model, out: str) -> None:
+    from simulator.fit import EXTRAPOLATING
+
     t, h = model.meta["training"], model.meta["heldout"]
     selection = model.meta.get("selection", {})
     if len(selection.get("candidates", {})) > 1:
         print(f"{'candidate':<16} {'held-out MAPE':>14} {'total time':>11} {'score':>8}")
         for name, c in selection["candidates"].items():
-            mark = "  ← kept" if name == selection["chosen"] else ""
+            mark = "  ← kept" if name == selection["chosen"] else ("" if name in EXTRAPOLATING else
+                                                                    "  (trees alone: not kept by auto)")
             print(f"{name:<16} {c['mape']:>13.2f}% {c['total_error']:>+10.2f}% {c['score']:>8.2f}{mark}")
     print(f"{model.meta.get('candidate', 'linear')}: fitted on {t['steps']:,} steps: training MAPE {t['mape']:.2f}%, "
           f"held-out MAPE {h['mape']:.2f}%, total time {h.get('total_error', float('nan')):+.2f}% "
@@ -150,8 +154,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="logs of which only the pure-decode steps join the fit (e.g. a profile sweep whose prefill "
                         "steps an engine change made stale, still covering the large batches) (default: none)")
     f.add_argument("--kind", choices=["auto", *CANDIDATES], default="auto",
-                   help="the model to fit; auto: every candidate, the lowest held-out MAPE + |total-time error| "
-                        "kept (default: %(default)s)")
+                   help="the model to fit; auto: every candidate scored, the lowest held-out MAPE + |total-time "
+                        "error| among those with a linear part kept (trees alone cannot extrapolate to "
+                        "a what-if's larger steps) (default: %(default)s)")
     f.add_argument("--weighting", choices=["relative", "absolute"],
                    help="a linear fit on relative or absolute step-time errors (= --kind linear-WEIGHTING)")
     f.add_argument("--model-identity", help="model the fit is for (default: the first log's Header)")
