@@ -13,6 +13,7 @@ the parts every fitted model has (model_base.TimedModel). No pickle.
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 from operator import mul
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from simulator.trees import TreeEnsemble
 from traces.events import Span
 
 _N = len(FEATURES)
+_DECODES, _CONTEXT, _PREFILLS = (EXT_FEATURES.index(f) for f in ("decode_seqs", "decode_context", "prefill_seqs"))
 
 
 class TreeCostModel(TimedModel):
@@ -41,10 +43,20 @@ class TreeCostModel(TimedModel):
         n_features = len(EXT_FEATURES)
         if any(f >= n_features for t in ensemble.trees for f in t.feature):
             raise CostModelError(f"a tree splits on a feature index >= {n_features}")
+        self._context_cuts = ensemble.cuts(n_features)[_CONTEXT]
+        self._decode_cells: dict[tuple[int, int], float] = {}  # (spans, context's bisection) -> trees
 
     def step_time(self, step: int, spans: list[Span]) -> float:
         x = ext_features(spans)
-        t = sum(map(mul, self._coef, x)) + self.ensemble.predict_one(x)  # Σ c·v, left to right
+        if x[_PREFILLS]:
+            trees = self.ensemble.predict_one(x)
+        else:  # decode only: every feature but decode_context is 0, 1 or the span count, so the count
+            # and the context's bisection name x's cell (most steps: one bisection instead of ten)
+            key = (x[_DECODES], bisect_left(self._context_cuts, x[_CONTEXT]))
+            trees = self._decode_cells.get(key)
+            if trees is None:
+                trees = self._decode_cells[key] = self.ensemble.predict_one(x)
+        t = sum(map(mul, self._coef, x)) + trees  # Σ c·v, left to right
         t = max(t, self.floor)
         return t if self._overlap is None else self._overlapped(t, len(spans))
 
