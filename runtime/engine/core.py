@@ -222,29 +222,25 @@ class EngineCore:
         token_ids_of = result.token_ids
         logprobs = result.logprobs if deltas else None
         for span in plan.spans:
-            rid = span.request_id
-            req = requests[rid]
+            req = requests[span.request_id]
             pos = span.start
-            computed = pos + span.num_tokens
-            req.num_computed_tokens = computed
+            computed = req.num_computed_tokens = pos + span.num_tokens
             if computed // bs != pos // bs:  # a block became full: cache it
                 bm.register_computed(req)
             if not span.sample:
                 continue
             new = token_ids_of[len(committed)]
             if not new:
-                raise ValueError(f"the executor returned no token for request {rid}'s sampling span")
+                raise ValueError(f"the executor returned no token for request {span.request_id}'s sampling span")
             token_ids = req.token_ids
             token_ids.append(new[0])
-            at_limit = len(token_ids) >= req.max_total_tokens
-            if at_limit:  # its length limit: ended now, KV freed
+            if len(token_ids) < req.max_total_tokens:
+                reason = req.check_stop(new[0]) if req.stops_on_token else None
+            else:  # its length limit: ended now, KV freed
                 scheduler.remove(req)
                 req.status = _FINISHED
                 finished.append(req)
-            if req.stops_on_token:
-                reason = req.check_stop(new[0])
-            else:  # what check_stop says of a request no token value ends
-                reason = "length" if at_limit else None
+                reason = req.check_stop(new[0]) if req.stops_on_token else "length"
             if len(new) > 1:
                 if reason is not None:
                     new = new[:1]
@@ -257,7 +253,7 @@ class EngineCore:
                             break
             if deltas:
                 lps = logprobs[len(committed)] if logprobs is not None else None
-                out.append(RequestDelta(rid, new, reason, lps[: len(new)] if lps is not None else None))
+                out.append(RequestDelta(span.request_id, new, reason, lps[: len(new)] if lps is not None else None))
             committed.append(new)
             if reason is not None:
                 req.finish_reason = reason
