@@ -16,7 +16,6 @@ the Mooncake traces carry); ``none`` (its length). The engine itself always runs
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from runtime.engine.block_manager import BlockManager, root_hash
 from runtime.engine.config import EngineConfig
@@ -29,14 +28,6 @@ from traces.prompt import TRACE_PROMPTS, Prompt, PromptIds, PromptSynthetic, mat
 
 SEGMENT_ID_BITS = 48  # a hashed block's id: what PromptSynthetic seeds its tokens with
 _FINISHED = RequestStatus.FINISHED  # (an enum member read once: a class attribute lookup costs)
-
-
-@dataclass(slots=True)
-class _Advanced:
-    """What ``advance`` did to a step that ``complete`` has not completed yet."""
-
-    block_events: list = field(default_factory=list)
-    finished: list[Request] = field(default_factory=list)
 
 
 class EngineCore:
@@ -62,7 +53,8 @@ class EngineCore:
         self._next_request_id = 0
         self._next_step = 0
         self._planned: dict[int, float] = {}  # steps planned, not yet completed: when they were planned
-        self._advanced: dict[int, _Advanced] = {}  # of those, the ones ``advance`` took
+        # of those, the ones ``advance`` took: their block events and the requests it ended
+        self._advanced: dict[int, tuple[list, list[Request]]] = {}
 
     # --- requests ------------------------------------------------------------------------------
 
@@ -218,8 +210,9 @@ class EngineCore:
         finished: list[Request] = []
         stopped: list[Request] = []
         out: list[RequestDelta] = []
-        committed: list[list[int]] = []
         token_ids_of = result.token_ids
+        k = 0  # sampling spans so far
+        cut: dict[int, list[int]] = {}  # k -> what is kept of a sampling span's tokens a stop cut short
         logprobs = result.logprobs if deltas else None
         for span in plan.spans:
             req = requests[span.request_id]
@@ -229,7 +222,7 @@ class EngineCore:
                 bm.register_computed(req)
             if not span.sample:
                 continue
-            new = token_ids_of[len(committed)]
+            new = token_ids_of[k]
             if not new:
                 raise ValueError(f"the executor returned no token for request {span.request_id}'s sampling span")
             token_ids = req.token_ids
@@ -243,18 +236,18 @@ class EngineCore:
                 reason = req.check_stop(new[0]) if req.stops_on_token else "length"
             if len(new) > 1:
                 if reason is not None:
-                    new = new[:1]
+                    new = cut[k] = new[:1]
                 else:
                     for i in range(1, len(new)):
                         token_ids.append(new[i])
                         reason = req.check_stop(new[i])
                         if reason is not None:
-                            new = new[: i + 1]
+                            new = cut[k] = new[: i + 1]
                             break
             if deltas:
-                lps = logprobs[len(committed)] if logprobs is not None else None
+                lps = logprobs[k] if logprobs is not None else None
                 out.append(RequestDelta(span.request_id, new, reason, lps[: len(new)] if lps is not None else None))
-            committed.append(new)
+            k += 1
             if reason is not None:
                 req.finish_reason = reason
                 if req.status is not _FINISHED:  # a token stop: ended below
@@ -269,6 +262,9 @@ class EngineCore:
             block_events += bm.drain_events()
         for req in finished:
             del requests[req.request_id]
+        committed = token_ids_of  # the tokens kept: most steps all of the executor's (no copy)
+        if cut or k != len(token_ids_of):
+            committed = [cut.get(i, t) for i, t in enumerate(token_ids_of[:k])]
         self._emit(plan, planned, start, start + result.duration, committed, block_events, finished)
         return out
 
@@ -279,20 +275,21 @@ class EngineCore:
         bm = self.block_manager
         bs = bm.block_size
         requests = self.requests
-        advanced = self._advanced[plan.step] = _Advanced()
+        finished: list[Request] = []
         for span in plan.spans:
             req = requests[span.request_id]
-            pos, n = span.start, span.num_tokens
-            req.num_computed_tokens = pos + n
-            if (pos + n) // bs != pos // bs:  # a block became full: cache it
+            pos = span.start
+            computed = req.num_computed_tokens = pos + span.num_tokens
+            if computed // bs != pos // bs:  # a block became full: cache it
                 bm.register_computed(req)
             if span.sample:
-                req.token_ids.append(PLACEHOLDER)
-                if len(req.token_ids) >= req.max_total_tokens:
+                token_ids = req.token_ids
+                token_ids.append(PLACEHOLDER)
+                if len(token_ids) >= req.max_total_tokens:
                     self.scheduler.remove(req)
-                    req.status = RequestStatus.FINISHED
-                    advanced.finished.append(req)
-        advanced.block_events = bm.drain_events()
+                    req.status = _FINISHED
+                    finished.append(req)
+        self._advanced[plan.step] = (bm.drain_events(), finished)
 
     def complete(self, plan: StepPlan, result: StepResult, start: float, deltas: bool = True) -> list[RequestDelta]:
         """Write the sampled tokens over their placeholders, apply token stops, emit the step's events
@@ -300,27 +297,26 @@ class EngineCore:
         end = start + result.duration
         requests = self.requests
         planned = self._planned.pop(plan.step)
-        advanced = self._advanced.pop(plan.step)
-        finished = advanced.finished
+        block_events, finished = self._advanced.pop(plan.step)
         out: list[RequestDelta] = []
-        committed: list[list[int]] = []
-        tokens_iter = iter(result.token_ids)
-        logprobs_iter = iter(result.logprobs) if result.logprobs is not None else None
+        token_ids_of = result.token_ids
+        k = 0  # sampling spans so far
+        cut: dict[int, list[int]] = {}  # k -> what is kept of a sampling span's tokens a stop cut short
+        logprobs = result.logprobs if deltas else None
         stopped_by_value = False
         for span in plan.spans:
             if not span.sample:
                 continue
             req = requests[span.request_id]
-            new = next(tokens_iter)
+            new = token_ids_of[k]
             if not new:
                 raise ValueError(f"the executor returned no token for request {span.request_id}'s sampling span")
-            lps = next(logprobs_iter) if logprobs_iter is not None else None
             token_ids = req.token_ids
-            slot = len(token_ids) - 1  # the placeholder advance() reserved
             if len(new) == 1 and not req.stops_on_token:  # what check_stop says of it: only its length
-                token_ids[slot] = new[0]
+                token_ids[-1] = new[0]  # over the placeholder advance() reserved
                 reason = "length" if len(token_ids) >= req.max_total_tokens else None
             else:
+                slot = len(token_ids) - 1
                 reason = None
                 for i, token in enumerate(new):
                     if i == 0:
@@ -329,26 +325,28 @@ class EngineCore:
                         token_ids.append(token)
                     reason = req.check_stop(token)
                     if reason is not None:
-                        new = new[: i + 1]
+                        if i + 1 < len(new):
+                            new = cut[k] = new[: i + 1]
                         break
-            committed.append(new)
             if deltas:
-                if lps is not None:
-                    lps = lps[: len(new)]
-                out.append(RequestDelta(span.request_id, new, reason, lps))
+                lps = logprobs[k] if logprobs is not None else None
+                out.append(RequestDelta(span.request_id, new, reason, lps[: len(new)] if lps is not None else None))
+            k += 1
             if reason is not None:
                 req.finish_reason = reason
-                if req.status is not RequestStatus.FINISHED:  # not ended by advance(): a token stop
+                if req.status is not _FINISHED:  # not ended by advance(): a token stop
                     stopped_by_value = True
                     self.scheduler.remove(req)
-                    req.status = RequestStatus.FINISHED
+                    req.status = _FINISHED
                     finished.append(req)
         for req in finished:
             del requests[req.request_id]
-        block_events = advanced.block_events
         if stopped_by_value:
             self._stopped_by_value(plan)
             block_events = block_events + self.block_manager.drain_events()
+        committed = token_ids_of  # the tokens kept: most steps all of the executor's (no copy)
+        if cut or k != len(token_ids_of):
+            committed = [cut.get(i, t) for i, t in enumerate(token_ids_of[:k])]
         self._emit(plan, planned, start, end, committed, block_events, finished)
         return out
 
