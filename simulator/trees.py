@@ -112,6 +112,10 @@ class TreeEnsemble:
             value = self._cells[cell] = self.walk(x)
         return value
 
+    def forget(self) -> None:
+        """Drop the remembered predictions (after ``base`` or ``scale`` changed)."""
+        self._cells.clear()
+
     def _thresholds(self, n: int) -> list[list[float]]:
         by_feature: list[set[float]] = [set() for _ in range(max(n, 1 + max((f for t in self.trees for f in t.feature),
                                                                              default=-1)))]

@@ -55,10 +55,9 @@ def test_the_memo_is_bounded():
 
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 2**32))
-def test_a_tree_models_decode_steps_are_the_walk(seed):
-    """TreeCostModel names a decode-only step's cell by its span count and context alone."""
-    from operator import mul
-
+def test_a_tree_models_step_time_is_the_walk(seed):
+    """TreeCostModel names a decode-only step's cell by its span count and context alone, and adds
+    its linear part's terms left to right."""
     from simulator.features import EXT_FEATURES, ext_features
     from simulator.tree_model import TreeCostModel
     from traces.events import Span
@@ -74,6 +73,9 @@ def test_a_tree_models_decode_steps_are_the_walk(seed):
         spans = [Span(i, rng.randrange(4000 // 8), 1 if rng.random() < 0.9 else rng.randrange(2, 64), True)
                  for i in range(rng.randrange(1, 9))]
         x = ext_features(spans)
-        expected = max(sum(map(mul, model._coef, x)) + model.ensemble.walk(x), model.floor)
+        linear = 0
+        for c, v in zip(model._coef, x):  # Σ c·v left to right
+            linear = linear + c * v
+        expected = max(linear + model.ensemble.walk(x), model.floor)
         assert model.step_time(0, spans) == expected
         assert model.step_time(0, spans) == expected  # remembered
