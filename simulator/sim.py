@@ -114,19 +114,6 @@ class Simulation:
             self._arrive_until(now)
         return now if requests else None
 
-    def _tokens(self, spans) -> list[list[int]]:
-        token_fn = self.token_fn
-        if token_fn is None:
-            return [[SYNTHETIC_TOKEN] for s in spans if s.sample]
-        return [[token_fn(s.request_id, s.start + s.num_tokens)] for s in spans if s.sample]
-
-    def _counted(self, end: float) -> None:
-        result = self.result
-        result.num_steps += 1
-        result.end_time = end
-        if result.num_steps % self.progress_every == 0:
-            self._report_progress()
-
     def _run_sequential(self) -> None:
         core = self.core
         schedule, commit, step_time = core.schedule, core.commit, self.cost_model.step_time
@@ -158,7 +145,7 @@ class Simulation:
             end = now + duration
             if self._arrived < num and seen[self._arrived] <= end:
                 arrive_until(end)
-            if token_fn is None:  # (inlined _tokens and _counted: this runs once a simulated step)
+            if token_fn is None:  # (this runs once a simulated step: kept inline)
                 tokens = [[SYNTHETIC_TOKEN] for s in spans if s.sample]
             else:
                 tokens = [[token_fn(s.request_id, s.start + s.num_tokens)] for s in spans if s.sample]
@@ -209,12 +196,20 @@ class Simulation:
         arrived = self._arrived
         if arrived < len(self._seen) and self._seen[arrived] <= end:
             self._arrive_until(end)
-        result = StepResult(self._tokens(plan.spans), end - start)
-        if advanced:
-            self.core.complete(plan, result, start, False)  # no deltas: the log is the output
+        token_fn = self.token_fn
+        if token_fn is None:
+            tokens = [[SYNTHETIC_TOKEN] for s in plan.spans if s.sample]
         else:
-            self.core.commit(plan, result, start, False)
-        self._counted(end)
+            tokens = [[token_fn(s.request_id, s.start + s.num_tokens)] for s in plan.spans if s.sample]
+        if advanced:
+            self.core.complete(plan, StepResult(tokens, end - start), start, False)  # no deltas: the log is the output
+        else:
+            self.core.commit(plan, StepResult(tokens, end - start), start, False)
+        result = self.result
+        result.num_steps += 1
+        result.end_time = end
+        if result.num_steps % self.progress_every == 0:
+            self._report_progress()
         return end
 
     def _report_progress(self) -> None:

@@ -50,6 +50,7 @@ class EngineCore:
         )
         self.scheduler = Scheduler(config.scheduler, self.block_manager)
         self.requests: dict[int, Request] = {}  # unfinished requests
+        self._watched = 0  # of those, how many a token value may matter to (``overlappable``)
         self._next_request_id = 0
         self._next_step = 0
         self._planned: dict[int, float] = {}  # steps planned, not yet completed: when they were planned
@@ -106,6 +107,7 @@ class EngineCore:
                 raise
         self._next_request_id += 1
         self.requests[rid] = req
+        self._watched += req.token_may_matter
         self.scheduler.add(req)
         return rid
 
@@ -145,6 +147,7 @@ class EngineCore:
         req = self.requests.pop(request_id, None)
         if req is None:
             return False
+        self._watched -= req.token_may_matter
         self.scheduler.remove(req)
         req.status = status
         req.finish_reason = reason
@@ -189,6 +192,8 @@ class EngineCore:
         """True when no token this step samples can change the next schedule or the executor's
         next inputs (see ``Request.next_token_matters``): then the next step may be planned and
         launched before these tokens reach the host, and the log stays what a sequential run writes."""
+        if not self._watched:  # no unfinished request's token values matter
+            return True
         requests = self.requests
         for s in plan.spans:
             if s.sample:
@@ -262,6 +267,7 @@ class EngineCore:
             block_events += bm.drain_events()
         for req in finished:
             del requests[req.request_id]
+            self._watched -= req.token_may_matter
         committed = token_ids_of  # the tokens kept: most steps all of the executor's (no copy)
         if cut or k != len(token_ids_of):
             committed = [cut.get(i, t) for i, t in enumerate(token_ids_of[:k])]
@@ -341,6 +347,7 @@ class EngineCore:
                     finished.append(req)
         for req in finished:
             del requests[req.request_id]
+            self._watched -= req.token_may_matter
         if stopped_by_value:
             self._stopped_by_value(plan)
             block_events = block_events + self.block_manager.drain_events()
