@@ -30,6 +30,7 @@ from runtime.engine.config import EngineConfig
 from runtime.engine.core import EngineCore
 from runtime.engine.types import EventSink, StepResult
 from simulator.cost_model import CostModel
+from simulator.model_base import TimedModel
 from traces.events import make_header
 from traces.params import InvalidRequest
 from traces.workload import Workload
@@ -119,6 +120,8 @@ class Simulation:
         schedule, commit, step_time = core.schedule, core.commit, self.cost_model.step_time
         gap_before = getattr(self.cost_model, "gap_before", None)
         host_gap = getattr(self.cost_model, "host_gap", None)
+        if isinstance(self.cost_model, TimedModel) and self.cost_model.host is None and gap_before is None:
+            host_gap = None  # a fitted model without host timing: no gaps (not asked once a step)
         seen, num, requests, arrive_until = self._seen, len(self._seen), core.requests, self._arrive_until
         result, token_fn, every = self.result, self.token_fn, self.progress_every
         previous: int | None = None  # spans of the step before, None after idle

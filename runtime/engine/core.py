@@ -182,7 +182,7 @@ class EngineCore:
         """Plan the next step. Its Admitted / Preempted events are written by ``complete``, just
         before its Step event, so a log reads the same whether or not steps overlap."""
         plan = self.scheduler.schedule(self._next_step)
-        if plan.empty:
+        if not plan.spans:  # (``empty``, without a property call: this runs once a step)
             return plan
         self._next_step += 1
         self._planned[plan.step] = now
