@@ -73,18 +73,21 @@ class TreeCostModel(TimedModel):
             # so the count and the context's bisection name x's cell: one bisection instead of ten
             n = len(spans)
             context += n  # Σ (start + 1)
-            key = (n, bisect_left(self._context_cuts, context))
+            # (as a float, as the thresholds are: the same bisection, all of them far below 2**53)
+            key = (n, bisect_left(self._context_cuts, float(context)))
             trees = self._decode_cells.get(key)
             if trees is None:
                 trees = self._decode_cells[key] = self.ensemble.predict_one(ext_features(spans))
             c = self._coef  # Σ c·v left to right, its constant terms summed once (_decode_base)
             t = (self._decode_base + c[3] * n + c[4] * context + c[5] * n) + self._decode_last
         t = t + trees
-        t = max(t, self.floor)
+        if self.floor > t:  # (max(t, floor) without a call)
+            t = self.floor
         if self._overlap is None:
             return t
         host, per_span, launch = self._overlap  # overlapped steps: max(host, device) + launch
-        return max(t, host + per_span * len(spans)) + launch
+        host = host + per_span * len(spans)
+        return (host if host > t else t) + launch
 
     def _any_step(self, spans: list[Span]) -> tuple[float, float]:
         """The trees' value and the linear part of any step."""
