@@ -166,7 +166,7 @@ class Simulation:
         core = self.core
         schedule, step_time = core.schedule, self.cost_model.step_time
         host_gap = getattr(self.cost_model, "host_gap", None)
-        flight: tuple[Any, float, float, bool] | None = None  # plan, start, end, overlappable
+        flight: tuple[Any, float, float, bool, list] | None = None  # plan, start, end, overlappable, tokens
         now = self.start
         self._arrive_until(now)
         while True:
@@ -180,30 +180,32 @@ class Simulation:
                 now = self._land(flight, advanced=False)
                 flight = None
             if flight is not None:
-                core.advance(flight[0])
+                core.advance(flight[0], flight[4])  # the tokens are known: advance writes them
             plan = schedule(now)
             landed, flight = flight, None
             if plan.spans:
                 start = max(now, landed[2]) if landed is not None else now
-                flight = (plan, start, start + step_time(plan.step, plan.spans), core.overlappable(plan))
+                flight = (plan, start, start + step_time(plan.step, plan.spans), core.overlappable(plan),
+                          self._tokens(plan.spans))
             elif landed is None:
                 raise SimulationError(
                     f"engine stalled at t={now}: {core.num_waiting} waiting, {core.num_running} running")
             if landed is not None:
                 now = self._land(landed, advanced=True)
 
-    def _land(self, flight: tuple[Any, float, float, bool], advanced: bool) -> float:
+    def _tokens(self, spans) -> list[list[int]]:
+        token_fn = self.token_fn
+        if token_fn is None:
+            return [[SYNTHETIC_TOKEN] for s in spans if s.sample]
+        return [[token_fn(s.request_id, s.start + s.num_tokens)] for s in spans if s.sample]
+
+    def _land(self, flight: tuple[Any, float, float, bool, list], advanced: bool) -> float:
         """A launched step ends: arrivals up to its end join, then it is committed (``complete``
         once ``advance`` ran). Returns its end."""
-        plan, start, end, _ = flight
+        plan, start, end, _, tokens = flight
         arrived = self._arrived
         if arrived < len(self._seen) and self._seen[arrived] <= end:
             self._arrive_until(end)
-        token_fn = self.token_fn
-        if token_fn is None:
-            tokens = [[SYNTHETIC_TOKEN] for s in plan.spans if s.sample]
-        else:
-            tokens = [[token_fn(s.request_id, s.start + s.num_tokens)] for s in plan.spans if s.sample]
         if advanced:
             self.core.complete(plan, StepResult(tokens, end - start), start, False)  # no deltas: the log is the output
         else:

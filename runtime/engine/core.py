@@ -54,8 +54,8 @@ class EngineCore:
         self._next_request_id = 0
         self._next_step = 0
         self._planned: dict[int, float] = {}  # steps planned, not yet completed: when they were planned
-        # of those, the ones ``advance`` took: their block events and the requests it ended
-        self._advanced: dict[int, tuple[list, list[Request]]] = {}
+        # of those, the ones ``advance`` took: their block events, the requests it ended, the tokens it wrote
+        self._advanced: dict[int, tuple[list, list[Request], list[list[int]] | None]] = {}
 
     # --- requests ------------------------------------------------------------------------------
 
@@ -274,14 +274,21 @@ class EngineCore:
         self._emit(plan, planned, start, start + result.duration, committed, block_events, finished)
         return out
 
-    def advance(self, plan: StepPlan) -> None:
+    def advance(self, plan: StepPlan, known: list[list[int]] | None = None) -> None:
         """Everything a step's commit does that doesn't need its token values: advance the spans,
         cache blocks that became full, reserve a placeholder for each sampled token and end the
-        requests that reach their length limit (their KV is freed; ``complete`` reports them)."""
+        requests that reach their length limit (their KV is freed; ``complete`` reports them).
+
+        ``known``: the step's tokens when they are known already (a simulator's), one each: written
+        instead of the placeholders, so that ``complete``, given a result holding this very list,
+        need not visit the spans again while no token value can end a request."""
         bm = self.block_manager
         bs = bm.block_size
         requests = self.requests
         finished: list[Request] = []
+        if known is not None and set(map(len, known)) != {1}:
+            known = None
+        k = 0  # sampling spans so far
         for span in plan.spans:
             req = requests[span.request_id]
             pos = span.start
@@ -290,12 +297,14 @@ class EngineCore:
                 bm.register_computed(req)
             if span.sample:
                 token_ids = req.token_ids
-                token_ids.append(PLACEHOLDER)
+                token_ids.append(PLACEHOLDER if known is None else known[k][0])
+                k += 1
                 if len(token_ids) >= req.max_total_tokens:
                     self.scheduler.remove(req)
                     req.status = _FINISHED
                     finished.append(req)
-        self._advanced[plan.step] = (bm.drain_events(), finished)
+        self._advanced[plan.step] = (bm.drain_events(), finished, known if known is not None and k == len(known)
+                                     else None)
 
     def complete(self, plan: StepPlan, result: StepResult, start: float, deltas: bool = True) -> list[RequestDelta]:
         """Write the sampled tokens over their placeholders, apply token stops, emit the step's events
@@ -303,7 +312,15 @@ class EngineCore:
         end = start + result.duration
         requests = self.requests
         planned = self._planned.pop(plan.step)
-        block_events, finished = self._advanced.pop(plan.step)
+        block_events, finished, known = self._advanced.pop(plan.step)
+        if known is not None and known is result.token_ids and not deltas and not self._watched:
+            # advance wrote these tokens, one each, and no token value ends a request: its length did
+            for req in finished:
+                req.finish_reason = "length"
+                del requests[req.request_id]
+                self._watched -= req.token_may_matter
+            self._emit(plan, planned, start, end, known, block_events, finished)
+            return []
         out: list[RequestDelta] = []
         token_ids_of = result.token_ids
         k = 0  # sampling spans so far
