@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from runtime.engine.config import EngineConfig
@@ -36,6 +37,9 @@ from traces.params import InvalidRequest
 from traces.workload import Workload
 
 SYNTHETIC_TOKEN = 0  # the token every simulated step samples (no eos in simulation)
+# a step's tokens without a token_fn: this one list for every sampling span (read, never changed)
+_SYNTHETIC = [[SYNTHETIC_TOKEN]]
+_sample = attrgetter("sample")
 
 TokenFn = Callable[[int, int], int]  # (request_id, position) -> token id
 
@@ -149,7 +153,7 @@ class Simulation:
             if self._arrived < num and seen[self._arrived] <= end:
                 arrive_until(end)
             if token_fn is None:  # (this runs once a simulated step: kept inline)
-                tokens = [[SYNTHETIC_TOKEN] for s in spans if s.sample]
+                tokens = _SYNTHETIC * sum(map(_sample, spans))
             else:
                 tokens = [[token_fn(s.request_id, s.start + s.num_tokens)] for s in spans if s.sample]
             commit(plan, StepResult(tokens, duration), now, False)  # no deltas: the log is the output
@@ -196,7 +200,7 @@ class Simulation:
     def _tokens(self, spans) -> list[list[int]]:
         token_fn = self.token_fn
         if token_fn is None:
-            return [[SYNTHETIC_TOKEN] for s in spans if s.sample]
+            return _SYNTHETIC * sum(map(_sample, spans))
         return [[token_fn(s.request_id, s.start + s.num_tokens)] for s in spans if s.sample]
 
     def _land(self, flight: tuple[Any, float, float, bool, list], advanced: bool) -> float:

@@ -242,10 +242,9 @@ class BlockManager:
         cache_index, block_hash, block_content = self.cache_index, self.block_hash, self.block_content
         for i in range(done, full):
             h = hashes[i]
-            if h in cache_index:
+            block = table[i]  # (not cached: newly computed; so setdefault returns it iff it took it)
+            if cache_index.setdefault(h, block) != block:
                 continue  # the same content is already cached (e.g. computed concurrently)
-            block = table[i]
-            cache_index[h] = block
             block_hash[block] = h
             offset = (i - done) * width
             block_content[block] = data[offset : offset + width]

@@ -221,9 +221,9 @@ class EngineCore:
         logprobs = result.logprobs if deltas else None
         for span in plan.spans:
             req = requests[span.request_id]
-            pos = span.start
-            computed = req.num_computed_tokens = pos + span.num_tokens
-            if computed // bs != pos // bs:  # a block became full: cache it
+            n = span.num_tokens
+            computed = req.num_computed_tokens = span.start + n
+            if computed % bs < n:  # a block became full (its end is in the span): cache it
                 bm.register_computed(req)
             if not span.sample:
                 continue
@@ -291,9 +291,9 @@ class EngineCore:
         k = 0  # sampling spans so far
         for span in plan.spans:
             req = requests[span.request_id]
-            pos = span.start
-            computed = req.num_computed_tokens = pos + span.num_tokens
-            if computed // bs != pos // bs:  # a block became full: cache it
+            n = span.num_tokens
+            computed = req.num_computed_tokens = span.start + n
+            if computed % bs < n:  # a block became full (its end is in the span): cache it
                 bm.register_computed(req)
             if span.sample:
                 token_ids = req.token_ids
