@@ -303,8 +303,9 @@ class EngineCore:
                     self.scheduler.remove(req)
                     req.status = _FINISHED
                     finished.append(req)
-        self._advanced[plan.step] = (bm.drain_events(), finished, known if known is not None and k == len(known)
-                                     else None)
+        if known is not None and k != len(known):
+            known = None  # not one token list per sampling span: complete checks them all
+        self._advanced[plan.step] = (bm.drain_events(), finished, known)
 
     def complete(self, plan: StepPlan, result: StepResult, start: float, deltas: bool = True) -> list[RequestDelta]:
         """Write the sampled tokens over their placeholders, apply token stops, emit the step's events
