@@ -128,11 +128,7 @@ def scale_model(model, factor: float) -> None:
         (model._c, model._pt, model._pa, model._ds, model._dc, model._ns, model._ps) = (
             model.coefficients[f] for f in FEATURES)
     else:
-        model.coefficients = {k: v * factor for k, v in model.coefficients.items()}
-        model._coef = [model.coefficients[f] for f in FEATURES]
-        model.ensemble.base *= factor
-        model.ensemble.scale *= factor
-        model.floor *= factor
+        model.scale(factor)
 
 
 def calibrate(model, logs: list[str]) -> dict[str, Any]:

@@ -24,17 +24,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from runtime.engine.config import EngineConfig
 from runtime.engine.core import EngineCore
 from runtime.engine.types import EventSink, StepResult
 from simulator.cost_model import CostModel
+from simulator.model_base import TimedModel
 from traces.events import make_header
 from traces.params import InvalidRequest
 from traces.workload import Workload
 
 SYNTHETIC_TOKEN = 0  # the token every simulated step samples (no eos in simulation)
+# a step's tokens without a token_fn: this one list for every sampling span (read, never changed)
+_SYNTHETIC = [[SYNTHETIC_TOKEN]]
+_sample = attrgetter("sample")
 
 TokenFn = Callable[[int, int], int]  # (request_id, position) -> token id
 
@@ -114,24 +119,13 @@ class Simulation:
             self._arrive_until(now)
         return now if requests else None
 
-    def _tokens(self, spans) -> list[list[int]]:
-        token_fn = self.token_fn
-        if token_fn is None:
-            return [[SYNTHETIC_TOKEN] for s in spans if s.sample]
-        return [[token_fn(s.request_id, s.start + s.num_tokens)] for s in spans if s.sample]
-
-    def _counted(self, end: float) -> None:
-        result = self.result
-        result.num_steps += 1
-        result.end_time = end
-        if result.num_steps % self.progress_every == 0:
-            self._report_progress()
-
     def _run_sequential(self) -> None:
         core = self.core
         schedule, commit, step_time = core.schedule, core.commit, self.cost_model.step_time
         gap_before = getattr(self.cost_model, "gap_before", None)
         host_gap = getattr(self.cost_model, "host_gap", None)
+        if isinstance(self.cost_model, TimedModel) and self.cost_model.host is None and gap_before is None:
+            host_gap = None  # a fitted model without host timing: no gaps (not asked once a step)
         seen, num, requests, arrive_until = self._seen, len(self._seen), core.requests, self._arrive_until
         result, token_fn, every = self.result, self.token_fn, self.progress_every
         previous: int | None = None  # spans of the step before, None after idle
@@ -158,8 +152,8 @@ class Simulation:
             end = now + duration
             if self._arrived < num and seen[self._arrived] <= end:
                 arrive_until(end)
-            if token_fn is None:  # (inlined _tokens and _counted: this runs once a simulated step)
-                tokens = [[SYNTHETIC_TOKEN] for s in spans if s.sample]
+            if token_fn is None:  # (this runs once a simulated step: kept inline)
+                tokens = _SYNTHETIC * sum(map(_sample, spans))
             else:
                 tokens = [[token_fn(s.request_id, s.start + s.num_tokens)] for s in spans if s.sample]
             commit(plan, StepResult(tokens, duration), now, False)  # no deltas: the log is the output
@@ -176,7 +170,7 @@ class Simulation:
         core = self.core
         schedule, step_time = core.schedule, self.cost_model.step_time
         host_gap = getattr(self.cost_model, "host_gap", None)
-        flight: tuple[Any, float, float, bool] | None = None  # plan, start, end, overlappable
+        flight: tuple[Any, float, float, bool, list] | None = None  # plan, start, end, overlappable, tokens
         now = self.start
         self._arrive_until(now)
         while True:
@@ -190,31 +184,41 @@ class Simulation:
                 now = self._land(flight, advanced=False)
                 flight = None
             if flight is not None:
-                core.advance(flight[0])
+                core.advance(flight[0], flight[4])  # the tokens are known: advance writes them
             plan = schedule(now)
             landed, flight = flight, None
             if plan.spans:
                 start = max(now, landed[2]) if landed is not None else now
-                flight = (plan, start, start + step_time(plan.step, plan.spans), core.overlappable(plan))
+                flight = (plan, start, start + step_time(plan.step, plan.spans), core.overlappable(plan),
+                          self._tokens(plan.spans))
             elif landed is None:
                 raise SimulationError(
                     f"engine stalled at t={now}: {core.num_waiting} waiting, {core.num_running} running")
             if landed is not None:
                 now = self._land(landed, advanced=True)
 
-    def _land(self, flight: tuple[Any, float, float, bool], advanced: bool) -> float:
+    def _tokens(self, spans) -> list[list[int]]:
+        token_fn = self.token_fn
+        if token_fn is None:
+            return _SYNTHETIC * sum(map(_sample, spans))
+        return [[token_fn(s.request_id, s.start + s.num_tokens)] for s in spans if s.sample]
+
+    def _land(self, flight: tuple[Any, float, float, bool, list], advanced: bool) -> float:
         """A launched step ends: arrivals up to its end join, then it is committed (``complete``
         once ``advance`` ran). Returns its end."""
-        plan, start, end, _ = flight
+        plan, start, end, _, tokens = flight
         arrived = self._arrived
         if arrived < len(self._seen) and self._seen[arrived] <= end:
             self._arrive_until(end)
-        result = StepResult(self._tokens(plan.spans), end - start)
         if advanced:
-            self.core.complete(plan, result, start, False)  # no deltas: the log is the output
+            self.core.complete(plan, StepResult(tokens, end - start), start, False)  # no deltas: the log is the output
         else:
-            self.core.commit(plan, result, start, False)
-        self._counted(end)
+            self.core.commit(plan, StepResult(tokens, end - start), start, False)
+        result = self.result
+        result.num_steps += 1
+        result.end_time = end
+        if result.num_steps % self.progress_every == 0:
+            self._report_progress()
         return end
 
     def _report_progress(self) -> None:

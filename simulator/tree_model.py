@@ -13,7 +13,7 @@ the parts every fitted model has (model_base.TimedModel). No pickle.
 from __future__ import annotations
 
 import json
-from operator import mul
+from bisect import bisect_left
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from simulator.trees import TreeEnsemble
 from traces.events import Span
 
 _N = len(FEATURES)
+_CONTEXT = FEATURES.index("decode_context")
 
 
 class TreeCostModel(TimedModel):
@@ -34,19 +35,66 @@ class TreeCostModel(TimedModel):
         if unknown:
             raise CostModelError(f"unknown cost-model features {sorted(unknown)}; known: {list(FEATURES)}")
         self.coefficients = {f: float(coefficients.get(f, 0.0)) for f in FEATURES}
-        self._coef = [self.coefficients[f] for f in FEATURES]
         self.ensemble = ensemble
         self.floor = float(floor)  # no step is predicted shorter (the shortest step fitted, halved)
         self.meta = dict(meta or {})
         n_features = len(EXT_FEATURES)
         if any(f >= n_features for t in ensemble.trees for f in t.feature):
             raise CostModelError(f"a tree splits on a feature index >= {n_features}")
+        self._context_cuts = ensemble.cuts(n_features)[_CONTEXT]
+        self._derive()
+
+    def _derive(self) -> None:
+        """What step_time remembers of the coefficients and the trees (again after ``scale``)."""
+        self._coef = [self.coefficients[f] for f in FEATURES]
+        # a decode-only step's linear part, left to right as ``_any_step`` adds it: const, then 0
+        # prefill tokens and attention; after the span count, context and count, 0.0 prefill_step
+        c = self._coef
+        self._decode_base, self._decode_last = 0 + c[0] * 1.0 + c[1] * 0 + c[2] * 0, c[6] * 0.0
+        self._decode_cells: dict[tuple[int, int], float] = {}  # (spans, context's bisection) -> trees
+
+    def scale(self, factor: float) -> None:
+        """Multiply every step time the model predicts by ``factor`` (in place)."""
+        self.coefficients = {k: v * factor for k, v in self.coefficients.items()}
+        self.ensemble.base *= factor
+        self.ensemble.scale *= factor
+        self.ensemble.forget()
+        self.floor *= factor
+        self._derive()
 
     def step_time(self, step: int, spans: list[Span]) -> float:
+        context = 0
+        for s in spans:
+            if s.num_tokens != 1:
+                trees, t = self._any_step(spans)
+                break
+            context += s.start
+        else:  # decode only (most steps): every feature but decode_context is 0, 1 or the span count,
+            # so the count and the context's bisection name x's cell: one bisection instead of ten
+            n = len(spans)
+            context += n  # Σ (start + 1)
+            # (as a float, as the thresholds are: the same bisection, all of them far below 2**53)
+            key = (n, bisect_left(self._context_cuts, float(context)))
+            trees = self._decode_cells.get(key)
+            if trees is None:
+                trees = self._decode_cells[key] = self.ensemble.predict_one(ext_features(spans))
+            c = self._coef  # Σ c·v left to right, its constant terms summed once (_decode_base)
+            t = (self._decode_base + c[3] * n + c[4] * context + c[5] * n) + self._decode_last
+        t = t + trees
+        if self.floor > t:  # (max(t, floor) without a call)
+            t = self.floor
+        if self._overlap is None:
+            return t
+        host, per_span, launch = self._overlap  # overlapped steps: max(host, device) + launch
+        host = host + per_span * len(spans)
+        return (host if host > t else t) + launch
+
+    def _any_step(self, spans: list[Span]) -> tuple[float, float]:
+        """The trees' value and the linear part of any step."""
         x = ext_features(spans)
-        t = sum(map(mul, self._coef, x)) + self.ensemble.predict_one(x)  # Σ c·v, left to right
-        t = max(t, self.floor)
-        return t if self._overlap is None else self._overlapped(t, len(spans))
+        c0, c1, c2, c3, c4, c5, c6 = self._coef
+        one, pt, pa, ds, dc, ns, ps = x[:_N]
+        return self.ensemble.predict_one(x), 0 + c0 * one + c1 * pt + c2 * pa + c3 * ds + c4 * dc + c5 * ns + c6 * ps
 
     def predict_ext(self, ext: np.ndarray) -> np.ndarray:
         """Durations for an [steps, EXT_FEATURES] matrix."""

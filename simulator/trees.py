@@ -92,10 +92,18 @@ class TreeEnsemble:
         """The prediction for ``x``, every tree walked."""
         return self.base + self.scale * sum(t.predict_one(x) for t in self.trees)
 
+    def cuts(self, n: int) -> list[list[float]]:
+        """Per feature (at least ``n`` of them) its sorted split thresholds: ``x``'s cell is
+        ``bisect_left(cuts[f], x[f])`` for each feature f."""
+        cuts = self._cuts
+        if cuts is None or n > len(cuts):
+            cuts = self._cuts = self._thresholds(n)
+        return cuts
+
     def predict_one(self, x: Sequence[float]) -> float:
         cuts = self._cuts
         if cuts is None or len(x) > len(cuts):
-            cuts = self._cuts = self._thresholds(len(x))
+            cuts = self.cuts(len(x))
         cell = tuple(map(bisect_left, cuts, x))
         value = self._cells.get(cell)
         if value is None:
@@ -103,6 +111,10 @@ class TreeEnsemble:
                 self._cells.clear()
             value = self._cells[cell] = self.walk(x)
         return value
+
+    def forget(self) -> None:
+        """Drop the remembered predictions (after ``base`` or ``scale`` changed)."""
+        self._cells.clear()
 
     def _thresholds(self, n: int) -> list[list[float]]:
         by_feature: list[set[float]] = [set() for _ in range(max(n, 1 + max((f for t in self.trees for f in t.feature),

@@ -222,3 +222,30 @@ def test_overlap_with_stop_tokens_and_min_tokens_equals_sequential(config, reqs,
         run_loop(core, OverlappingSeeded(seed=seed, vocab=50, eos_id=0, eos_every=11), overlap)
         logs.append(untimed(events))
     assert logs[0] == logs[1]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=configs, reqs=requests, seed=st.integers(0, 5), eos=st.booleans())
+def test_tokens_known_at_advance_log_what_commit_logs(config, reqs, seed, eos):
+    """A simulator hands ``advance`` the tokens it already knows; ``complete`` then takes a shortcut
+    while no token value can end a request. Same log as ``commit``."""
+    logs = []
+    for known in (False, True):
+        events = []
+        core, _ = build(config, reqs, events)
+        ex = SeededTokenExecutor(seed=seed, vocab=50, eos_id=0 if eos else None, eos_every=11)
+        for _ in range(5000):
+            if not core.has_unfinished():
+                break
+            plan = core.schedule(0.0)
+            if plan.empty:
+                break
+            result = ex.execute(plan, core.requests)
+            if known and core.overlappable(plan):
+                core.advance(plan, result.token_ids)
+                assert core.complete(plan, result, 0.0, False) == []
+            else:
+                core.commit(plan, result, 0.0, False)
+            core.block_manager.check_invariants()
+        logs.append(untimed(events))
+    assert logs[0] == logs[1]

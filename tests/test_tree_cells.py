@@ -51,3 +51,31 @@ def test_the_memo_is_bounded():
         x = [rng.uniform(-20, 20), rng.uniform(-20, 20)]
         assert ensemble.predict_one(x) == ensemble.walk(x)
         assert len(ensemble._cells) <= 4
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32))
+def test_a_tree_models_step_time_is_the_walk(seed):
+    """TreeCostModel names a decode-only step's cell by its span count and context alone, and adds
+    its linear part's terms left to right."""
+    from simulator.features import EXT_FEATURES, ext_features
+    from simulator.tree_model import TreeCostModel
+    from traces.events import Span
+
+    rng = random.Random(seed)
+    n = len(EXT_FEATURES)
+    trees = [random_tree(rng, n, 4) for _ in range(20)]
+    context = EXT_FEATURES.index("decode_context")
+    for t in trees:  # thresholds where these features live
+        t.threshold = [rng.uniform(0, 4000) if f == context else rng.uniform(0, 40) for f in t.feature]
+    model = TreeCostModel({"const": 1e-3, "decode_context": 1e-8, "seqs": 1e-6}, TreeEnsemble(trees))
+    for _ in range(200):
+        spans = [Span(i, rng.randrange(4000 // 8), 1 if rng.random() < 0.9 else rng.randrange(2, 64), True)
+                 for i in range(rng.randrange(1, 9))]
+        x = ext_features(spans)
+        linear = 0
+        for c, v in zip(model._coef, x):  # Σ c·v left to right
+            linear = linear + c * v
+        expected = max(linear + model.ensemble.walk(x), model.floor)
+        assert model.step_time(0, spans) == expected
+        assert model.step_time(0, spans) == expected  # remembered

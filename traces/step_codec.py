@@ -161,10 +161,12 @@ class StepCodec:
         else:
             out = tokens
         computed = self.computed
-        for done, (rid, s) in enumerate(zip(decoding, spans)):
+        for rid, s in zip(decoding, spans):
             c = computed[rid]
             if s.request_id != rid or s.start != c or s.num_tokens != 1 or s.sample is not True:
-                for undo in decoding[:done]:  # not carried after all: as it was
+                for undo in decoding:  # not carried after all: as it was (up to this one)
+                    if undo == rid:
+                        break
                     computed[undo] -= 1
                 return None
             computed[rid] = c + 1

@@ -191,19 +191,21 @@ class BlockManager:
         if need <= 0:
             return True
         reserved = self.reserved.get(rid, 0)
-        from_reservation = min(reserved, need)
-        if need - from_reservation > self.num_available_blocks:
+        from_reservation = reserved if reserved < need else need
+        free_blocks, evictable = self.free_blocks, self.evictable
+        if need - from_reservation > len(free_blocks) + len(evictable) - self.total_reserved:  # available
             return False
         start = len(table)
-        free_blocks, ref_counts = self.free_blocks, self.ref_counts
+        ref_counts = self.ref_counts
         for _ in range(need):
             if free_blocks:
                 block = free_blocks.popitem(last=False)[0]
             else:  # evict the least recently used cached block (the log's alloc of it says so)
-                block = self.evictable.popitem(last=False)[0]
-                del self.cache_index[self.block_hash[block]]  # type: ignore[index]
+                block = evictable.popitem(last=False)[0]
+                block_hash = self.block_hash
+                del self.cache_index[block_hash[block]]  # type: ignore[index]
                 self.block_content[block] = None
-                self.block_hash[block] = None
+                block_hash[block] = None
             ref_counts[block] = 1
             table.append(block)
         events = self.events
@@ -240,10 +242,9 @@ class BlockManager:
         cache_index, block_hash, block_content = self.cache_index, self.block_hash, self.block_content
         for i in range(done, full):
             h = hashes[i]
-            if h in cache_index:
+            block = table[i]  # (not cached: newly computed; so setdefault returns it iff it took it)
+            if cache_index.setdefault(h, block) != block:
                 continue  # the same content is already cached (e.g. computed concurrently)
-            block = table[i]
-            cache_index[h] = block
             block_hash[block] = h
             offset = (i - done) * width
             block_content[block] = data[offset : offset + width]

@@ -16,7 +16,6 @@ the Mooncake traces carry); ``none`` (its length). The engine itself always runs
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from runtime.engine.block_manager import BlockManager, root_hash
 from runtime.engine.config import EngineConfig
@@ -29,14 +28,6 @@ from traces.prompt import TRACE_PROMPTS, Prompt, PromptIds, PromptSynthetic, mat
 
 SEGMENT_ID_BITS = 48  # a hashed block's id: what PromptSynthetic seeds its tokens with
 _FINISHED = RequestStatus.FINISHED  # (an enum member read once: a class attribute lookup costs)
-
-
-@dataclass(slots=True)
-class _Advanced:
-    """What ``advance`` did to a step that ``complete`` has not completed yet."""
-
-    block_events: list = field(default_factory=list)
-    finished: list[Request] = field(default_factory=list)
 
 
 class EngineCore:
@@ -59,10 +50,12 @@ class EngineCore:
         )
         self.scheduler = Scheduler(config.scheduler, self.block_manager)
         self.requests: dict[int, Request] = {}  # unfinished requests
+        self._watched = 0  # of those, how many a token value may matter to (``overlappable``)
         self._next_request_id = 0
         self._next_step = 0
         self._planned: dict[int, float] = {}  # steps planned, not yet completed: when they were planned
-        self._advanced: dict[int, _Advanced] = {}  # of those, the ones ``advance`` took
+        # of those, the ones ``advance`` took: their block events, the requests it ended, the tokens it wrote
+        self._advanced: dict[int, tuple[list, list[Request], list[list[int]] | None]] = {}
 
     # --- requests ------------------------------------------------------------------------------
 
@@ -114,6 +107,7 @@ class EngineCore:
                 raise
         self._next_request_id += 1
         self.requests[rid] = req
+        self._watched += req.token_may_matter
         self.scheduler.add(req)
         return rid
 
@@ -153,6 +147,7 @@ class EngineCore:
         req = self.requests.pop(request_id, None)
         if req is None:
             return False
+        self._watched -= req.token_may_matter
         self.scheduler.remove(req)
         req.status = status
         req.finish_reason = reason
@@ -187,7 +182,7 @@ class EngineCore:
         """Plan the next step. Its Admitted / Preempted events are written by ``complete``, just
         before its Step event, so a log reads the same whether or not steps overlap."""
         plan = self.scheduler.schedule(self._next_step)
-        if plan.empty:
+        if not plan.spans:  # (``empty``, without a property call: this runs once a step)
             return plan
         self._next_step += 1
         self._planned[plan.step] = now
@@ -197,6 +192,8 @@ class EngineCore:
         """True when no token this step samples can change the next schedule or the executor's
         next inputs (see ``Request.next_token_matters``): then the next step may be planned and
         launched before these tokens reach the host, and the log stays what a sequential run writes."""
+        if not self._watched:  # no unfinished request's token values matter
+            return True
         requests = self.requests
         for s in plan.spans:
             if s.sample:
@@ -218,47 +215,44 @@ class EngineCore:
         finished: list[Request] = []
         stopped: list[Request] = []
         out: list[RequestDelta] = []
-        committed: list[list[int]] = []
         token_ids_of = result.token_ids
+        k = 0  # sampling spans so far
+        cut: dict[int, list[int]] = {}  # k -> what is kept of a sampling span's tokens a stop cut short
         logprobs = result.logprobs if deltas else None
         for span in plan.spans:
-            rid = span.request_id
-            req = requests[rid]
-            pos = span.start
-            computed = pos + span.num_tokens
-            req.num_computed_tokens = computed
-            if computed // bs != pos // bs:  # a block became full: cache it
+            req = requests[span.request_id]
+            n = span.num_tokens
+            computed = req.num_computed_tokens = span.start + n
+            if computed % bs < n:  # a block became full (its end is in the span): cache it
                 bm.register_computed(req)
             if not span.sample:
                 continue
-            new = token_ids_of[len(committed)]
+            new = token_ids_of[k]
             if not new:
-                raise ValueError(f"the executor returned no token for request {rid}'s sampling span")
+                raise ValueError(f"the executor returned no token for request {span.request_id}'s sampling span")
             token_ids = req.token_ids
             token_ids.append(new[0])
-            at_limit = len(token_ids) >= req.max_total_tokens
-            if at_limit:  # its length limit: ended now, KV freed
+            if len(token_ids) < req.max_total_tokens:
+                reason = req.check_stop(new[0]) if req.stops_on_token else None
+            else:  # its length limit: ended now, KV freed
                 scheduler.remove(req)
                 req.status = _FINISHED
                 finished.append(req)
-            if req.stops_on_token:
-                reason = req.check_stop(new[0])
-            else:  # what check_stop says of a request no token value ends
-                reason = "length" if at_limit else None
+                reason = req.check_stop(new[0]) if req.stops_on_token else "length"
             if len(new) > 1:
                 if reason is not None:
-                    new = new[:1]
+                    new = cut[k] = new[:1]
                 else:
                     for i in range(1, len(new)):
                         token_ids.append(new[i])
                         reason = req.check_stop(new[i])
                         if reason is not None:
-                            new = new[: i + 1]
+                            new = cut[k] = new[: i + 1]
                             break
             if deltas:
-                lps = logprobs[len(committed)] if logprobs is not None else None
-                out.append(RequestDelta(rid, new, reason, lps[: len(new)] if lps is not None else None))
-            committed.append(new)
+                lps = logprobs[k] if logprobs is not None else None
+                out.append(RequestDelta(span.request_id, new, reason, lps[: len(new)] if lps is not None else None))
+            k += 1
             if reason is not None:
                 req.finish_reason = reason
                 if req.status is not _FINISHED:  # a token stop: ended below
@@ -273,30 +267,45 @@ class EngineCore:
             block_events += bm.drain_events()
         for req in finished:
             del requests[req.request_id]
+            self._watched -= req.token_may_matter
+        committed = token_ids_of  # the tokens kept: most steps all of the executor's (no copy)
+        if cut or k != len(token_ids_of):
+            committed = [cut.get(i, t) for i, t in enumerate(token_ids_of[:k])]
         self._emit(plan, planned, start, start + result.duration, committed, block_events, finished)
         return out
 
-    def advance(self, plan: StepPlan) -> None:
+    def advance(self, plan: StepPlan, known: list[list[int]] | None = None) -> None:
         """Everything a step's commit does that doesn't need its token values: advance the spans,
         cache blocks that became full, reserve a placeholder for each sampled token and end the
-        requests that reach their length limit (their KV is freed; ``complete`` reports them)."""
+        requests that reach their length limit (their KV is freed; ``complete`` reports them).
+
+        ``known``: the step's tokens when they are known already (a simulator's), one each: written
+        instead of the placeholders, so that ``complete``, given a result holding this very list,
+        need not visit the spans again while no token value can end a request."""
         bm = self.block_manager
         bs = bm.block_size
         requests = self.requests
-        advanced = self._advanced[plan.step] = _Advanced()
+        finished: list[Request] = []
+        if known is not None and set(map(len, known)) != {1}:
+            known = None
+        k = 0  # sampling spans so far
         for span in plan.spans:
             req = requests[span.request_id]
-            pos, n = span.start, span.num_tokens
-            req.num_computed_tokens = pos + n
-            if (pos + n) // bs != pos // bs:  # a block became full: cache it
+            n = span.num_tokens
+            computed = req.num_computed_tokens = span.start + n
+            if computed % bs < n:  # a block became full (its end is in the span): cache it
                 bm.register_computed(req)
             if span.sample:
-                req.token_ids.append(PLACEHOLDER)
-                if len(req.token_ids) >= req.max_total_tokens:
+                token_ids = req.token_ids
+                token_ids.append(PLACEHOLDER if known is None else known[k][0])
+                k += 1
+                if len(token_ids) >= req.max_total_tokens:
                     self.scheduler.remove(req)
-                    req.status = RequestStatus.FINISHED
-                    advanced.finished.append(req)
-        advanced.block_events = bm.drain_events()
+                    req.status = _FINISHED
+                    finished.append(req)
+        if known is not None and k != len(known):
+            known = None  # not one token list per sampling span: complete checks them all
+        self._advanced[plan.step] = (bm.drain_events(), finished, known)
 
     def complete(self, plan: StepPlan, result: StepResult, start: float, deltas: bool = True) -> list[RequestDelta]:
         """Write the sampled tokens over their placeholders, apply token stops, emit the step's events
@@ -304,27 +313,34 @@ class EngineCore:
         end = start + result.duration
         requests = self.requests
         planned = self._planned.pop(plan.step)
-        advanced = self._advanced.pop(plan.step)
-        finished = advanced.finished
+        block_events, finished, known = self._advanced.pop(plan.step)
+        if known is not None and known is result.token_ids and not deltas and not self._watched:
+            # advance wrote these tokens, one each, and no token value ends a request: its length did
+            for req in finished:
+                req.finish_reason = "length"
+                del requests[req.request_id]
+                self._watched -= req.token_may_matter
+            self._emit(plan, planned, start, end, known, block_events, finished)
+            return []
         out: list[RequestDelta] = []
-        committed: list[list[int]] = []
-        tokens_iter = iter(result.token_ids)
-        logprobs_iter = iter(result.logprobs) if result.logprobs is not None else None
+        token_ids_of = result.token_ids
+        k = 0  # sampling spans so far
+        cut: dict[int, list[int]] = {}  # k -> what is kept of a sampling span's tokens a stop cut short
+        logprobs = result.logprobs if deltas else None
         stopped_by_value = False
         for span in plan.spans:
             if not span.sample:
                 continue
             req = requests[span.request_id]
-            new = next(tokens_iter)
+            new = token_ids_of[k]
             if not new:
                 raise ValueError(f"the executor returned no token for request {span.request_id}'s sampling span")
-            lps = next(logprobs_iter) if logprobs_iter is not None else None
             token_ids = req.token_ids
-            slot = len(token_ids) - 1  # the placeholder advance() reserved
             if len(new) == 1 and not req.stops_on_token:  # what check_stop says of it: only its length
-                token_ids[slot] = new[0]
+                token_ids[-1] = new[0]  # over the placeholder advance() reserved
                 reason = "length" if len(token_ids) >= req.max_total_tokens else None
             else:
+                slot = len(token_ids) - 1
                 reason = None
                 for i, token in enumerate(new):
                     if i == 0:
@@ -333,26 +349,29 @@ class EngineCore:
                         token_ids.append(token)
                     reason = req.check_stop(token)
                     if reason is not None:
-                        new = new[: i + 1]
+                        if i + 1 < len(new):
+                            new = cut[k] = new[: i + 1]
                         break
-            committed.append(new)
             if deltas:
-                if lps is not None:
-                    lps = lps[: len(new)]
-                out.append(RequestDelta(span.request_id, new, reason, lps))
+                lps = logprobs[k] if logprobs is not None else None
+                out.append(RequestDelta(span.request_id, new, reason, lps[: len(new)] if lps is not None else None))
+            k += 1
             if reason is not None:
                 req.finish_reason = reason
-                if req.status is not RequestStatus.FINISHED:  # not ended by advance(): a token stop
+                if req.status is not _FINISHED:  # not ended by advance(): a token stop
                     stopped_by_value = True
                     self.scheduler.remove(req)
-                    req.status = RequestStatus.FINISHED
+                    req.status = _FINISHED
                     finished.append(req)
         for req in finished:
             del requests[req.request_id]
-        block_events = advanced.block_events
+            self._watched -= req.token_may_matter
         if stopped_by_value:
             self._stopped_by_value(plan)
             block_events = block_events + self.block_manager.drain_events()
+        committed = token_ids_of  # the tokens kept: most steps all of the executor's (no copy)
+        if cut or k != len(token_ids_of):
+            committed = [cut.get(i, t) for i, t in enumerate(token_ids_of[:k])]
         self._emit(plan, planned, start, end, committed, block_events, finished)
         return out
 

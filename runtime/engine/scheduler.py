@@ -51,9 +51,9 @@ class Scheduler:
         req.num_preemptions += 1
         self.waiting.push(req, front=True)
 
-    def _fit(self, req: Request, n: int, scheduled: dict[int, int], spans: list[Span], preempted: list[int]) -> int:
+    def _fit(self, req: Request, n: int, spans: list[Span], preempted: list[int]) -> int:
         """Allocate blocks for ``n`` more tokens of ``req``, preempting while they don't fit; on
-        success schedule it (``scheduled``, ``spans``).
+        success schedule it (append its span).
 
         Returns the net budget used: ``n`` if scheduled, minus what un-scheduled victims gave back
         (their spans are dropped by ``schedule``).
@@ -62,13 +62,11 @@ class Scheduler:
         while not self.bm.allocate(req, req.num_computed_tokens + n):
             victim = self.waiting.victim(self.running)
             self._preempt(victim)
-            preempted.append(victim.request_id)
-            undone = scheduled.pop(victim.request_id, None)
-            if undone is not None:
-                used -= undone
+            vid = victim.request_id
+            preempted.append(vid)
+            used -= next((s.num_tokens for s in spans if s.request_id == vid), 0)  # (rare: a scan will do)
             if victim is req:
                 return used
-        scheduled[req.request_id] = n
         start = req.num_computed_tokens
         spans.append(Span(req.request_id, start, n, start + n == len(req.token_ids)))
         return used + n
@@ -78,9 +76,9 @@ class Scheduler:
     def schedule(self, step: int) -> StepPlan:
         cfg = self.config
         bm = self.bm
-        budget = cfg.max_num_batched_tokens
-        scheduled: dict[int, int] = {}  # request -> tokens this step, in the order of ``spans``
+        budget = cfg.max_num_batched_tokens  # what is left of it: the step's tokens are the rest
         spans: list[Span] = []
+        block_tables: list[list[int]] = []  # of the spans, while only the fast path adds them
         preempted: list[int] = []
         status = _RUNNING
         tables = bm.tables
@@ -94,12 +92,11 @@ class Scheduler:
             computed = req.num_computed_tokens
             if len(req.token_ids) - computed != 1:
                 prefills.append(req)
-            elif decodes or budget <= 0 or computed >= len(tables[req.request_id]) * bs:
+            elif decodes or budget <= 0 or computed >= len(table := tables[req.request_id]) * bs:
                 decodes.append(req)
             else:
-                rid = req.request_id
-                scheduled[rid] = 1
-                spans.append(Span(rid, computed, 1, True))
+                spans.append(Span(req.request_id, computed, 1, True))
+                block_tables.append(table)
                 budget -= 1
 
         for req in decodes:
@@ -107,14 +104,12 @@ class Scheduler:
                 break
             if req.status is not status:  # preempted earlier in this step
                 continue
-            rid = req.request_id
             computed = req.num_computed_tokens
-            if computed < len(tables[rid]) * bs:  # its block already exists
-                scheduled[rid] = 1
-                spans.append(Span(rid, computed, 1, True))
+            if computed < len(tables[req.request_id]) * bs:  # its block already exists
+                spans.append(Span(req.request_id, computed, 1, True))
                 budget -= 1
             else:
-                budget -= self._fit(req, 1, scheduled, spans, preempted)
+                budget -= self._fit(req, 1, spans, preempted)
         if prefills:  # continuing prefills (a snapshot: _fit may preempt)
             chunked = cfg.enable_chunked_prefill
             for req in prefills:
@@ -124,21 +119,23 @@ class Scheduler:
                     continue
                 remaining = len(req.token_ids) - req.num_computed_tokens
                 if remaining <= budget:
-                    budget -= self._fit(req, remaining, scheduled, spans, preempted)
+                    budget -= self._fit(req, remaining, spans, preempted)
                 elif chunked:
-                    budget -= self._fit(req, budget, scheduled, spans, preempted)
+                    budget -= self._fit(req, budget, spans, preempted)
 
         admitted: list[Admission] = []
         if preempted:  # no admission in a step that preempted; victims lose their spans
             gone = set(preempted)
             spans = [s for s in spans if s.request_id not in gone]
         elif budget > 0 and len(running) < cfg.max_num_seqs and len(self.waiting):
-            self._admit(budget, scheduled, spans, admitted)
-        return StepPlan(step, spans, [tables[s.request_id] for s in spans], admitted, preempted,
-                        sum(scheduled.values()))
+            budget = self._admit(budget, spans, admitted)
+        if len(block_tables) != len(spans) or preempted:
+            block_tables = [tables[s.request_id] for s in spans]
+        return StepPlan(step, spans, block_tables, admitted, preempted, cfg.max_num_batched_tokens - budget)
 
-    def _admit(self, budget: int, scheduled: dict[int, int], spans: list[Span], admitted: list[Admission]) -> None:
-        """Admit waiting requests (policy order) while budget, sequence slots and KV capacity allow."""
+    def _admit(self, budget: int, spans: list[Span], admitted: list[Admission]) -> int:
+        """Admit waiting requests (policy order) while budget, sequence slots and KV capacity allow;
+        returns the budget left."""
         cfg = self.config
         bm = self.bm
         waiting = self.waiting
@@ -166,7 +163,7 @@ class Scheduler:
             self.running[req.request_id] = req
             ok = bm.allocate(req, cached + n)
             assert ok, "admission reserved the blocks of its first chunk"
-            scheduled[req.request_id] = n
             spans.append(Span(req.request_id, cached, n, cached + n == len(req.token_ids)))
             admitted.append(Admission(req.request_id, cached, reserved))
             budget -= n
+        return budget
