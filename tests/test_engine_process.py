@@ -202,7 +202,9 @@ def test_an_engine_failing_in_a_step_ends_every_stream_and_exits(smollm2_tokeniz
             assert r.status_code == 200
             r = httpx.post(http.url + "/v1/completions", json={"prompt": [99, 5], "max_tokens": 3}, timeout=30)
             assert r.status_code == 503 and "RuntimeError" in r.json()["error"]["message"]
-            process.proc.join(90)  # a loaded CI machine can take long to tear a spawned process down
+            # not proc.join(): the connection's thread polls the same process, and a join that loses the
+            # waitpid race to it returns before exitcode is set; a loaded CI machine can take long
+            wait_until(lambda: process.proc.exitcode is not None, 90, "the engine process to exit")
             assert process.proc.exitcode == 1, f"engine process exit code {process.proc.exitcode}"
             _assert_engine_gone(type("S", (), {"url": http.url}))
     finally:
