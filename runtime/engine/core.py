@@ -211,7 +211,6 @@ class EngineCore:
         bm = self.block_manager
         bs = bm.block_size
         requests = self.requests
-        scheduler = self.scheduler
         finished: list[Request] = []
         stopped: list[Request] = []
         out: list[RequestDelta] = []
@@ -235,9 +234,7 @@ class EngineCore:
             if len(token_ids) < req.max_total_tokens:
                 reason = req.check_stop(new[0]) if req.stops_on_token else None
             else:  # its length limit: ended now, KV freed
-                scheduler.remove(req)
-                req.status = _FINISHED
-                finished.append(req)
+                self._ended_in_step(req, finished)
                 reason = req.check_stop(new[0]) if req.stops_on_token else "length"
             if len(new) > 1:
                 if reason is not None:
@@ -261,17 +258,9 @@ class EngineCore:
         if stopped:
             self._stopped_by_value(plan)
             for req in stopped:
-                scheduler.remove(req)
-                req.status = _FINISHED
-                finished.append(req)
+                self._ended_in_step(req, finished)
             block_events += bm.drain_events()
-        for req in finished:
-            del requests[req.request_id]
-            self._watched -= req.token_may_matter
-        committed = token_ids_of  # the tokens kept: most steps all of the executor's (no copy)
-        if cut or k != len(token_ids_of):
-            committed = [cut.get(i, t) for i, t in enumerate(token_ids_of[:k])]
-        self._emit(plan, planned, start, start + result.duration, committed, block_events, finished)
+        self._retire(plan, planned, start, start + result.duration, token_ids_of, k, cut, block_events, finished)
         return out
 
     def advance(self, plan: StepPlan, known: list[list[int]] | None = None) -> None:
@@ -300,9 +289,7 @@ class EngineCore:
                 token_ids.append(PLACEHOLDER if known is None else known[k][0])
                 k += 1
                 if len(token_ids) >= req.max_total_tokens:
-                    self.scheduler.remove(req)
-                    req.status = _FINISHED
-                    finished.append(req)
+                    self._ended_in_step(req, finished)
         if known is not None and k != len(known):
             known = None  # not one token list per sampling span: complete checks them all
         self._advanced[plan.step] = (bm.drain_events(), finished, known)
@@ -318,9 +305,7 @@ class EngineCore:
             # advance wrote these tokens, one each, and no token value ends a request: its length did
             for req in finished:
                 req.finish_reason = "length"
-                del requests[req.request_id]
-                self._watched -= req.token_may_matter
-            self._emit(plan, planned, start, end, known, block_events, finished)
+            self._retire(plan, planned, start, end, known, len(known), {}, block_events, finished)
             return []
         out: list[RequestDelta] = []
         token_ids_of = result.token_ids
@@ -360,20 +345,32 @@ class EngineCore:
                 req.finish_reason = reason
                 if req.status is not _FINISHED:  # not ended by advance(): a token stop
                     stopped_by_value = True
-                    self.scheduler.remove(req)
-                    req.status = _FINISHED
-                    finished.append(req)
-        for req in finished:
-            del requests[req.request_id]
-            self._watched -= req.token_may_matter
+                    self._ended_in_step(req, finished)
         if stopped_by_value:
             self._stopped_by_value(plan)
             block_events = block_events + self.block_manager.drain_events()
-        committed = token_ids_of  # the tokens kept: most steps all of the executor's (no copy)
+        self._retire(plan, planned, start, end, token_ids_of, k, cut, block_events, finished)
+        return out
+
+    def _ended_in_step(self, req: Request, finished: list[Request]) -> None:
+        """``req`` is done (its KV freed); the commit reports it."""
+        self.scheduler.remove(req)
+        req.status = _FINISHED
+        finished.append(req)
+
+    def _retire(self, plan: StepPlan, planned, start: float, end: float, token_ids_of: list[list[int]], k: int,
+                cut: dict[int, list[int]], block_events, finished: list[Request]) -> None:
+        """The end of a commit: forget the finished requests, emit the step with the tokens kept
+        (most steps all of the executor's, no copy; ``cut``: spans a stop cut short; ``k``: the
+        sampling spans)."""
+        requests = self.requests
+        for req in finished:
+            del requests[req.request_id]
+            self._watched -= req.token_may_matter
+        committed = token_ids_of
         if cut or k != len(token_ids_of):
             committed = [cut.get(i, t) for i, t in enumerate(token_ids_of[:k])]
         self._emit(plan, planned, start, end, committed, block_events, finished)
-        return out
 
     def _stopped_by_value(self, plan: StepPlan) -> None:
         if plan.step != self._next_step - 1:
