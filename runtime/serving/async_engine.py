@@ -343,9 +343,11 @@ class RequestStream:
         self._engine._cancel(self._handle)
 
     def fail(self, error: BaseException) -> None:
-        """Abort the request (unless it finished) and end the stream with ``error`` (event loop)."""
-        self._engine._cancel(self._handle)
-        _replace_all(self._handle, error)
+        """Abort the request and end the stream with ``error`` (event loop); a request whose last
+        item is already queued keeps it."""
+        if not self._handle.done:
+            self._engine._cancel(self._handle)
+            _replace_all(self._handle, error)
 
 
 def merge_deltas(deltas: Sequence[OutputDelta]) -> OutputDelta:
