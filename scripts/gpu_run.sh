@@ -17,7 +17,8 @@
 #              (scripts/gpu_wheels.sh makes it) and travels with carry
 #   matrix     scripts/serve_matrix.py: capacity in process, then bench serve (--launch) and bench live at
 #              LOADS (default 0.5,0.8,1.1 of capacity) x CHUNKED (default on,off); served logs gzipped into
-#              $OUT (the device returns 8 files: one CHUNKED mode per call)
+#              $OUT (the device returns 8 files: one CHUNKED mode per call); WORKLOAD=conv|code (.gpu/*_head1200.csv,
+#              Azure 2023), SKIP_LIVE=1: no in-process run beside each served one
 #   prefix     shared-prefix workload (a 7,680-token document, 40 questions of 64 tokens, 2/s) against the
 #              server with prefix caching off (every request cold) and on (the first cold, the rest warm)
 #   servetests the served engine on CUDA under load: aborts mid-step, SIGTERM, bad requests (also in tests)
@@ -87,16 +88,17 @@ for _ in range(900):
            minivllm bench live .gpu/conv_head1200.csv --limit 800 --rate-scale "${RATE_SCALE:-6}" "${SRV[@]}" --no-progress \
              --trace "$OUT/live_inproc.jsonl" --json "$OUT/live_inproc.json"
            python3 -m runtime.bench.step_times "$OUT/live_inproc.jsonl" ;;
-    matrix) python3 scripts/serve_matrix.py .gpu/conv_head1200.csv --limit "${LIMIT:-800}" --loads "${LOADS:-0.5,0.8,1.1}" \
+    matrix) WORKLOAD="${WORKLOAD:-conv}"
+            python3 scripts/serve_matrix.py ".gpu/${WORKLOAD}_head1200.csv" --limit "${LIMIT:-800}" --loads "${LOADS:-0.5,0.8,1.1}" \
               --chunked "${CHUNKED:-on,off}" ${CAPACITY:+--capacity $CAPACITY} --client-processes "${CLIENT_PROCS:-4}" \
-              --out /tmp/matrix -- \
+              ${SKIP_LIVE:+--no-live} --out /tmp/matrix -- \
               --model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-model-len 8192 \
               ${ENGINE_FLAGS:-}
-            tag=$(echo "${CHUNKED:-on,off}" | tr , _)  # no commas: the device does not return such names
+            tag=${WORKLOAD}_$(echo "${CHUNKED:-on,off}" | tr , _)  # no commas: the device does not return such names
             cp /tmp/matrix/summary.json "$OUT/matrix_$tag.json"
-            for f in /tmp/matrix/serve_*.jsonl; do gzip -c "$f" > "$OUT/$(basename "$f").gz"; done
+            for f in /tmp/matrix/serve_*.jsonl; do gzip -c "$f" > "$OUT/${WORKLOAD}_$(basename "$f").gz"; done
             tar czf "$OUT/matrix_${tag}_runs.tgz" -C /tmp/matrix $(cd /tmp/matrix && ls *.json *.log)
-            ls -la "$OUT" ;;
+            rm -rf /tmp/matrix; ls -la "$OUT" ;;
     prefix) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-model-len 8192)
             for pc in off on; do
               minivllm bench serve --synthetic 40 --rate 2 --input-len fixed:7744 --output-len fixed:32 \

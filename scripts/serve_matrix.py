@@ -8,7 +8,8 @@
    ×1000, chunked on) — the engine's own request throughput on this request mix, no HTTP.
 2. For each chunked mode × load L: ``bench serve --launch`` with the arrivals scaled so the offered
    rate is L × capacity (client TTFT/TPOT/ITL/goodput; the server's log), then ``bench live`` of the
-   same arrivals in process (the same engine without HTTP: its step times are the offline reference).
+   same arrivals in process (the same engine without HTTP: its step times are the offline reference;
+   ``--no-live`` skips it).
 3. ``summary.json`` and ``summary.md`` in --out: one row per run, step times from both logs.
 The engine flags after ``--`` go to both the server and ``bench live``; chunked off adds
 ``--no-enable-chunked-prefill --max-num-batched-tokens MAX_MODEL_LEN`` (a whole prompt per step).
@@ -57,6 +58,7 @@ def main() -> None:
     p.add_argument("--slo", default="ttft_ms=1000,tpot_ms=50")
     p.add_argument("--capacity", type=float, help="requests/s (default: measured with bench live)")
     p.add_argument("--client-processes", type=int, default=1, help="bench serve's sending processes")
+    p.add_argument("--no-live", action="store_true", help="skip the in-process run beside each served one")
     p.add_argument("--out", type=Path, default=Path("out/matrix"))
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
@@ -88,13 +90,15 @@ def main() -> None:
                            str(args.out / f"serve_{tag}.json"), "--server-trace", str(served_log),
                            "--server-log", str(args.out / f"server_{tag}.log"), "--launch", *mode_flags,
                            ))
-            _run(_minivllm("bench", "live", *source, *rate, *mode_flags, "--trace", str(live_log),
-                           "--json", str(args.out / f"live_{tag}.json")))
             serve = json.loads((args.out / f"serve_{tag}.json").read_text())["summary"]
-            live = json.loads((args.out / f"live_{tag}.json").read_text())["summary"]
-            rows.append({"chunked": mode, "load": load, "rate_scale": scale, "offered_req_s": load * capacity,
-                         "serve": serve, "live": live, "served_steps": _steps(served_log),
-                         "live_steps": _steps(live_log)})
+            row = {"chunked": mode, "load": load, "rate_scale": scale, "offered_req_s": load * capacity,
+                   "serve": serve, "served_steps": _steps(served_log)}
+            if not args.no_live:
+                _run(_minivllm("bench", "live", *source, *rate, *mode_flags, "--trace", str(live_log),
+                               "--json", str(args.out / f"live_{tag}.json")))
+                row["live"] = json.loads((args.out / f"live_{tag}.json").read_text())["summary"]
+                row["live_steps"] = _steps(live_log)
+            rows.append(row)
             (args.out / "summary.json").write_text(json.dumps({"capacity_req_s": capacity, "base_rate_req_s":
                                                                base_rate, "rows": rows}, indent=1))
     (args.out / "summary.md").write_text(render(rows, capacity))
@@ -108,15 +112,18 @@ def render(rows: list[dict], capacity: float) -> str:
     lines = [f"capacity (in process, all arrivals at once): {capacity:.1f} req/s", "", head,
              "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
-        s, live, a, b = r["serve"], r["live"], r["served_steps"], r["live_steps"]
+        s, a = r["serve"], r["served_steps"]
+        in_process = "— | —"
+        if "live" in r:
+            live, b = r["live"], r["live_steps"]
+            in_process = (f"{b['mean']:.2f} / {b['p99']:.1f} / {b['max']:.1f} | {live['ttft_s']['p50'] * 1e3:.1f} / "
+                          f"{live['ttft_s']['p99'] * 1e3:.1f}, {live['tpot_s']['p50'] * 1e3:.1f}")
         lines.append(
             f"| {r['load']:.0%} | {r['chunked']} | {r['offered_req_s']:.1f} | {s['ttft_ms']['p50']:.1f} / "
             f"{s['ttft_ms']['p99']:.1f} | {s['tpot_ms']['p50']:.1f} / {s['tpot_ms']['p99']:.1f} | "
             f"{s['itl_ms']['p99']:.1f} | {s['e2e_ms']['p50']:,.0f} | {s.get('goodput_req_s', 0):.1f} "
             f"({s.get('slo_attainment', 0):.0%}) | {s['send_lag_ms']['p99']:.1f} | {a['mean']:.2f} / "
-            f"{a['p99']:.1f} / {a['max']:.1f}, {a['over_50ms']} | {b['mean']:.2f} / {b['p99']:.1f} / "
-            f"{b['max']:.1f} | {live['ttft_s']['p50'] * 1e3:.1f} / "
-            f"{live['ttft_s']['p99'] * 1e3:.1f}, {live['tpot_s']['p50'] * 1e3:.1f} |")
+            f"{a['p99']:.1f} / {a['max']:.1f}, {a['over_50ms']} | {in_process} |")
     return "\n".join(lines) + "\n"
 
 
