@@ -13,7 +13,14 @@ A span's ``start`` is the tokens already in the KV cache, ``num_tokens`` the chu
                      graph) and pays a fixed extra cost, however few tokens it has
 
 ``EXT_FEATURES`` add what a tree model splits on besides: tokens in the step, prefill spans, the
-largest chunk. They are also the quantities whose profiled range a model records (simulator/ranges.py).
+largest chunk, the longest decode context. They are also the quantities whose profiled range a model
+records (simulator/ranges.py).
+
+``max_context`` matters apart from the context sum: the decode kernel's split count and its longest
+program follow the longest sequence, so on the H200 a served decode batch with one sequence past
+4,096 tokens costs ~2 ms more than a batch of the same size and context sum without it (docs/BENCHMARKS.md,
+"what the served steps cost"); a profile's decode batches have equal contexts and never show it.
+New features go at the end: a saved tree model's feature indices stay valid.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ FEATURE_DOC = {
     "seqs": "seconds per span",
     "prefill_step": "seconds per step that carries prefill (any chunk > 1: eager, no CUDA graph)",
 }
-EXTRA = ("tokens", "prefill_seqs", "max_chunk")
+EXTRA = ("tokens", "prefill_seqs", "max_chunk", "max_context")
 EXT_FEATURES = FEATURES + EXTRA
 
 
@@ -44,17 +51,19 @@ def step_features(spans: Iterable[Span]) -> list[float]:
 
 def ext_features(spans: Iterable[Span]) -> list[float]:
     """The feature vector in ``EXT_FEATURES`` order (``FEATURES`` first)."""
-    pt = pa = ds = dc = ns = ps = mc = 0
+    pt = pa = ds = dc = ns = ps = mc = mx = 0
     for s in spans:
         n = s.num_tokens
         ns += 1
         if n == 1:
             ds += 1
             dc += s.start + 1
+            if s.start >= mx:
+                mx = s.start + 1
         else:
             pt += n
             ps += 1
             pa += n * s.start + n * (n + 1) // 2
             if n > mc:
                 mc = n
-    return [1.0, pt, pa, ds, dc, ns, 1.0 if pt else 0.0, pt + ds, ps, mc]
+    return [1.0, pt, pa, ds, dc, ns, 1.0 if pt else 0.0, pt + ds, ps, mc, mx]

@@ -26,6 +26,7 @@ from traces.events import Span
 
 _N = len(FEATURES)
 _CONTEXT = FEATURES.index("decode_context")
+_MAX_CONTEXT = EXT_FEATURES.index("max_context")
 
 
 class TreeCostModel(TimedModel):
@@ -41,7 +42,8 @@ class TreeCostModel(TimedModel):
         n_features = len(EXT_FEATURES)
         if any(f >= n_features for t in ensemble.trees for f in t.feature):
             raise CostModelError(f"a tree splits on a feature index >= {n_features}")
-        self._context_cuts = ensemble.cuts(n_features)[_CONTEXT]
+        cuts = ensemble.cuts(n_features)
+        self._context_cuts, self._max_context_cuts = cuts[_CONTEXT], cuts[_MAX_CONTEXT]
         self._derive()
 
     def _derive(self) -> None:
@@ -51,7 +53,8 @@ class TreeCostModel(TimedModel):
         # prefill tokens and attention; after the span count, context and count, 0.0 prefill_step
         c = self._coef
         self._decode_base, self._decode_last = 0 + c[0] * 1.0 + c[1] * 0 + c[2] * 0, c[6] * 0.0
-        self._decode_cells: dict[tuple[int, int], float] = {}  # (spans, context's bisection) -> trees
+        # (spans, the bisections of the context sum and of the longest context) -> the trees' value
+        self._decode_cells: dict[tuple[int, int, int], float] = {}
 
     def scale(self, factor: float) -> None:
         """Multiply every step time the model predicts by ``factor`` (in place)."""
@@ -63,18 +66,21 @@ class TreeCostModel(TimedModel):
         self._derive()
 
     def step_time(self, step: int, spans: list[Span]) -> float:
-        context = 0
+        context = longest = 0
         for s in spans:
             if s.num_tokens != 1:
                 trees, t = self._any_step(spans)
                 break
             context += s.start
-        else:  # decode only (most steps): every feature but decode_context is 0, 1 or the span count,
-            # so the count and the context's bisection name x's cell: one bisection instead of ten
+            if s.start >= longest:
+                longest = s.start + 1
+        else:  # decode only (most steps): every feature but the context sum and the longest context is
+            # 0, 1 or the span count, so the count and those two bisections name x's cell
             n = len(spans)
             context += n  # Σ (start + 1)
-            # (as a float, as the thresholds are: the same bisection, all of them far below 2**53)
-            key = (n, bisect_left(self._context_cuts, float(context)))
+            # (as floats, as the thresholds are: the same bisection, all of them far below 2**53)
+            key = (n, bisect_left(self._context_cuts, float(context)),
+                   bisect_left(self._max_context_cuts, float(longest)))
             trees = self._decode_cells.get(key)
             if trees is None:
                 trees = self._decode_cells[key] = self.ensemble.predict_one(ext_features(spans))
@@ -119,9 +125,9 @@ class TreeCostModel(TimedModel):
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any], path: str | Path = "") -> TreeCostModel:
-        if doc.get("tree_features", list(EXT_FEATURES)) != list(EXT_FEATURES):
-            raise CostModelError(f"{path}: trees over features {doc.get('tree_features')}, "
-                                 f"expected {list(EXT_FEATURES)}")
+        names = doc.get("tree_features", list(EXT_FEATURES))
+        if names != list(EXT_FEATURES[:len(names)]):  # a model saved before a feature was added: a prefix
+            raise CostModelError(f"{path}: trees over features {names}, expected {list(EXT_FEATURES)}")
         try:
             ensemble = TreeEnsemble.from_dict(doc["trees"])
             coefficients = doc.get("coefficients") or {}

@@ -19,6 +19,7 @@ from simulator.cost_model import (
     shipped_cost_models,
     step_features,
 )
+from simulator.features import EXT_FEATURES, ext_features
 from simulator.nnls import nnls
 from simulator.roofline import H200, QWEN3_0_6B, analytic_cost_model
 from simulator.sim import simulate
@@ -38,6 +39,10 @@ def test_features_of_a_step():
                  "decode_seqs": 2, "decode_context": 101 + 8, "seqs": 4, "prefill_step": 1.0}
     model = LinearCostModel(TRUE)
     assert model.step_time(0, spans) == pytest.approx(float(np.dot([TRUE[k] for k in FEATURES], list(f.values()))))
+    # the trees' extras: tokens, prefill spans, the largest chunk, the longest decode context
+    assert dict(zip(EXT_FEATURES, ext_features(spans)))["max_context"] == 101
+    assert ext_features(spans)[:len(FEATURES)] == step_features(spans)
+    assert dict(zip(EXT_FEATURES, ext_features([Span(2, 16, 32, False)])))["max_context"] == 0
 
 
 def test_prefill_step_is_one_when_any_span_prefills():
@@ -166,39 +171,41 @@ def test_recorded_model_returns_logged_durations(tmp_path):
 
 
 def test_shipped_h200_model_is_a_fit_with_its_held_out_error():
-    """Fitted in the live regime (issue 12): a served run's steps (overlapped, piecewise CUDA graphs
-    for prefill) plus the decode steps of the profile sweep; host timing and intake from the run."""
+    """Fitted in the live regime (issue 12): served runs (overlapped steps, piecewise CUDA graphs for
+    prefill) of two workloads plus a profile sweep; host timing and intake from the served runs."""
     assert "qwen3-0.6b-h200" in shipped_cost_models()
     m = load_cost_model("qwen3-0.6b-h200")
     doc = json.loads((Path(__import__("simulator").__file__).parent / "cost_models" / "qwen3-0.6b-h200.json"
                       ).read_text())
     assert doc["provenance"] == "fit" and doc["hardware"] == "NVIDIA H200" and doc["dtype"] == "bfloat16"
-    assert doc["heldout"]["steps"] > 100 and 0 < doc["heldout"]["mape"] < 20  # 13.2%
-    assert doc["candidate"] == "linear+gbm" and "--decode-steps-of" in doc["command"]
+    assert doc["heldout"]["steps"] > 100 and 0 < doc["heldout"]["mape"] < 20  # 9.1%
+    assert doc["candidate"] == "linear+gbm" and "profile_h200" in doc["command"]
     assert all(v >= 0 for v in m.coefficients.values()) and m.coefficients["const"] > 0
-    assert set(doc["coefficients"]) == set(FEATURES)
+    assert set(doc["coefficients"]) == set(FEATURES) and doc["tree_features"] == list(EXT_FEATURES)
     assert doc["software"]["torch"] and any("profile_h200" in log for log in doc["training"]["logs"])
     assert m.host.overlap and 0.001 < m.intake_delay < 0.05 and "intake" in doc["calibration"]
-    # ranges keep the profile's (decode batches up to 256) and the live run's
-    assert doc["ranges"]["seqs"][1] >= 256 and doc["ranges"]["prefill_tokens"][1] >= 2048
+    # ranges keep the profile's (decode batches up to 256, whole prompts to 8,191) and the live runs'
+    assert doc["ranges"]["seqs"][1] >= 256 and doc["ranges"]["prefill_tokens"][1] >= 8000
     # prefill steps run piecewise CUDA graphs now: a small mixed step costs a few ms, like a decode step
     small_mixed = m.step_time(0, [Span(0, 500, 1, True), Span(1, 0, 16, True)])
     assert small_mixed < 0.008
     assert m.step_time(0, [Span(i, 2000, 1, True) for i in range(200)]) > m.step_time(0, [Span(0, 500, 1, True)])
+    # a served decode batch with one long sequence costs more than one of equal size and context sum
+    even = [Span(i, 1200, 1, True) for i in range(64)]
+    one_long = [Span(0, 6051, 1, True)] + [Span(i, 1123, 1, True) for i in range(1, 64)]
+    assert sum(s.start for s in even) == sum(s.start for s in one_long)
+    assert m.step_time(0, one_long) > m.step_time(0, even) + 0.001
 
 
 def test_shipped_h200_fit_reproduces_from_its_logs():
-    """The shipped coefficients are what the recorded command gives on its logs (the served run's log
-    is not in the repo: skipped without it)."""
+    """The shipped coefficients are what the recorded command gives on its logs (in docs/gpu_runs)."""
     from runtime.cli.cost_model import fit_logs
 
     shipped = load_cost_model("qwen3-0.6b-h200")
-    cal = shipped.meta["calibration"]["logs"][0]
-    if not Path(cal).exists():
-        pytest.skip(f"{cal} (a served run's log, kept outside the repo) is not here")
-    profile = str(Path(__file__).resolve().parents[1] / "docs/gpu_runs/profile_h200.jsonl.gz")
-    refit = fit_logs([cal], kind="linear+gbm", decode_steps_of=[profile])
-    factor = shipped.meta["calibration"]["factor"]  # the level from the served run (--calibrate)
+    root = Path(__file__).resolve().parents[1]
+    logs = [str(root / log) for log in shipped.meta["training"]["logs"]]
+    refit = fit_logs(logs, kind="linear+gbm")
+    factor = shipped.meta["calibration"]["factor"]  # the level from the served runs (--calibrate)
     for k in FEATURES:
         assert refit.coefficients[k] * factor == pytest.approx(shipped.coefficients[k], rel=1e-6, abs=1e-15)
 

@@ -56,8 +56,8 @@ def test_the_memo_is_bounded():
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 2**32))
 def test_a_tree_models_step_time_is_the_walk(seed):
-    """TreeCostModel names a decode-only step's cell by its span count and context alone, and adds
-    its linear part's terms left to right."""
+    """TreeCostModel names a decode-only step's cell by its span count, context sum and longest
+    context alone, and adds its linear part's terms left to right."""
     from simulator.features import EXT_FEATURES, ext_features
     from simulator.tree_model import TreeCostModel
     from traces.events import Span
@@ -65,9 +65,10 @@ def test_a_tree_models_step_time_is_the_walk(seed):
     rng = random.Random(seed)
     n = len(EXT_FEATURES)
     trees = [random_tree(rng, n, 4) for _ in range(20)]
-    context = EXT_FEATURES.index("decode_context")
+    context, longest = EXT_FEATURES.index("decode_context"), EXT_FEATURES.index("max_context")
     for t in trees:  # thresholds where these features live
-        t.threshold = [rng.uniform(0, 4000) if f == context else rng.uniform(0, 40) for f in t.feature]
+        t.threshold = [rng.uniform(0, 4000) if f == context else rng.uniform(0, 500) if f == longest
+                       else rng.uniform(0, 40) for f in t.feature]
     model = TreeCostModel({"const": 1e-3, "decode_context": 1e-8, "seqs": 1e-6}, TreeEnsemble(trees))
     for _ in range(200):
         spans = [Span(i, rng.randrange(4000 // 8), 1 if rng.random() < 0.9 else rng.randrange(2, 64), True)
