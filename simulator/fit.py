@@ -150,30 +150,24 @@ def calibrate(model, logs: list[str]) -> dict[str, Any]:
     return out
 
 
-def decode_steps(logs: list[str], prefill: bool = False) -> StepData:
-    """The pure-decode steps of ``logs`` (no span with chunk > 1), or (``prefill``) the others."""
+def decode_steps(logs: list[str]) -> StepData:
+    """The pure-decode steps of ``logs`` (no span with chunk > 1)."""
     data = StepData.from_logs(logs)
-    return data.subset((data.features[:, FEATURES.index("prefill_tokens")] > 0) == prefill)
+    return data.subset(data.features[:, FEATURES.index("prefill_tokens")] == 0)
 
 
 def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout_every: int = 5,
                    holdout_block: int = HOLDOUT_BLOCK, kind: str = "auto", meta: dict[str, Any] | None = None,
-                   calibrate_on: list[str] | None = None, decode_steps_of: list[str] | None = None,
-                   prefill_steps_of: list[str] | None = None):
+                   calibrate_on: list[str] | None = None, decode_steps_of: list[str] | None = None):
     """The model for ``logs``: every candidate (``kind="auto"``) or one, fitted on the training
     steps; held-out error on ``holdout`` logs or every ``holdout_every``-th block of
     ``holdout_block`` steps; host timing from the training logs' gaps; the ranges of the training
     steps. ``calibrate_on``: live logs that set the level of the step times (``calibrate``).
     ``decode_steps_of``: logs of which only the pure-decode steps join the training data (a
-    profile whose prefill steps an engine change made stale, still covering large batches).
-    ``prefill_steps_of``: logs of which only the steps carrying prefill join (a profile's whole
-    prompts beyond the live logs' budget, without its decode steps: served decode steps cost more
-    than the bare engine's at the same shape)."""
+    profile whose prefill steps an engine change made stale, still covering large batches)."""
     data = StepData.from_logs(logs)
     if decode_steps_of:
         data = StepData.concat([data, decode_steps(decode_steps_of)])
-    if prefill_steps_of:
-        data = StepData.concat([data, decode_steps(prefill_steps_of, prefill=True)])
     if holdout:
         train, held = data, StepData.from_logs(holdout)
     else:

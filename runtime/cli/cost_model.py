@@ -26,7 +26,7 @@ def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every
              holdout_block: int = 32, kind: str = "auto", weighting: str | None = None,
              model_identity: str | None = None, hardware: str | None = None, dtype: str | None = None,
              command: str | None = None, calibrate_on: list[str] | None = None,
-             decode_steps_of: list[str] | None = None, prefill_steps_of: list[str] | None = None):
+             decode_steps_of: list[str] | None = None):
     """Fit a cost model on ``logs`` (simulator.fit.fit_cost_model); its error on ``holdout`` logs,
     or on every ``holdout_every``-th step held out of the fit, goes to ``meta["heldout"]``.
     ``weighting`` (relative | absolute) is the older way to ask for one linear fit."""
@@ -51,8 +51,7 @@ def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every
         raise CLIError(f"--holdout-every: must be >= 2, got {holdout_every}")
     try:
         return fit_cost_model(logs, holdout=holdout, holdout_every=holdout_every, holdout_block=holdout_block,
-                              kind=kind, meta=meta, calibrate_on=calibrate_on, decode_steps_of=decode_steps_of,
-                              prefill_steps_of=prefill_steps_of)
+                              kind=kind, meta=meta, calibrate_on=calibrate_on, decode_steps_of=decode_steps_of)
     except CostModelError as e:
         raise CLIError(str(e)) from None
 
@@ -94,12 +93,11 @@ def print_fit(model, out: str) -> None:
 
 
 def _fit(args: argparse.Namespace) -> int:
-    for path in [*args.logs, *(args.holdout or []), *(args.calibrate or []), *(args.decode_steps_of or []),
-                 *(args.prefill_steps_of or [])]:
+    for path in [*args.logs, *(args.holdout or []), *(args.calibrate or []), *(args.decode_steps_of or [])]:
         require_file(path, "log")
     model = fit_logs(args.logs, holdout=args.holdout, holdout_every=args.holdout_every,
                      holdout_block=args.holdout_block, kind=args.kind, calibrate_on=args.calibrate,
-                     decode_steps_of=args.decode_steps_of, prefill_steps_of=args.prefill_steps_of,
+                     decode_steps_of=args.decode_steps_of,
                      weighting=args.weighting, model_identity=args.model_identity, hardware=args.hardware,
                      dtype=args.dtype)
     model.save(args.out)
@@ -155,10 +153,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--decode-steps-of", nargs="+", metavar="LOG",
                    help="logs of which only the pure-decode steps join the fit (e.g. a profile sweep whose prefill "
                         "steps an engine change made stale, still covering the large batches) (default: none)")
-    f.add_argument("--prefill-steps-of", nargs="+", metavar="LOG",
-                   help="logs of which only the steps carrying prefill join the fit (e.g. a profile's whole prompts "
-                        "past the live runs' budget, without its decode steps, which the served engine runs "
-                        "slower) (default: none)")
     f.add_argument("--kind", choices=["auto", *CANDIDATES], default="auto",
                    help="the model to fit; auto: every candidate scored, the lowest held-out MAPE + |total-time "
                         "error| among those with a linear part kept (trees alone cannot extrapolate to "
