@@ -127,17 +127,19 @@ class LinearCostModel(TimedModel):
         if bad:
             raise CostModelError(f"cost-model coefficients must be >= 0: {bad}")
         self.meta = dict(meta or {})
-        (self._c, self._pt, self._pa, self._ds, self._dc, self._ns, self._ps) = (
+        (self._c, self._pt, self._pa, self._ds, self._dc, self._ns, self._ps, self._mx) = (
             self.coefficients[f] for f in FEATURES)
 
     def step_time(self, step: int, spans: Sequence[Span]) -> float:
         # inlined step_features: this runs once per simulated step
-        pt = pa = ds = dc = 0
+        pt = pa = ds = dc = mx = 0
         for s in spans:
             n = s.num_tokens
             if n == 1:
                 ds += 1
                 dc += s.start
+                if s.start >= mx:
+                    mx = s.start + 1
             else:
                 pt += n
                 pa += n * s.start + n * (n + 1) // 2
@@ -145,6 +147,8 @@ class LinearCostModel(TimedModel):
              + self._dc * (dc + ds) + self._ns * len(spans))
         if pt:
             t += self._ps
+        if mx and self._mx:  # (a model without the coefficient adds nothing, not even a 0.0)
+            t += self._mx * mx
         return t if self._overlap is None else self._overlapped(t, len(spans))
 
     def predict(self, features: np.ndarray) -> np.ndarray:

@@ -11,16 +11,16 @@ A span's ``start`` is the tokens already in the KV cache, ``num_tokens`` the chu
   seqs               all spans (per-sequence overhead, sampling)
   prefill_step       1 when any span has chunk > 1: a step that carries prefill runs eagerly (no CUDA
                      graph) and pays a fixed extra cost, however few tokens it has
+  max_context        the longest context a decode span reads, max (start + 1): the decode kernel's
+                     split count and its longest program follow the longest sequence, so on the H200
+                     a served step with one decode past 4,096 tokens costs ~2 ms more than one of the
+                     same size and context sum (docs/BENCHMARKS.md, "What the served steps cost");
+                     a profile's decode batches have equal contexts and never show it
 
 ``EXT_FEATURES`` add what a tree model splits on besides: tokens in the step, prefill spans, the
-largest chunk, the longest decode context. They are also the quantities whose profiled range a model
-records (simulator/ranges.py).
-
-``max_context`` matters apart from the context sum: the decode kernel's split count and its longest
-program follow the longest sequence, so on the H200 a served decode batch with one sequence past
-4,096 tokens costs ~2 ms more than a batch of the same size and context sum without it (docs/BENCHMARKS.md,
-"what the served steps cost"); a profile's decode batches have equal contexts and never show it.
-New features go at the end: a saved tree model's feature indices stay valid.
+largest chunk. They are also the quantities whose profiled range a model records (simulator/ranges.py).
+A saved model names its features; a file from before a feature existed loads (a linear one without
+the coefficient, a tree one with its splits mapped to the features by name).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from traces.events import Span
 
 FEATURES = ("const", "prefill_tokens", "prefill_attention", "decode_seqs", "decode_context", "seqs",
-            "prefill_step")
+            "prefill_step", "max_context")
 FEATURE_DOC = {
     "const": "seconds per step",
     "prefill_tokens": "seconds per prefill token (chunk > 1)",
@@ -39,8 +39,9 @@ FEATURE_DOC = {
     "decode_context": "seconds per context token read by a decode span",
     "seqs": "seconds per span",
     "prefill_step": "seconds per step that carries prefill (any chunk > 1: eager, no CUDA graph)",
+    "max_context": "seconds per token of the longest context a decode span reads",
 }
-EXTRA = ("tokens", "prefill_seqs", "max_chunk", "max_context")
+EXTRA = ("tokens", "prefill_seqs", "max_chunk")
 EXT_FEATURES = FEATURES + EXTRA
 
 
@@ -66,4 +67,4 @@ def ext_features(spans: Iterable[Span]) -> list[float]:
             pa += n * s.start + n * (n + 1) // 2
             if n > mc:
                 mc = n
-    return [1.0, pt, pa, ds, dc, ns, 1.0 if pt else 0.0, pt + ds, ps, mc, mx]
+    return [1.0, pt, pa, ds, dc, ns, 1.0 if pt else 0.0, mx, pt + ds, ps, mc]

@@ -26,7 +26,7 @@ from traces.events import Span
 
 _N = len(FEATURES)
 _CONTEXT = FEATURES.index("decode_context")
-_MAX_CONTEXT = EXT_FEATURES.index("max_context")
+_MAX_CONTEXT = FEATURES.index("max_context")
 
 
 class TreeCostModel(TimedModel):
@@ -50,7 +50,8 @@ class TreeCostModel(TimedModel):
         """What step_time remembers of the coefficients and the trees (again after ``scale``)."""
         self._coef = [self.coefficients[f] for f in FEATURES]
         # a decode-only step's linear part, left to right as ``_any_step`` adds it: const, then 0
-        # prefill tokens and attention; after the span count, context and count, 0.0 prefill_step
+        # prefill tokens and attention; after the span count, context and count, 0.0 prefill_step,
+        # then the longest context
         c = self._coef
         self._decode_base, self._decode_last = 0 + c[0] * 1.0 + c[1] * 0 + c[2] * 0, c[6] * 0.0
         # (spans, the bisections of the context sum and of the longest context) -> the trees' value
@@ -85,7 +86,7 @@ class TreeCostModel(TimedModel):
             if trees is None:
                 trees = self._decode_cells[key] = self.ensemble.predict_one(ext_features(spans))
             c = self._coef  # Σ c·v left to right, its constant terms summed once (_decode_base)
-            t = (self._decode_base + c[3] * n + c[4] * context + c[5] * n) + self._decode_last
+            t = (self._decode_base + c[3] * n + c[4] * context + c[5] * n) + self._decode_last + c[7] * longest
         t = t + trees
         if self.floor > t:  # (max(t, floor) without a call)
             t = self.floor
@@ -98,9 +99,10 @@ class TreeCostModel(TimedModel):
     def _any_step(self, spans: list[Span]) -> tuple[float, float]:
         """The trees' value and the linear part of any step."""
         x = ext_features(spans)
-        c0, c1, c2, c3, c4, c5, c6 = self._coef
-        one, pt, pa, ds, dc, ns, ps = x[:_N]
-        return self.ensemble.predict_one(x), 0 + c0 * one + c1 * pt + c2 * pa + c3 * ds + c4 * dc + c5 * ns + c6 * ps
+        c0, c1, c2, c3, c4, c5, c6, c7 = self._coef
+        one, pt, pa, ds, dc, ns, ps, mx = x[:_N]
+        return (self.ensemble.predict_one(x),
+                0 + c0 * one + c1 * pt + c2 * pa + c3 * ds + c4 * dc + c5 * ns + c6 * ps + c7 * mx)
 
     def predict_ext(self, ext: np.ndarray) -> np.ndarray:
         """Durations for an [steps, EXT_FEATURES] matrix."""
@@ -126,10 +128,13 @@ class TreeCostModel(TimedModel):
     @classmethod
     def from_doc(cls, doc: dict[str, Any], path: str | Path = "") -> TreeCostModel:
         names = doc.get("tree_features", list(EXT_FEATURES))
-        if names != list(EXT_FEATURES[:len(names)]):  # a model saved before a feature was added: a prefix
-            raise CostModelError(f"{path}: trees over features {names}, expected {list(EXT_FEATURES)}")
+        unknown = set(names) - set(EXT_FEATURES)
+        if unknown:
+            raise CostModelError(f"{path}: trees over unknown features {sorted(unknown)}; known: {list(EXT_FEATURES)}")
         try:
             ensemble = TreeEnsemble.from_dict(doc["trees"])
+            # a file from before a feature was added numbers its features otherwise: map by name
+            ensemble.renumber([EXT_FEATURES.index(name) for name in names])
             coefficients = doc.get("coefficients") or {}
             meta = {k: v for k, v in doc.items() if k not in (
                 "format", "version", "kind", "features", "tree_features", "coefficients", "floor", "host", "ranges",

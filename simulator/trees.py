@@ -145,6 +145,15 @@ class TreeEnsemble:
     def to_dict(self) -> dict[str, Any]:
         return {"base": self.base, "scale": self.scale, "trees": [t.to_dict() for t in self.trees]}
 
+    def renumber(self, index: list[int]) -> None:
+        """Feature ``f`` of every split becomes ``index[f]`` (the same feature in another order)."""
+        if index == list(range(len(index))):
+            return
+        for t in self.trees:
+            t.feature = [index[f] if left != LEAF else f for f, left in zip(t.feature, t.left)]
+        self.forget()
+        self._cuts = None
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TreeEnsemble:
         return cls([Tree.from_dict(t) for t in d["trees"]], float(d.get("base", 0.0)), float(d.get("scale", 1.0)))

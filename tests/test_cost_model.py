@@ -28,7 +28,7 @@ from traces.events import Span
 from traces.log import LogWriter
 
 TRUE = {"const": 0.004, "prefill_tokens": 3e-5, "prefill_attention": 2e-9, "decode_seqs": 2e-4,
-        "decode_context": 4e-7, "seqs": 1e-4, "prefill_step": 0.012}
+        "decode_context": 4e-7, "seqs": 1e-4, "prefill_step": 0.012, "max_context": 3e-7}
 SIX = ("const", "prefill_tokens", "prefill_attention", "decode_seqs", "decode_context", "seqs")  # before prefill_step
 
 
@@ -36,13 +36,13 @@ def test_features_of_a_step():
     spans = [Span(0, 100, 1, True), Span(1, 7, 1, True), Span(2, 16, 32, False), Span(3, 0, 5, True)]
     f = dict(zip(FEATURES, step_features(spans)))
     assert f == {"const": 1.0, "prefill_tokens": 37, "prefill_attention": 32 * 16 + 32 * 33 // 2 + 5 * 6 // 2,
-                 "decode_seqs": 2, "decode_context": 101 + 8, "seqs": 4, "prefill_step": 1.0}
+                 "decode_seqs": 2, "decode_context": 101 + 8, "seqs": 4, "prefill_step": 1.0, "max_context": 101}
     model = LinearCostModel(TRUE)
     assert model.step_time(0, spans) == pytest.approx(float(np.dot([TRUE[k] for k in FEATURES], list(f.values()))))
-    # the trees' extras: tokens, prefill spans, the largest chunk, the longest decode context
-    assert dict(zip(EXT_FEATURES, ext_features(spans)))["max_context"] == 101
+    # the trees' extras: tokens, prefill spans, the largest chunk
+    assert dict(zip(EXT_FEATURES, ext_features(spans)))["max_chunk"] == 32
     assert ext_features(spans)[:len(FEATURES)] == step_features(spans)
-    assert dict(zip(EXT_FEATURES, ext_features([Span(2, 16, 32, False)])))["max_context"] == 0
+    assert dict(zip(FEATURES, step_features([Span(2, 16, 32, False)])))["max_context"] == 0
 
 
 def test_prefill_step_is_one_when_any_span_prefills():
@@ -150,7 +150,8 @@ def test_a_file_without_a_newer_feature_loads_with_it_at_zero(tmp_path):
     old.write_text(json.dumps({"format": "minivllm-cost-model", "version": 1, "kind": "linear",
                                "hardware": "h", "features": {k: "" for k in SIX}, "coefficients": six}))
     m = LinearCostModel.load(old)
-    assert m.coefficients == {**six, "prefill_step": 0.0} and m.defaulted_features == ["prefill_step"]
+    assert m.coefficients == {**six, "prefill_step": 0.0, "max_context": 0.0}
+    assert m.defaulted_features == ["prefill_step", "max_context"]
     spans = [Span(0, 100, 1, True), Span(1, 0, 64, True)]
     f = dict(zip(FEATURES, step_features(spans)))
     assert f["prefill_step"] == 1.0

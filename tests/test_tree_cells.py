@@ -80,3 +80,26 @@ def test_a_tree_models_step_time_is_the_walk(seed):
         expected = max(linear + model.ensemble.walk(x), model.floor)
         assert model.step_time(0, spans) == expected
         assert model.step_time(0, spans) == expected  # remembered
+
+
+def test_a_tree_file_from_before_a_feature_was_added_loads_by_feature_name(tmp_path):
+    """Files name their features; one saved before ``max_context`` existed (``tokens`` was index 7
+    then) still splits on ``tokens``."""
+    import json
+
+    from simulator.cost_model import load_cost_model
+    from simulator.features import EXT_FEATURES
+    from simulator.tree_model import TreeCostModel
+    from traces.events import Span
+
+    before = [f for f in EXT_FEATURES if f != "max_context"]
+    tokens_then = before.index("tokens")
+    assert tokens_then != EXT_FEATURES.index("tokens")
+    tree = Tree([tokens_then, -2, -2], [100.0, -2.0, -2.0], [1, LEAF, LEAF], [2, LEAF, LEAF], [0.0, 1e-3, 2e-3])
+    doc = TreeCostModel({"const": 1e-3}, TreeEnsemble([tree])).to_dict()
+    doc["tree_features"], doc["coefficients"] = before, {"const": 1e-3}
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    m = load_cost_model(str(tmp_path / "old.json"))
+    assert m.step_time(0, [Span(0, 0, 50, True)]) == 1e-3 + 1e-3
+    assert m.step_time(0, [Span(0, 0, 500, True)]) == 1e-3 + 2e-3
+    assert m.step_time(0, [Span(0, 9000, 1, True)]) == 1e-3 + 1e-3  # a long context is not 9,001 tokens
