@@ -168,34 +168,50 @@ class Simulation:
         starts when step k ends, so an arrival during step k joins step k+2 at the earliest; a step
         whose tokens could change the next plan is completed before the next one is planned."""
         core = self.core
-        schedule, step_time = core.schedule, self.cost_model.step_time
+        schedule, step_time, advance, complete = core.schedule, self.cost_model.step_time, core.advance, core.complete
+        overlappable = core.overlappable
         host_gap = getattr(self.cost_model, "host_gap", None)
+        seen, num, requests, arrive_until = self._seen, len(self._seen), core.requests, self._arrive_until
+        result, token_fn, every = self.result, self.token_fn, self.progress_every
         flight: tuple[Any, float, float, bool, list] | None = None  # plan, start, end, overlappable, tokens
         now = self.start
-        self._arrive_until(now)
+        arrive_until(now)
         while True:
-            if flight is None and not core.requests:  # idle: wake at the next arrival the engine takes
+            if flight is None and not requests:  # idle: wake at the next arrival the engine takes
                 woke = self._wait_for_work(now)
                 if woke is None:
                     return
                 now = woke + (host_gap(None) if host_gap is not None else 0.0)
-                self._arrive_until(now)
+                arrive_until(now)
             if flight is not None and not flight[3]:
                 now = self._land(flight, advanced=False)
                 flight = None
             if flight is not None:
-                core.advance(flight[0], flight[4])  # the tokens are known: advance writes them
+                advance(flight[0], flight[4])  # the tokens are known: advance writes them
             plan = schedule(now)
             landed, flight = flight, None
-            if plan.spans:
-                start = max(now, landed[2]) if landed is not None else now
-                flight = (plan, start, start + step_time(plan.step, plan.spans), core.overlappable(plan),
-                          self._tokens(plan.spans))
+            spans = plan.spans
+            if spans:
+                start = now
+                if landed is not None and landed[2] > now:  # (max(now, landed end) without a call)
+                    start = landed[2]
+                if token_fn is None:  # (this runs once a simulated step: _tokens inline)
+                    tokens = _SYNTHETIC * sum(map(_sample, spans))
+                else:
+                    tokens = self._tokens(spans)
+                flight = (plan, start, start + step_time(plan.step, spans), overlappable(plan), tokens)
             elif landed is None:
                 raise SimulationError(
                     f"engine stalled at t={now}: {core.num_waiting} waiting, {core.num_running} running")
-            if landed is not None:
-                now = self._land(landed, advanced=True)
+            if landed is not None:  # _land(landed, advanced=True), inline: it runs once a simulated step
+                plan, start, now, _, tokens = landed
+                if self._arrived < num and seen[self._arrived] <= now:
+                    arrive_until(now)
+                complete(plan, StepResult(tokens, now - start), start, False)  # no deltas: the log is the output
+                result.num_steps += 1
+                result.end_time = now
+                if result.num_steps % every == 0:
+                    self._report_progress()
 
     def _tokens(self, spans) -> list[list[int]]:
         token_fn = self.token_fn
