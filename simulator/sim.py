@@ -24,12 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Any
 
 from runtime.engine.config import EngineConfig
 from runtime.engine.core import EngineCore
-from runtime.engine.types import EventSink, StepResult
+from runtime.engine.types import EventSink, StepPlan, StepResult
 from simulator.cost_model import CostModel
 from simulator.model_base import TimedModel
 from traces.events import make_header
@@ -39,7 +38,6 @@ from traces.workload import Workload
 SYNTHETIC_TOKEN = 0  # the token every simulated step samples (no eos in simulation)
 # a step's tokens without a token_fn: this one list for every sampling span (read, never changed)
 _SYNTHETIC = [[SYNTHETIC_TOKEN]]
-_sample = attrgetter("sample")
 
 TokenFn = Callable[[int, int], int]  # (request_id, position) -> token id
 
@@ -153,7 +151,7 @@ class Simulation:
             if self._arrived < num and seen[self._arrived] <= end:
                 arrive_until(end)
             if token_fn is None:  # (this runs once a simulated step: kept inline)
-                tokens = _SYNTHETIC * sum(map(_sample, spans))
+                tokens = _SYNTHETIC * plan.num_sampling
             else:
                 tokens = [[token_fn(s.request_id, s.start + s.num_tokens)] for s in spans if s.sample]
             commit(plan, StepResult(tokens, duration), now, False)  # no deltas: the log is the output
@@ -196,9 +194,9 @@ class Simulation:
                 if landed is not None and landed[2] > now:  # (max(now, landed end) without a call)
                     start = landed[2]
                 if token_fn is None:  # (this runs once a simulated step: _tokens inline)
-                    tokens = _SYNTHETIC * sum(map(_sample, spans))
+                    tokens = _SYNTHETIC * plan.num_sampling
                 else:
-                    tokens = self._tokens(spans)
+                    tokens = self._tokens(plan)
                 flight = (plan, start, start + step_time(plan.step, spans), overlappable(plan), tokens)
             elif landed is None:
                 raise SimulationError(
@@ -213,11 +211,11 @@ class Simulation:
                 if result.num_steps % every == 0:
                     self._report_progress()
 
-    def _tokens(self, spans) -> list[list[int]]:
+    def _tokens(self, plan: StepPlan) -> list[list[int]]:
         token_fn = self.token_fn
         if token_fn is None:
-            return _SYNTHETIC * sum(map(_sample, spans))
-        return [[token_fn(s.request_id, s.start + s.num_tokens)] for s in spans if s.sample]
+            return _SYNTHETIC * plan.num_sampling
+        return [[token_fn(s.request_id, s.start + s.num_tokens)] for s in plan.spans if s.sample]
 
     def _land(self, flight: tuple[Any, float, float, bool, list], advanced: bool) -> float:
         """A launched step ends: arrivals up to its end join, then it is committed (``complete``
