@@ -212,11 +212,11 @@ class EngineCore:
         bs = bm.block_size
         requests = self.requests
         finished: list[Request] = []
-        stopped: list[Request] = []
+        stopped: list[Request] | None = None  # (None until one is: most steps stop none, cut none)
         out: list[RequestDelta] = []
         token_ids_of = result.token_ids
         k = 0  # sampling spans so far
-        cut: dict[int, list[int]] = {}  # k -> what is kept of a sampling span's tokens a stop cut short
+        cut: dict[int, list[int]] | None = None  # k -> what is kept of a sampling span's tokens a stop cut short
         logprobs = result.logprobs if deltas else None
         for span in plan.spans:
             req = requests[span.request_id]
@@ -237,6 +237,8 @@ class EngineCore:
                 self._ended_in_step(req, finished)
                 reason = req.check_stop(new[0]) if req.stops_on_token else "length"
             if len(new) > 1:
+                if cut is None:
+                    cut = {}
                 if reason is not None:
                     new = cut[k] = new[:1]
                 else:
@@ -253,6 +255,8 @@ class EngineCore:
             if reason is not None:
                 req.finish_reason = reason
                 if req.status is not _FINISHED:  # a token stop: ended below
+                    if stopped is None:
+                        stopped = []
                     stopped.append(req)
         block_events = bm.drain_events()
         if stopped:
@@ -362,7 +366,7 @@ class EngineCore:
         finished.append(req)
 
     def _retire(self, plan: StepPlan, planned, start: float, end: float, token_ids_of: list[list[int]], k: int,
-                cut: dict[int, list[int]], block_events, finished: list[Request]) -> None:
+                cut: dict[int, list[int]] | None, block_events, finished: list[Request]) -> None:
         """The end of a commit: forget the finished requests, emit the step with the tokens kept
         (most steps all of the executor's, no copy; ``cut``: spans a stop cut short; ``k``: the
         sampling spans)."""
@@ -372,7 +376,7 @@ class EngineCore:
             self._watched -= req.token_may_matter
         committed = token_ids_of
         if cut or k != len(token_ids_of):
-            committed = [cut.get(i, t) for i, t in enumerate(token_ids_of[:k])]
+            committed = [cut.get(i, t) for i, t in enumerate(token_ids_of[:k])] if cut else token_ids_of[:k]
         self._emit(plan, planned, start, end, committed, block_events, finished)
 
     def _stopped_by_value(self, plan: StepPlan) -> None:
