@@ -51,7 +51,9 @@ class TreeCostModel(TimedModel):
         # prefill tokens and attention; after the span count, context and count, 0.0 prefill_step
         c = self._coef
         self._decode_base, self._decode_last = 0 + c[0] * 1.0 + c[1] * 0 + c[2] * 0, c[6] * 0.0
-        self._decode_cells: dict[tuple[int, int], float] = {}  # (spans, context's bisection) -> trees
+        # per span count n of a decode-only step: its linear part's terms that depend on n alone,
+        # base + c3·n and c5·n, and the trees' value per bisection of the context (None: not yet)
+        self._decode_rows: dict[int, tuple[float, float, list[float | None]]] = {}
 
     def scale(self, factor: float) -> None:
         """Multiply every step time the model predicts by ``factor`` (in place)."""
@@ -73,13 +75,20 @@ class TreeCostModel(TimedModel):
             # so the count and the context's bisection name x's cell: one bisection instead of ten
             n = len(spans)
             context += n  # Σ (start + 1)
+            row = self._decode_rows.get(n)
+            if row is None:
+                c = self._coef
+                row = self._decode_rows[n] = (self._decode_base + c[3] * n, c[5] * n,
+                                              [None] * (len(self._context_cuts) + 1))
+            base_n, seqs_n, cells = row
             # (as a float, as the thresholds are: the same bisection, all of them far below 2**53)
-            key = (n, bisect_left(self._context_cuts, float(context)))
-            trees = self._decode_cells.get(key)
+            cell = bisect_left(self._context_cuts, float(context))
+            trees = cells[cell]
             if trees is None:
-                trees = self._decode_cells[key] = self.ensemble.predict_one(ext_features(spans))
-            c = self._coef  # Σ c·v left to right, its constant terms summed once (_decode_base)
-            t = (self._decode_base + c[3] * n + c[4] * context + c[5] * n) + self._decode_last
+                trees = cells[cell] = self.ensemble.predict_one(ext_features(spans))
+            # Σ c·v left to right, as _any_step adds it: const, decode_seqs, context, seqs, then 0
+            # prefill_step (its constant terms summed once: _decode_base, _decode_last)
+            t = (base_n + self._coef[4] * context + seqs_n) + self._decode_last
         t = t + trees
         if self.floor > t:  # (max(t, floor) without a call)
             t = self.floor
