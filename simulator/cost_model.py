@@ -127,8 +127,12 @@ class LinearCostModel(TimedModel):
         if bad:
             raise CostModelError(f"cost-model coefficients must be >= 0: {bad}")
         self.meta = dict(meta or {})
-        (self._c, self._pt, self._pa, self._ds, self._dc, self._ns, self._ps, self._mx) = (
-            self.coefficients[f] for f in FEATURES)
+        self._derive()
+
+    def _derive(self) -> None:
+        """What step_time reads of the coefficients (again after they change): one tuple, unpacked
+        once a step (cheaper than eight attribute reads)."""
+        self._terms = tuple(self.coefficients[f] for f in FEATURES)
 
     def step_time(self, step: int, spans: Sequence[Span]) -> float:
         # inlined step_features: this runs once per simulated step
@@ -143,12 +147,12 @@ class LinearCostModel(TimedModel):
             else:
                 pt += n
                 pa += n * s.start + n * (n + 1) // 2
-        t = (self._c + self._pt * pt + self._pa * pa + self._ds * ds
-             + self._dc * (dc + ds) + self._ns * len(spans))
+        c, c_pt, c_pa, c_ds, c_dc, c_ns, c_ps, c_mx = self._terms
+        t = c + c_pt * pt + c_pa * pa + c_ds * ds + c_dc * (dc + ds) + c_ns * len(spans)
         if pt:
-            t += self._ps
-        if mx and self._mx:  # (a model without the coefficient adds nothing, not even a 0.0)
-            t += self._mx * mx
+            t += c_ps
+        if mx and c_mx:  # (a model without the coefficient adds nothing, not even a 0.0)
+            t += c_mx * mx
         return t if self._overlap is None else self._overlapped(t, len(spans))
 
     def predict(self, features: np.ndarray) -> np.ndarray:

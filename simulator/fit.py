@@ -125,8 +125,7 @@ def scale_model(model, factor: float) -> None:
     if isinstance(model, LinearCostModel):
         scaled = LinearCostModel({k: v * factor for k, v in model.coefficients.items()})
         model.coefficients = scaled.coefficients
-        (model._c, model._pt, model._pa, model._ds, model._dc, model._ns, model._ps) = (
-            model.coefficients[f] for f in FEATURES)
+        model._derive()
     else:
         model.scale(factor)
 

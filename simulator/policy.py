@@ -63,7 +63,7 @@ class LoggedPolicy:
                 for s in ev.spans:  # as the live scheduler leaves them while the step executes
                     self._request(s.request_id, ev).num_computed_tokens = s.start
                 plan = StepPlan(ev.step, list(ev.spans), tables, admitted, preempted,
-                                sum(s.num_tokens for s in ev.spans))
+                                sum(s.num_tokens for s in ev.spans), sum(s.sample for s in ev.spans))
                 yield LoggedStep(plan, ev)
                 self._commit(ev)
                 admitted, preempted = [], []

@@ -24,12 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Any
 
 from runtime.engine.config import EngineConfig
 from runtime.engine.core import EngineCore
-from runtime.engine.types import EventSink, StepResult
+from runtime.engine.types import EventSink, StepPlan, StepResult
 from simulator.cost_model import CostModel
 from simulator.model_base import TimedModel
 from traces.events import make_header
@@ -39,7 +38,6 @@ from traces.workload import Workload
 SYNTHETIC_TOKEN = 0  # the token every simulated step samples (no eos in simulation)
 # a step's tokens without a token_fn: this one list for every sampling span (read, never changed)
 _SYNTHETIC = [[SYNTHETIC_TOKEN]]
-_sample = attrgetter("sample")
 
 TokenFn = Callable[[int, int], int]  # (request_id, position) -> token id
 
@@ -153,7 +151,7 @@ class Simulation:
             if self._arrived < num and seen[self._arrived] <= end:
                 arrive_until(end)
             if token_fn is None:  # (this runs once a simulated step: kept inline)
-                tokens = _SYNTHETIC * sum(map(_sample, spans))
+                tokens = _SYNTHETIC * plan.num_sampling
             else:
                 tokens = [[token_fn(s.request_id, s.start + s.num_tokens)] for s in spans if s.sample]
             commit(plan, StepResult(tokens, duration), now, False)  # no deltas: the log is the output
@@ -168,40 +166,56 @@ class Simulation:
         starts when step k ends, so an arrival during step k joins step k+2 at the earliest; a step
         whose tokens could change the next plan is completed before the next one is planned."""
         core = self.core
-        schedule, step_time = core.schedule, self.cost_model.step_time
+        schedule, step_time, advance, complete = core.schedule, self.cost_model.step_time, core.advance, core.complete
+        overlappable = core.overlappable
         host_gap = getattr(self.cost_model, "host_gap", None)
+        seen, num, requests, arrive_until = self._seen, len(self._seen), core.requests, self._arrive_until
+        result, token_fn, every = self.result, self.token_fn, self.progress_every
         flight: tuple[Any, float, float, bool, list] | None = None  # plan, start, end, overlappable, tokens
         now = self.start
-        self._arrive_until(now)
+        arrive_until(now)
         while True:
-            if flight is None and not core.requests:  # idle: wake at the next arrival the engine takes
+            if flight is None and not requests:  # idle: wake at the next arrival the engine takes
                 woke = self._wait_for_work(now)
                 if woke is None:
                     return
                 now = woke + (host_gap(None) if host_gap is not None else 0.0)
-                self._arrive_until(now)
+                arrive_until(now)
             if flight is not None and not flight[3]:
                 now = self._land(flight, advanced=False)
                 flight = None
             if flight is not None:
-                core.advance(flight[0], flight[4])  # the tokens are known: advance writes them
+                advance(flight[0], flight[4])  # the tokens are known: advance writes them
             plan = schedule(now)
             landed, flight = flight, None
-            if plan.spans:
-                start = max(now, landed[2]) if landed is not None else now
-                flight = (plan, start, start + step_time(plan.step, plan.spans), core.overlappable(plan),
-                          self._tokens(plan.spans))
+            spans = plan.spans
+            if spans:
+                start = now
+                if landed is not None and landed[2] > now:  # (max(now, landed end) without a call)
+                    start = landed[2]
+                if token_fn is None:  # (this runs once a simulated step: _tokens inline)
+                    tokens = _SYNTHETIC * plan.num_sampling
+                else:
+                    tokens = self._tokens(plan)
+                flight = (plan, start, start + step_time(plan.step, spans), overlappable(plan), tokens)
             elif landed is None:
                 raise SimulationError(
                     f"engine stalled at t={now}: {core.num_waiting} waiting, {core.num_running} running")
-            if landed is not None:
-                now = self._land(landed, advanced=True)
+            if landed is not None:  # _land(landed, advanced=True), inline: it runs once a simulated step
+                plan, start, now, _, tokens = landed
+                if self._arrived < num and seen[self._arrived] <= now:
+                    arrive_until(now)
+                complete(plan, StepResult(tokens, now - start), start, False)  # no deltas: the log is the output
+                result.num_steps += 1
+                result.end_time = now
+                if result.num_steps % every == 0:
+                    self._report_progress()
 
-    def _tokens(self, spans) -> list[list[int]]:
+    def _tokens(self, plan: StepPlan) -> list[list[int]]:
         token_fn = self.token_fn
         if token_fn is None:
-            return _SYNTHETIC * sum(map(_sample, spans))
-        return [[token_fn(s.request_id, s.start + s.num_tokens)] for s in spans if s.sample]
+            return _SYNTHETIC * plan.num_sampling
+        return [[token_fn(s.request_id, s.start + s.num_tokens)] for s in plan.spans if s.sample]
 
     def _land(self, flight: tuple[Any, float, float, bool, list], advanced: bool) -> float:
         """A launched step ends: arrivals up to its end join, then it is committed (``complete``

@@ -54,8 +54,11 @@ class TreeCostModel(TimedModel):
         # then the longest context
         c = self._coef
         self._decode_base, self._decode_last = 0 + c[0] * 1.0 + c[1] * 0 + c[2] * 0, c[6] * 0.0
-        # (spans, the bisections of the context sum and of the longest context) -> the trees' value
-        self._decode_cells: dict[tuple[int, int, int], float] = {}
+        # per span count n of a decode-only step: its linear part's terms that depend on n alone,
+        # base + c3·n and c5·n, and the trees' value per cell (the bisections of the context sum and
+        # of the longest context, as one int)
+        self._decode_rows: dict[int, tuple[float, float, dict[int, float]]] = {}
+        self._longest_cells = len(self._max_context_cuts) + 1
 
     def scale(self, factor: float) -> None:
         """Multiply every step time the model predicts by ``factor`` (in place)."""
@@ -79,14 +82,20 @@ class TreeCostModel(TimedModel):
             # 0, 1 or the span count, so the count and those two bisections name x's cell
             n = len(spans)
             context += n  # Σ (start + 1)
+            row = self._decode_rows.get(n)
+            if row is None:
+                c = self._coef
+                row = self._decode_rows[n] = (self._decode_base + c[3] * n, c[5] * n, {})
+            base_n, seqs_n, cells = row
             # (as floats, as the thresholds are: the same bisection, all of them far below 2**53)
-            key = (n, bisect_left(self._context_cuts, float(context)),
-                   bisect_left(self._max_context_cuts, float(longest)))
-            trees = self._decode_cells.get(key)
+            cell = (bisect_left(self._context_cuts, float(context)) * self._longest_cells
+                    + bisect_left(self._max_context_cuts, float(longest)))
+            trees = cells.get(cell)
             if trees is None:
-                trees = self._decode_cells[key] = self.ensemble.predict_one(ext_features(spans))
-            c = self._coef  # Σ c·v left to right, its constant terms summed once (_decode_base)
-            t = (self._decode_base + c[3] * n + c[4] * context + c[5] * n) + self._decode_last + c[7] * longest
+                trees = cells[cell] = self.ensemble.predict_one(ext_features(spans))
+            # Σ c·v left to right, as _any_step adds it: const, decode_seqs, context, seqs, then 0
+            # prefill_step (its constant terms summed once: _decode_base, _decode_last), longest context
+            t = (base_n + self._coef[4] * context + seqs_n) + self._decode_last + self._coef[7] * longest
         t = t + trees
         if self.floor > t:  # (max(t, floor) without a call)
             t = self.floor

@@ -51,6 +51,7 @@ def run_checked(core: EngineCore, executor, events: list, *, now: float = 0.0, m
         bm = core.block_manager
         bm.check_invariants()
         assert out.plan.num_scheduled_tokens <= core.config.scheduler.max_num_batched_tokens
+        assert out.plan.num_sampling == sum(s.sample for s in out.plan.spans)
         for req in core.requests.values():
             assert req.num_computed_tokens <= req.num_tokens
         if events is not None:

@@ -32,7 +32,7 @@ def test_reorder_positions_slots_and_logit_rows():
         Span(3, 2, 1, True),   # a 1-token span (prefix hit left one token) after the prefills
     ]
     tables = [[7, 3, 9], [1, 5], [2], [8]]
-    plan = StepPlan(0, spans, tables, [], [], 14)
+    plan = StepPlan(0, spans, tables, [], [], 14, sum(s.sample for s in spans))
     inp = to_device(host_inputs(plan, reqs, bs), torch.device("cpu"))
     meta = inp.meta
     assert meta.num_decodes == 2

@@ -69,12 +69,25 @@ class StepCodec:
         self.decoding: dict[int, bool] = {}
         self.computed: dict[int, int] = {}
         self._order: list[int] | None = []  # the decoding requests (None: to be listed again)
+        # the spans of the last ``carried`` step, not yet in ``computed`` (each request's is its
+        # start + 1): the next plain step is checked against them, no dict read or written a span
+        self._pending: tuple[Span, ...] | None = None
         self._last_end: float | None = None  # before the last ``carried`` step
+        self._last_pending: tuple[Span, ...] | None = None  # and its ``_pending``
 
     # --- both sides ------------------------------------------------------------------------------
 
+    def _settle(self) -> None:
+        """Write the carried steps' spans into ``computed``."""
+        computed = self.computed
+        for s in self._pending:  # type: ignore[union-attr]
+            computed[s.request_id] = s.start + 1
+        self._pending = None
+
     def observe(self, event: Event) -> None:
         """Follow a non-Step event (after it was written or read)."""
+        if self._pending is not None:
+            self._settle()
         cls = event.__class__
         if cls is Admitted:
             rid = event.request_id  # type: ignore[union-attr]
@@ -89,6 +102,8 @@ class StepCodec:
             self.computed.pop(rid, None)
 
     def _stepped(self, step: Step) -> None:
+        if self._pending is not None:
+            self._settle()
         self.next_step = step.step + 1
         self.last_end = step.end
         decoding, computed = self.decoding, self.computed
@@ -112,6 +127,8 @@ class StepCodec:
 
     def line(self, step: Step) -> StepLine:
         """The line of ``step`` (nothing changes: call ``stepped`` once it is written)."""
+        if self._pending is not None:
+            self._settle()  # (the same state, written out)
         spans = step.spans
         decoding = self._decoding()
         k = 0
@@ -160,24 +177,25 @@ class StepCodec:
             out = first[0]
         else:
             out = tokens
-        computed = self.computed
-        for rid, s in zip(decoding, spans):
-            c = computed[rid]
-            if s.request_id != rid or s.start != c or s.num_tokens != 1 or s.sample is not True:
-                for undo in decoding:  # not carried after all: as it was (up to this one)
-                    if undo == rid:
-                        break
-                    computed[undo] -= 1
-                return None
-            computed[rid] = c + 1
+        pending = self._pending
+        if pending is not None:  # the step before was carried too: each span one past its span
+            for p, s in zip(pending, spans):
+                if (s.request_id != p.request_id or s.start != p.start + 1 or s.num_tokens != 1
+                        or s.sample is not True):
+                    return None
+        else:
+            computed = self.computed
+            for rid, s in zip(decoding, spans):
+                if s.request_id != rid or s.start != computed[rid] or s.num_tokens != 1 or s.sample is not True:
+                    return None
         self.next_step += 1
         self._last_end, self.last_end = last_end, step.end
+        self._last_pending, self._pending = pending, tuple(spans)  # (a copy: the caller's list may change)
         return out
 
     def uncarry(self) -> None:
         """Undo the last ``carried`` (its line could not be written)."""
-        for rid in self._decoding():
-            self.computed[rid] -= 1
+        self._pending = self._last_pending
         self.next_step -= 1
         self.last_end = self._last_end
 

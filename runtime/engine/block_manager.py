@@ -44,6 +44,19 @@ def salted_root(root: int, cache_salt: str) -> int:
 _BLAKE2B_8 = hashlib.blake2b(digest_size=8)  # copied, never updated: what chain_hash starts from
 
 
+def _extend_chain(hashes: list[int], parent: int, data: bytes, width: int) -> None:
+    """Append to ``hashes`` the chain hashes of ``data``'s blocks (``width`` bytes each) after
+    ``parent``: ``chain_hash`` block after block, the parent kept as the digest's bytes."""
+    digest = parent.to_bytes(8, "little", signed=True)
+    blank, from_bytes, append = _BLAKE2B_8, int.from_bytes, hashes.append
+    for offset in range(0, len(data), width):
+        h = blank.copy()  # cheaper than a new blake2b(digest_size=8)
+        h.update(digest)
+        h.update(data[offset : offset + width])
+        digest = h.digest()
+        append(from_bytes(digest, "little", signed=True))
+
+
 def chain_hash(parent: int, content: bytes) -> int:
     h = hashlib.blake2b(parent.to_bytes(8, "little", signed=True), digest_size=8)
     h.update(content)
@@ -105,22 +118,13 @@ class BlockManager:
         done = len(hashes)
         if done >= num_blocks:
             return hashes
-        if hashes:
-            parent = hashes[-1]
-        else:
-            parent = self.root if req.cache_salt is None else salted_root(self.root, req.cache_salt)
         bs = self.block_size
         data = req.token_ids[done * bs : num_blocks * bs].tobytes()
-        width = len(data) // (num_blocks - done)
-        digest = parent.to_bytes(8, "little", signed=True)
-        blank, from_bytes = _BLAKE2B_8, int.from_bytes
-        for offset in range(0, len(data), width):
-            h = blank.copy()  # cheaper than a new blake2b(digest_size=8)
-            h.update(digest)
-            h.update(data[offset : offset + width])
-            digest = h.digest()
-            hashes.append(from_bytes(digest, "little", signed=True))
+        _extend_chain(hashes, hashes[-1] if hashes else self._root_of(req), data, len(data) // (num_blocks - done))
         return hashes
+
+    def _root_of(self, req: Request) -> int:
+        return self.root if req.cache_salt is None else salted_root(self.root, req.cache_salt)
 
     def prompt_hashes(self, req: Request) -> list[int]:
         """Chain hashes of the full blocks of ``req``'s prompt (what a trace may record instead of
@@ -197,14 +201,14 @@ class BlockManager:
             return False
         start = len(table)
         ref_counts = self.ref_counts
+        block_hash, cache_index, block_content = self.block_hash, self.cache_index, self.block_content
         for _ in range(need):
             if free_blocks:
                 block = free_blocks.popitem(last=False)[0]
             else:  # evict the least recently used cached block (the log's alloc of it says so)
                 block = evictable.popitem(last=False)[0]
-                block_hash = self.block_hash
-                del self.cache_index[block_hash[block]]  # type: ignore[index]
-                self.block_content[block] = None
+                del cache_index[block_hash[block]]  # type: ignore[index]
+                block_content[block] = None
                 block_hash[block] = None
             ref_counts[block] = 1
             table.append(block)
@@ -233,12 +237,16 @@ class BlockManager:
         self._registered[rid] = full
         if not self.enable_prefix_caching:
             return
-        hashes = self._chain(req, full)
-        table = self.tables[rid]
-        cached: list[int] = []
         bs = self.block_size
         data = req.token_ids[done * bs : full * bs].tobytes()
         width = len(data) // (full - done)
+        hashes = self._hashes.get(rid)
+        if hashes is not None and done <= len(hashes) < full:  # (a decode's new block: hashed from data)
+            _extend_chain(hashes, hashes[-1] if hashes else self._root_of(req), data[(len(hashes) - done) * width :], width)
+        else:
+            hashes = self._chain(req, full)
+        table = self.tables[rid]
+        cached: list[int] = []
         cache_index, block_hash, block_content = self.cache_index, self.block_hash, self.block_content
         for i in range(done, full):
             h = hashes[i]

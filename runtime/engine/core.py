@@ -212,11 +212,11 @@ class EngineCore:
         bs = bm.block_size
         requests = self.requests
         finished: list[Request] = []
-        stopped: list[Request] = []
+        stopped: list[Request] | None = None  # (None until one is: most steps stop none, cut none)
         out: list[RequestDelta] = []
         token_ids_of = result.token_ids
         k = 0  # sampling spans so far
-        cut: dict[int, list[int]] = {}  # k -> what is kept of a sampling span's tokens a stop cut short
+        cut: dict[int, list[int]] | None = None  # k -> what is kept of a sampling span's tokens a stop cut short
         logprobs = result.logprobs if deltas else None
         for span in plan.spans:
             req = requests[span.request_id]
@@ -237,6 +237,8 @@ class EngineCore:
                 self._ended_in_step(req, finished)
                 reason = req.check_stop(new[0]) if req.stops_on_token else "length"
             if len(new) > 1:
+                if cut is None:
+                    cut = {}
                 if reason is not None:
                     new = cut[k] = new[:1]
                 else:
@@ -253,6 +255,8 @@ class EngineCore:
             if reason is not None:
                 req.finish_reason = reason
                 if req.status is not _FINISHED:  # a token stop: ended below
+                    if stopped is None:
+                        stopped = []
                     stopped.append(req)
         block_events = bm.drain_events()
         if stopped:
@@ -275,7 +279,7 @@ class EngineCore:
         bs = bm.block_size
         requests = self.requests
         finished: list[Request] = []
-        if known is not None and set(map(len, known)) != {1}:
+        if known is not None and not _one_token_each(known):
             known = None
         k = 0  # sampling spans so far
         for span in plan.spans:
@@ -302,10 +306,13 @@ class EngineCore:
         planned = self._planned.pop(plan.step)
         block_events, finished, known = self._advanced.pop(plan.step)
         if known is not None and known is result.token_ids and not deltas and not self._watched:
-            # advance wrote these tokens, one each, and no token value ends a request: its length did
+            # advance wrote these tokens, one each, and no token value ends a request: its length did.
+            # (_retire inline, with nothing cut: this is most steps of a simulation)
             for req in finished:
                 req.finish_reason = "length"
-            self._retire(plan, planned, start, end, known, len(known), {}, block_events, finished)
+                del requests[req.request_id]
+                self._watched -= req.token_may_matter
+            self._emit(plan, planned, start, end, known, block_events, finished)
             return []
         out: list[RequestDelta] = []
         token_ids_of = result.token_ids
@@ -359,7 +366,7 @@ class EngineCore:
         finished.append(req)
 
     def _retire(self, plan: StepPlan, planned, start: float, end: float, token_ids_of: list[list[int]], k: int,
-                cut: dict[int, list[int]], block_events, finished: list[Request]) -> None:
+                cut: dict[int, list[int]] | None, block_events, finished: list[Request]) -> None:
         """The end of a commit: forget the finished requests, emit the step with the tokens kept
         (most steps all of the executor's, no copy; ``cut``: spans a stop cut short; ``k``: the
         sampling spans)."""
@@ -369,7 +376,7 @@ class EngineCore:
             self._watched -= req.token_may_matter
         committed = token_ids_of
         if cut or k != len(token_ids_of):
-            committed = [cut.get(i, t) for i, t in enumerate(token_ids_of[:k])]
+            committed = [cut.get(i, t) for i, t in enumerate(token_ids_of[:k])] if cut else token_ids_of[:k]
         self._emit(plan, planned, start, end, committed, block_events, finished)
 
     def _stopped_by_value(self, plan: StepPlan) -> None:
@@ -401,6 +408,17 @@ class EngineCore:
             return StepOutput(plan, None, [])
         result = executor.execute(plan, self.requests)
         return StepOutput(plan, result, self.commit(plan, result, now))
+
+
+def _one_token_each(token_lists: list[list[int]]) -> bool:
+    """Whether there is at least one list and every list holds one token. (A simulator's lists are
+    one list repeated: ``count`` says so at C speed, without building a set of lengths.)"""
+    if not token_lists:
+        return False
+    first = token_lists[0]
+    if len(first) == 1 and token_lists.count(first) == len(token_lists):
+        return True
+    return set(map(len, token_lists)) == {1}
 
 
 def _check_salt(cache_salt: object) -> None:

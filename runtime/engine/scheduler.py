@@ -131,7 +131,10 @@ class Scheduler:
             budget = self._admit(budget, spans, admitted)
         if len(block_tables) != len(spans) or preempted:
             block_tables = [tables[s.request_id] for s in spans]
-        return StepPlan(step, spans, block_tables, admitted, preempted, cfg.max_num_batched_tokens - budget)
+        # without prefills or admissions every span decodes, so samples (the count most steps take)
+        sampling = len(spans) if not prefills and not admitted else sum(s.sample for s in spans)
+        return StepPlan(step, spans, block_tables, admitted, preempted, cfg.max_num_batched_tokens - budget,
+                        sampling)
 
     def _admit(self, budget: int, spans: list[Span], admitted: list[Admission]) -> int:
         """Admit waiting requests (policy order) while budget, sequence slots and KV capacity allow;

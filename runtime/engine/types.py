@@ -40,6 +40,7 @@ class StepPlan(msgspec.Struct, frozen=True, gc=False):  # a Struct: built once a
     admitted: list[Admission]
     preempted: list[int]
     num_scheduled_tokens: int
+    num_sampling: int  # spans that sample: how many token lists the executor returns
 
     @property
     def empty(self) -> bool:
