@@ -242,7 +242,8 @@ class BlockManager:
         width = len(data) // (full - done)
         hashes = self._hashes.get(rid)
         if hashes is not None and done <= len(hashes) < full:  # (a decode's new block: hashed from data)
-            _extend_chain(hashes, hashes[-1] if hashes else self._root_of(req), data[(len(hashes) - done) * width :], width)
+            parent = hashes[-1] if hashes else self._root_of(req)
+            _extend_chain(hashes, parent, data[(len(hashes) - done) * width :], width)
         else:
             hashes = self._chain(req, full)
         table = self.tables[rid]
