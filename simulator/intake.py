@@ -42,12 +42,13 @@ def simulated_ttft_p50(model: Any, path: str | Path, delay: float) -> float:
 
 def fit_intake_delay(model: Any, logs: Sequence[str | Path], *, iterations: int = 12) -> dict[str, Any]:
     """Set ``model.intake_delay`` (and its host timing's) to the delay whose simulation of ``logs``
-    has their TTFT p50 (the sum of the absolute errors over the logs, by bisection on its sign of
-    the summed signed error; at 0 when the simulation is already slow). Returns what it found."""
+    has their TTFT p50: the summed relative error is 0 (bisection on its sign; 0 when the
+    simulation is already slow). Relative, so that a log whose TTFT is seconds of queueing does not
+    outweigh one whose TTFT is a few steps. Returns what it found."""
     live = [live_ttft_p50(p) for p in logs]
 
     def excess(delay: float) -> float:
-        return sum(simulated_ttft_p50(model, p, delay) - t for p, t in zip(logs, live))
+        return sum(simulated_ttft_p50(model, p, delay) / t - 1 for p, t in zip(logs, live) if t > 0)
 
     lo, hi = 0.0, max(live)
     before = excess(0.0)
@@ -68,4 +69,4 @@ def fit_intake_delay(model: Any, logs: Sequence[str | Path], *, iterations: int 
     model.intake_delay = delay
     after = [simulated_ttft_p50(model, p, delay) for p in logs]
     return {"logs": [str(p) for p in logs], "intake_delay_s": delay, "live_ttft_p50_s": live,
-            "ttft_p50_excess_s_before": before / len(logs), "sim_ttft_p50_s_after": after}
+            "ttft_p50_relative_excess_before": before / len(logs), "sim_ttft_p50_s_after": after}
