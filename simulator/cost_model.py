@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.features import EXT_FEATURES, FEATURE_DOC, FEATURES, ext_features, step_features
+from simulator.features import EXT_FEATURES, FEATURE_DOC, FEATURES, current_names, ext_features, step_features
 from simulator.model_base import (
     FORMAT,
     CostModel,
@@ -36,7 +36,8 @@ from simulator.model_base import (
 )
 from simulator.nnls import nnls
 from simulator.tree_model import TreeCostModel
-from traces.events import Span, Step
+from traces.decode_splits import DecodeSplits
+from traces.events import Header, Span, Step
 from traces.log import read_log
 
 __all__ = ["EXT_FEATURES", "FEATURES", "FEATURE_DOC", "FORMAT", "MISSING_COEFFICIENT", "CostModel", "CostModelError",
@@ -45,6 +46,15 @@ __all__ = ["EXT_FEATURES", "FEATURES", "FEATURE_DOC", "FORMAT", "MISSING_COEFFIC
 
 # The coefficient of a feature a cost-model file doesn't list (written before the feature existed).
 MISSING_COEFFICIENT = 0.0
+
+
+def one_policy(policies: dict[DecodeSplits | None, str]) -> DecodeSplits | None:
+    """The decode split policy of some logs (keyed to a log that ran it); logs of different
+    kernels, models or devices are not steps of one model."""
+    if len(policies) > 1:
+        runs = "; ".join(f"{p} ({s.to_dict() if s else 'not split'})" for s, p in policies.items())
+        raise CostModelError(f"these logs ran different decode kernels, fit them apart: {runs}")
+    return next(iter(policies), None)
 
 
 @dataclass
@@ -56,6 +66,7 @@ class StepData:
     logs: list[str] = field(default_factory=list)
     log_index: np.ndarray | None = None  # [steps]: which log each row came from
     extra: np.ndarray | None = None  # [steps, len(EXTRA)]: the rest of EXT_FEATURES
+    decode_splits: DecodeSplits | None = None  # the logs' decode kernel split policy (their headers)
 
     @property
     def ext(self) -> np.ndarray:
@@ -66,25 +77,32 @@ class StepData:
 
     @classmethod
     def from_logs(cls, paths: Sequence[str | Path]) -> StepData:
+        """Each log's steps, their decode kernel split as its header says."""
         rows: list[list[float]] = []
         ys: list[float] = []
         idx: list[int] = []
+        policies: dict[DecodeSplits | None, str] = {}
         for i, path in enumerate(paths):
+            splits = None
             for ev in read_log(path):
                 if isinstance(ev, Step):
-                    rows.append(ext_features(ev.spans))
+                    rows.append(ext_features(ev.spans, splits))
                     ys.append(ev.end - ev.start)
                     idx.append(i)
+                elif isinstance(ev, Header):
+                    splits = DecodeSplits.from_header_extra(ev.extra)
+                    policies.setdefault(splits, str(path))
         if not rows:
             raise CostModelError(f"no Step events in {', '.join(map(str, paths))}")
         X = np.asarray(rows, dtype=np.float64)
         n = len(FEATURES)
-        return cls(X[:, :n], np.asarray(ys), [str(p) for p in paths], np.asarray(idx), X[:, n:])
+        return cls(X[:, :n], np.asarray(ys), [str(p) for p in paths], np.asarray(idx), X[:, n:],
+                   one_policy(policies))
 
     def subset(self, mask: np.ndarray) -> StepData:
         return StepData(self.features[mask], self.durations[mask], self.logs,
                         None if self.log_index is None else self.log_index[mask],
-                        None if self.extra is None else self.extra[mask])
+                        None if self.extra is None else self.extra[mask], self.decode_splits)
 
     @classmethod
     def concat(cls, parts: Sequence[StepData]) -> StepData:
@@ -97,7 +115,7 @@ class StepData:
             idx.append((p.log_index if p.log_index is not None else np.zeros(len(p.durations), int)) + base)
         extra = None if any(p.extra is None for p in parts) else np.vstack([p.extra for p in parts])
         return cls(np.vstack([p.features for p in parts]), np.concatenate([p.durations for p in parts]), logs,
-                   np.concatenate(idx), extra)
+                   np.concatenate(idx), extra, one_policy({p.decode_splits: p.logs[0] for p in parts if p.logs}))
 
     def split(self, holdout_every: int, block: int = 1) -> tuple[StepData, StepData]:
         """Deterministic split: every ``holdout_every``-th block of ``block`` consecutive steps held
@@ -135,7 +153,7 @@ class LinearCostModel(TimedModel):
         self._terms = tuple(self.coefficients[f] for f in FEATURES)
 
     def step_time(self, step: int, spans: Sequence[Span]) -> float:
-        # inlined step_features: this runs once per simulated step
+        # inlined step_features: this runs once per simulated step (longest_program: mx, split below)
         pt = pa = ds = dc = mx = 0
         for s in spans:
             n = s.num_tokens
@@ -152,7 +170,8 @@ class LinearCostModel(TimedModel):
         if pt:
             t += c_ps
         if mx and c_mx:  # (a model without the coefficient adds nothing, not even a 0.0)
-            t += c_mx * mx
+            splits = self.decode_splits
+            t += c_mx * (mx if splits is None else splits.longest_program(mx, ds))
         return t if self._overlap is None else self._overlapped(t, len(spans))
 
     def predict(self, features: np.ndarray) -> np.ndarray:
@@ -214,9 +233,10 @@ class LinearCostModel(TimedModel):
         if not isinstance(coefficients, dict):
             raise CostModelError(f"{path}: field 'coefficients' must be an object")
         meta = {k: v for k, v in doc.items()
-                if k not in ("format", "version", "kind", "features", "coefficients", "host", "ranges")}
+                if k not in ("format", "version", "kind", "features", "coefficients", "host", "ranges",
+                             "decode_splits")}
         try:
-            model = cls(coefficients, meta)
+            model = cls(current_names(coefficients), meta)
         except CostModelError as e:
             raise CostModelError(f"{path}: {e}") from None
         model.load_timed_parts(doc, path)

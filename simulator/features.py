@@ -11,26 +11,37 @@ A span's ``start`` is the tokens already in the KV cache, ``num_tokens`` the chu
   seqs               all spans (per-sequence overhead, sampling)
   prefill_step       1 when any span has chunk > 1: a step that carries prefill runs eagerly (no CUDA
                      graph) and pays a fixed extra cost, however few tokens it has
-  max_context        the longest context a decode span reads, max (start + 1): the decode kernel's
-                     split count and its longest program follow the longest sequence, so on the H200
-                     a served step with one decode past 4,096 tokens costs ~2 ms more than one of the
-                     same size and context sum (docs/BENCHMARKS.md, "What the served steps cost");
-                     a profile's decode batches have equal contexts and never show it
+  longest_program    the context tokens the decode kernel's longest program reads: the longest decode
+                     context over the kernel's split count for this many decodes (a model's
+                     ``decode_splits``, traces/decode_splits.py; without one, the longest context).
+                     On the H200 a served step with one decode past 4,096 tokens costs ~2 ms more
+                     than one of the same size and context sum when 64 or more decode (nothing is
+                     split), and ~0.2 ms when 7 do (split 8 ways) (docs/BENCHMARKS.md); a profile's
+                     decode batches have equal contexts and never show it
 
 ``EXT_FEATURES`` add what a tree model splits on besides: tokens in the step, prefill spans, the
 largest chunk. They are also the quantities whose profiled range a model records (simulator/ranges.py).
 A saved model names its features; a file from before a feature existed loads (a linear one without
-the coefficient, a tree one with its splits mapped to the features by name).
+the coefficient, a tree one with its splits mapped to the features by name). ``max_context``, this
+feature's name before models knew the split policy, is read as ``longest_program``: without
+``decode_splits`` the two are the same number.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from traces.decode_splits import DecodeSplits
 from traces.events import Span
 
 FEATURES = ("const", "prefill_tokens", "prefill_attention", "decode_seqs", "decode_context", "seqs",
-            "prefill_step", "max_context")
+            "prefill_step", "longest_program")
+RENAMED = {"max_context": "longest_program"}  # a model file's older feature names
+
+
+def current_names(coefficients: dict[str, float]) -> dict[str, float]:
+    """A model file's coefficients under today's feature names."""
+    return {RENAMED.get(k, k): v for k, v in coefficients.items()}
 FEATURE_DOC = {
     "const": "seconds per step",
     "prefill_tokens": "seconds per prefill token (chunk > 1)",
@@ -39,19 +50,20 @@ FEATURE_DOC = {
     "decode_context": "seconds per context token read by a decode span",
     "seqs": "seconds per span",
     "prefill_step": "seconds per step that carries prefill (any chunk > 1: eager, no CUDA graph)",
-    "max_context": "seconds per token of the longest context a decode span reads",
+    "longest_program": "seconds per context token the decode kernel's longest program reads",
 }
 EXTRA = ("tokens", "prefill_seqs", "max_chunk")
 EXT_FEATURES = FEATURES + EXTRA
 
 
-def step_features(spans: Iterable[Span]) -> list[float]:
+def step_features(spans: Iterable[Span], splits: DecodeSplits | None = None) -> list[float]:
     """The feature vector (in ``FEATURES`` order) of one step."""
-    return ext_features(spans)[:len(FEATURES)]
+    return ext_features(spans, splits)[:len(FEATURES)]
 
 
-def ext_features(spans: Iterable[Span]) -> list[float]:
-    """The feature vector in ``EXT_FEATURES`` order (``FEATURES`` first)."""
+def ext_features(spans: Iterable[Span], splits: DecodeSplits | None = None) -> list[float]:
+    """The feature vector in ``EXT_FEATURES`` order (``FEATURES`` first), the decode kernel split
+    by ``splits`` (None: not split)."""
     pt = pa = ds = dc = ns = ps = mc = mx = 0
     for s in spans:
         n = s.num_tokens
@@ -67,4 +79,6 @@ def ext_features(spans: Iterable[Span]) -> list[float]:
             pa += n * s.start + n * (n + 1) // 2
             if n > mc:
                 mc = n
+    if splits is not None and mx:
+        mx = splits.longest_program(mx, ds)
     return [1.0, pt, pa, ds, dc, ns, 1.0 if pt else 0.0, mx, pt + ds, ps, mc]

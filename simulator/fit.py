@@ -82,6 +82,7 @@ def fit_candidate(name: str, train: StepData, meta: dict[str, Any] | None = None
     else:
         raise CostModelError(f"unknown cost-model candidate {name!r}; known: {', '.join(CANDIDATES)}")
     model.meta["candidate"] = name
+    model.set_decode_splits(train.decode_splits)  # its steps' longest_program was split so
     return model
 
 

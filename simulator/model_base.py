@@ -17,6 +17,7 @@ import numpy as np
 
 from simulator.host_timing import HostTiming
 from simulator.ranges import FeatureRanges
+from traces.decode_splits import DecodeSplits
 from traces.events import Span
 
 FORMAT = "minivllm-cost-model"
@@ -75,6 +76,7 @@ class TimedModel:
 
     host: HostTiming | None = None
     ranges: FeatureRanges | None = None
+    decode_splits: DecodeSplits | None = None  # the decode kernel's split policy (longest_program)
     intake_delay: float = 0.0
     _overlap: tuple[float, float, float] | None = None  # host const, host per span, launch
 
@@ -103,11 +105,17 @@ class TimedModel:
             out["host"] = self.host.to_dict()
         if self.ranges is not None:
             out["ranges"] = self.ranges.to_dict()
+        if self.decode_splits is not None:
+            out["decode_splits"] = self.decode_splits.to_dict()
         return out
 
     def load_timed_parts(self, doc: dict[str, Any], path: str | Path) -> None:
         try:
             self.set_host(HostTiming.from_dict(doc["host"]) if isinstance(doc.get("host"), dict) else None)
             self.ranges = FeatureRanges.from_dict(doc["ranges"]) if isinstance(doc.get("ranges"), dict) else None
+            self.set_decode_splits(DecodeSplits.from_dict(doc.get("decode_splits")))
         except (TypeError, ValueError, KeyError, IndexError) as e:
-            raise CostModelError(f"{path}: host or ranges: {e}") from None
+            raise CostModelError(f"{path}: host, ranges or decode_splits: {e}") from None
+
+    def set_decode_splits(self, splits: DecodeSplits | None) -> None:
+        self.decode_splits = splits

@@ -80,7 +80,7 @@ def analytic_cost_model(model: ModelShape, hw: Hardware, step_overhead: float = 
         # roofline sees nothing of it; only a fit from a log measures it
         "prefill_step": 0.0,
         # the decode kernel's wait for its longest sequence: beyond a roofline of bytes and flops
-        "max_context": 0.0,
+        "longest_program": 0.0,
     }
     meta = {
         "provenance": "analytic",

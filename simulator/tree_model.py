@@ -19,14 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from simulator.features import EXT_FEATURES, FEATURE_DOC, FEATURES, ext_features
+from simulator.features import EXT_FEATURES, FEATURE_DOC, FEATURES, RENAMED, current_names, ext_features
 from simulator.model_base import FORMAT, CostModelError, TimedModel, prediction_errors
 from simulator.trees import TreeEnsemble
+from traces.decode_splits import DecodeSplits
 from traces.events import Span
 
 _N = len(FEATURES)
 _CONTEXT = FEATURES.index("decode_context")
-_MAX_CONTEXT = FEATURES.index("max_context")
+_LONGEST = FEATURES.index("longest_program")
 
 
 class TreeCostModel(TimedModel):
@@ -43,7 +44,7 @@ class TreeCostModel(TimedModel):
         if any(f >= n_features for t in ensemble.trees for f in t.feature):
             raise CostModelError(f"a tree splits on a feature index >= {n_features}")
         cuts = ensemble.cuts(n_features)
-        self._context_cuts, self._max_context_cuts = cuts[_CONTEXT], cuts[_MAX_CONTEXT]
+        self._context_cuts, self._longest_cuts = cuts[_CONTEXT], cuts[_LONGEST]
         self._derive()
 
     def _derive(self) -> None:
@@ -51,14 +52,14 @@ class TreeCostModel(TimedModel):
         self._coef = [self.coefficients[f] for f in FEATURES]
         # a decode-only step's linear part, left to right as ``_any_step`` adds it: const, then 0
         # prefill tokens and attention; after the span count, context and count, 0.0 prefill_step,
-        # then the longest context
+        # then the longest program
         c = self._coef
         self._decode_base, self._decode_last = 0 + c[0] * 1.0 + c[1] * 0 + c[2] * 0, c[6] * 0.0
         # per span count n of a decode-only step: its linear part's terms that depend on n alone,
         # base + c3·n and c5·n, and the trees' value per cell (the bisections of the context sum and
-        # of the longest context, as one int)
+        # of the longest program, as one int)
         self._decode_rows: dict[int, tuple[float, float, dict[int, float]]] = {}
-        self._longest_cells = len(self._max_context_cuts) + 1
+        self._longest_cells = len(self._longest_cuts) + 1
 
     def scale(self, factor: float) -> None:
         """Multiply every step time the model predicts by ``factor`` (in place)."""
@@ -69,6 +70,10 @@ class TreeCostModel(TimedModel):
         self.floor *= factor
         self._derive()
 
+    def set_decode_splits(self, splits: DecodeSplits | None) -> None:
+        self.decode_splits = splits
+        self._derive()  # (the remembered cells priced the longest program by the policy before)
+
     def step_time(self, step: int, spans: list[Span]) -> float:
         context = longest = 0
         for s in spans:
@@ -78,9 +83,11 @@ class TreeCostModel(TimedModel):
             context += s.start
             if s.start >= longest:
                 longest = s.start + 1
-        else:  # decode only (most steps): every feature but the context sum and the longest context is
+        else:  # decode only (most steps): every feature but the context sum and the longest program is
             # 0, 1 or the span count, so the count and those two bisections name x's cell
             n = len(spans)
+            if self.decode_splits is not None:
+                longest = self.decode_splits.longest_program(longest, n)
             context += n  # Σ (start + 1)
             row = self._decode_rows.get(n)
             if row is None:
@@ -89,12 +96,12 @@ class TreeCostModel(TimedModel):
             base_n, seqs_n, cells = row
             # (as floats, as the thresholds are: the same bisection, all of them far below 2**53)
             cell = (bisect_left(self._context_cuts, float(context)) * self._longest_cells
-                    + bisect_left(self._max_context_cuts, float(longest)))
+                    + bisect_left(self._longest_cuts, float(longest)))
             trees = cells.get(cell)
             if trees is None:
-                trees = cells[cell] = self.ensemble.predict_one(ext_features(spans))
+                trees = cells[cell] = self.ensemble.predict_one(ext_features(spans, self.decode_splits))
             # Σ c·v left to right, as _any_step adds it: const, decode_seqs, context, seqs, then 0
-            # prefill_step (its constant terms summed once: _decode_base, _decode_last), longest context
+            # prefill_step (its constant terms summed once: _decode_base, _decode_last), longest program
             t = (base_n + self._coef[4] * context + seqs_n) + self._decode_last + self._coef[7] * longest
         t = t + trees
         if self.floor > t:  # (max(t, floor) without a call)
@@ -107,7 +114,7 @@ class TreeCostModel(TimedModel):
 
     def _any_step(self, spans: list[Span]) -> tuple[float, float]:
         """The trees' value and the linear part of any step."""
-        x = ext_features(spans)
+        x = ext_features(spans, self.decode_splits)
         c0, c1, c2, c3, c4, c5, c6, c7 = self._coef
         one, pt, pa, ds, dc, ns, ps, mx = x[:_N]
         return (self.ensemble.predict_one(x),
@@ -136,7 +143,7 @@ class TreeCostModel(TimedModel):
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any], path: str | Path = "") -> TreeCostModel:
-        names = doc.get("tree_features", list(EXT_FEATURES))
+        names = [RENAMED.get(name, name) for name in doc.get("tree_features", EXT_FEATURES)]
         unknown = set(names) - set(EXT_FEATURES)
         if unknown:
             raise CostModelError(f"{path}: trees over unknown features {sorted(unknown)}; known: {list(EXT_FEATURES)}")
@@ -144,10 +151,10 @@ class TreeCostModel(TimedModel):
             ensemble = TreeEnsemble.from_dict(doc["trees"])
             # a file from before a feature was added numbers its features otherwise: map by name
             ensemble.renumber([EXT_FEATURES.index(name) for name in names])
-            coefficients = doc.get("coefficients") or {}
+            coefficients = current_names(doc.get("coefficients") or {})
             meta = {k: v for k, v in doc.items() if k not in (
                 "format", "version", "kind", "features", "tree_features", "coefficients", "floor", "host", "ranges",
-                "trees")}
+                "decode_splits", "trees")}
             model = cls(coefficients, ensemble, meta, floor=float(doc.get("floor", 0.0)))
         except (KeyError, TypeError, ValueError) as e:
             raise CostModelError(f"{path}: malformed trees model: {e}") from None

@@ -24,11 +24,12 @@ from simulator.nnls import nnls
 from simulator.roofline import H200, QWEN3_0_6B, analytic_cost_model
 from simulator.sim import simulate
 from tests.sim_helpers import mixed_workload, small_config
+from traces.decode_splits import DecodeSplits
 from traces.events import Span
 from traces.log import LogWriter
 
 TRUE = {"const": 0.004, "prefill_tokens": 3e-5, "prefill_attention": 2e-9, "decode_seqs": 2e-4,
-        "decode_context": 4e-7, "seqs": 1e-4, "prefill_step": 0.012, "max_context": 3e-7}
+        "decode_context": 4e-7, "seqs": 1e-4, "prefill_step": 0.012, "longest_program": 3e-7}
 SIX = ("const", "prefill_tokens", "prefill_attention", "decode_seqs", "decode_context", "seqs")  # before prefill_step
 
 
@@ -36,13 +37,56 @@ def test_features_of_a_step():
     spans = [Span(0, 100, 1, True), Span(1, 7, 1, True), Span(2, 16, 32, False), Span(3, 0, 5, True)]
     f = dict(zip(FEATURES, step_features(spans)))
     assert f == {"const": 1.0, "prefill_tokens": 37, "prefill_attention": 32 * 16 + 32 * 33 // 2 + 5 * 6 // 2,
-                 "decode_seqs": 2, "decode_context": 101 + 8, "seqs": 4, "prefill_step": 1.0, "max_context": 101}
+                 "decode_seqs": 2, "decode_context": 101 + 8, "seqs": 4, "prefill_step": 1.0, "longest_program": 101}
     model = LinearCostModel(TRUE)
     assert model.step_time(0, spans) == pytest.approx(float(np.dot([TRUE[k] for k in FEATURES], list(f.values()))))
     # the trees' extras: tokens, prefill spans, the largest chunk
     assert dict(zip(EXT_FEATURES, ext_features(spans)))["max_chunk"] == 32
     assert ext_features(spans)[:len(FEATURES)] == step_features(spans)
-    assert dict(zip(FEATURES, step_features([Span(2, 16, 32, False)])))["max_context"] == 0
+    assert dict(zip(FEATURES, step_features([Span(2, 16, 32, False)])))["longest_program"] == 0
+
+
+def test_longest_program_follows_the_decode_kernels_split():
+    """With the H200's policy (8 KV heads, 132 SMs) a 6,000-token decode among 7 is split 8 ways;
+    among 100 it is not split, and the step waits for the whole of it."""
+    choose_num_splits = pytest.importorskip("runtime.executor.kernels.paged_attention").choose_num_splits
+    h200 = DecodeSplits(num_kv_heads=8, sms=132)
+    few = [Span(0, 5999, 1, True)] + [Span(i, 999, 1, True) for i in range(1, 7)]
+    many = [Span(0, 5999, 1, True)] + [Span(i, 999, 1, True) for i in range(1, 100)]
+    longest = FEATURES.index("longest_program")
+    assert step_features(few)[longest] == step_features(many)[longest] == 6000  # not split
+    assert step_features(few, h200)[longest] == 750 and step_features(many, h200)[longest] == 6000
+    for n in (7, 100):  # the kernel's own choice
+        assert h200.longest_program(6000, n) == -(-6000 // choose_num_splits(n, 8, 6000, 132))
+    model = LinearCostModel(TRUE)
+    model.set_decode_splits(h200)
+    for spans in (few, many, few + [Span(200, 16, 32, False)]):
+        expected = float(np.dot([TRUE[k] for k in FEATURES], step_features(spans, h200)))
+        assert model.step_time(0, spans) == pytest.approx(expected)
+
+
+def test_the_split_policy_comes_from_the_logs_headers(tmp_path):
+    """A GPU log's header names the Triton kernel, its KV heads and SMs; a CPU log's does not split.
+    A model fitted on the GPU log keeps the policy in its file; logs of both cannot be one fit."""
+    from runtime.cli.cost_model import fit_logs
+    from traces.events import make_header
+
+    def log(path, extra):
+        with LogWriter(path) as w:
+            simulate(mixed_workload(8, seed=3), small_config(), LinearCostModel(TRUE), sink=lambda ev: w(
+                make_header(small_config(), clock="wall", extra=extra) if ev.__class__.__name__ == "Header" else ev))
+        return str(path)
+
+    kv = {"num_layers": 2, "num_kv_heads": 8, "head_dim": 64, "block_size": 16, "num_blocks": 64}
+    gpu = log(tmp_path / "gpu.jsonl", {"attention_backend": "triton", "kv": kv, "sms": 132})
+    cpu = log(tmp_path / "cpu.jsonl", {"attention_backend": "torch", "kv": kv})
+    assert StepData.from_logs([gpu]).decode_splits == DecodeSplits(8, 132)
+    assert StepData.from_logs([cpu]).decode_splits is None
+    with pytest.raises(CostModelError, match="different decode kernels"):
+        StepData.from_logs([gpu, cpu])
+    model = fit_logs([gpu], kind="linear-absolute")
+    model.save(tmp_path / "m.json")
+    assert load_cost_model(str(tmp_path / "m.json")).decode_splits == DecodeSplits(8, 132)
 
 
 def test_prefill_step_is_one_when_any_span_prefills():
@@ -150,8 +194,8 @@ def test_a_file_without_a_newer_feature_loads_with_it_at_zero(tmp_path):
     old.write_text(json.dumps({"format": "minivllm-cost-model", "version": 1, "kind": "linear",
                                "hardware": "h", "features": {k: "" for k in SIX}, "coefficients": six}))
     m = LinearCostModel.load(old)
-    assert m.coefficients == {**six, "prefill_step": 0.0, "max_context": 0.0}
-    assert m.defaulted_features == ["prefill_step", "max_context"]
+    assert m.coefficients == {**six, "prefill_step": 0.0, "longest_program": 0.0}
+    assert m.defaulted_features == ["prefill_step", "longest_program"]
     spans = [Span(0, 100, 1, True), Span(1, 0, 64, True)]
     f = dict(zip(FEATURES, step_features(spans)))
     assert f["prefill_step"] == 1.0

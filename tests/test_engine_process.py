@@ -67,13 +67,25 @@ def _serve_and_record(tiny, log: Path, *flags: str) -> list:
                 r = httpx.post(http.url + path, json=body, timeout=60)
                 assert r.status_code == 200, r.text
                 if body.get("stream"):
-                    answers.append([json.loads(line[5:])["choices"] for line in r.text.splitlines()
-                                    if line.startswith("data:") and "[DONE]" not in line])
+                    answers.append(_joined([json.loads(line[5:])["choices"] for line in r.text.splitlines()
+                                            if line.startswith("data:") and "[DONE]" not in line]))
                 else:
                     answers.append(r.json()["choices"])
     finally:
         close()
     return answers
+
+
+def _joined(events: list[list[dict]]) -> list[dict]:
+    """A stream's choices, each choice's deltas joined: how deltas group into events follows how
+    fast the client reads (a lagging reader gets them merged), which is not what is compared."""
+    out: dict[int, dict] = {}
+    for choices in events:
+        for c in choices:
+            joined = out.setdefault(c["index"], {"index": c["index"], "text": "", "finish_reason": None})
+            joined["text"] += c.get("text") or ""
+            joined["finish_reason"] = c.get("finish_reason") or joined["finish_reason"]
+    return [out[i] for i in sorted(out)]
 
 
 def _untimed(path: Path) -> list[dict]:

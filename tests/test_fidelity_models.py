@@ -173,7 +173,7 @@ def test_host_data_separates_busy_gaps_from_wakes(tmp_path):
 
 
 def test_ranges_warn_with_the_share_of_steps_and_time_outside():
-    # rows in EXT_FEATURES order: the linear features (max_context last), tokens, prefill spans, largest chunk
+    # rows in EXT_FEATURES order: the linear features (longest_program last), tokens, prefill spans, largest chunk
     ranges = FeatureRanges.from_ext(np.array([[1, 64, 2080, 0, 0, 1, 1, 0, 64, 1, 64],
                                               [1, 0, 0, 8, 800, 8, 0, 100, 8, 0, 0]], dtype=float))
     tracker = RangeTracker(LinearCostModel({"const": 1e-3, "prefill_tokens": 1e-5}), ranges)

@@ -166,7 +166,7 @@ def test_shipped_cpu_cost_model_loads_by_name():
     assert model.coefficients["const"] > 0 and math.isfinite(model.meta["heldout"]["mape"])
     lone_decode = model.step_time(0, [Span(0, 100, 1, True)])
     assert 0.01 < lone_decode < 0.2  # SmolLM2 fp32 on 2 CPU cores: tens of ms per decode step
-    # fitted before prefill_step and max_context existed, and its profile log is not in the repo to
+    # fitted before prefill_step and longest_program existed, and its profile log is not in the repo to
     # refit from: the file has the six older coefficients, and the missing ones load as 0
-    assert model.defaulted_features == ["prefill_step", "max_context"]
-    assert model.coefficients["prefill_step"] == model.coefficients["max_context"] == 0.0
+    assert model.defaulted_features == ["prefill_step", "longest_program"]
+    assert model.coefficients["prefill_step"] == model.coefficients["longest_program"] == 0.0

@@ -60,20 +60,24 @@ def test_a_tree_models_step_time_is_the_walk(seed):
     context alone, and adds its linear part's terms left to right."""
     from simulator.features import EXT_FEATURES, ext_features
     from simulator.tree_model import TreeCostModel
+    from traces.decode_splits import DecodeSplits
     from traces.events import Span
 
     rng = random.Random(seed)
     n = len(EXT_FEATURES)
     trees = [random_tree(rng, n, 4) for _ in range(20)]
-    context, longest = EXT_FEATURES.index("decode_context"), EXT_FEATURES.index("max_context")
+    context, longest = EXT_FEATURES.index("decode_context"), EXT_FEATURES.index("longest_program")
     for t in trees:  # thresholds where these features live
         t.threshold = [rng.uniform(0, 4000) if f == context else rng.uniform(0, 500) if f == longest
                        else rng.uniform(0, 40) for f in t.feature]
-    model = TreeCostModel({"const": 1e-3, "decode_context": 1e-8, "seqs": 1e-6}, TreeEnsemble(trees))
-    for _ in range(200):
+    model = TreeCostModel({"const": 1e-3, "decode_context": 1e-8, "seqs": 1e-6, "longest_program": 1e-7},
+                          TreeEnsemble(trees))
+    for i in range(400):
+        if i == 200:  # the decode kernel split as on the H200 (the remembered cells start over)
+            model.set_decode_splits(DecodeSplits(num_kv_heads=8, sms=132))
         spans = [Span(i, rng.randrange(4000 // 8), 1 if rng.random() < 0.9 else rng.randrange(2, 64), True)
                  for i in range(rng.randrange(1, 9))]
-        x = ext_features(spans)
+        x = ext_features(spans, model.decode_splits)
         linear = 0
         for c, v in zip(model._coef, x):  # Σ c·v left to right
             linear = linear + c * v
@@ -83,8 +87,8 @@ def test_a_tree_models_step_time_is_the_walk(seed):
 
 
 def test_a_tree_file_from_before_a_feature_was_added_loads_by_feature_name(tmp_path):
-    """Files name their features; one saved before ``max_context`` existed (``tokens`` was index 7
-    then) still splits on ``tokens``."""
+    """Files name their features; one saved before ``longest_program`` existed (``tokens`` was
+    index 7 then) still splits on ``tokens``."""
     import json
 
     from simulator.cost_model import load_cost_model
@@ -92,7 +96,7 @@ def test_a_tree_file_from_before_a_feature_was_added_loads_by_feature_name(tmp_p
     from simulator.tree_model import TreeCostModel
     from traces.events import Span
 
-    before = [f for f in EXT_FEATURES if f != "max_context"]
+    before = [f for f in EXT_FEATURES if f != "longest_program"]
     tokens_then = before.index("tokens")
     assert tokens_then != EXT_FEATURES.index("tokens")
     tree = Tree([tokens_then, -2, -2], [100.0, -2.0, -2.0], [1, LEAF, LEAF], [2, LEAF, LEAF], [0.0, 1e-3, 2e-3])

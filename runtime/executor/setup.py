@@ -47,6 +47,8 @@ class EngineParts:
                                "kv": {"num_layers": spec.num_layers, "num_kv_heads": spec.num_kv_heads,
                                       "head_dim": spec.head_dim, "block_size": runner.block_size,
                                       "num_blocks": runner.num_blocks},
+                               # the decode kernel's split policy reads it (traces/decode_splits.py)
+                               **({"sms": runner.backend.num_sms} if hasattr(runner.backend, "num_sms") else {}),
                            })
 
     def core(self, sink: EventSink | None = None, trace_prompts: str = "ids") -> EngineCore:

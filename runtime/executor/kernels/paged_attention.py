@@ -19,6 +19,9 @@ import torch
 import triton
 import triton.language as tl
 
+from traces.decode_splits import DEFAULT_SMS, MAX_SPLITS
+from traces.decode_splits import num_splits as split_count
+
 LOG2E = 1.4426950408889634
 
 
@@ -119,11 +122,6 @@ def _merge_splits_kernel(
 
 # ----------------------------------------------------------------------------- launch
 
-MAX_SPLITS = 64
-MIN_TOKENS_PER_SPLIT = 256
-_DEFAULT_SMS = 132  # H200; used when the device is not CUDA (interpreter)
-
-
 def dot_precision(dtype: torch.dtype) -> str:
     """fp32 models get true fp32 dots (tl.dot would round fp32 operands to TF32, ~1e-3 error);
     fp16/bf16 operands are exact in any mode."""
@@ -133,7 +131,7 @@ def dot_precision(dtype: torch.dtype) -> str:
 def num_sms(device: torch.device | str) -> int:
     device = torch.device(device)
     if device.type != "cuda":
-        return _DEFAULT_SMS
+        return DEFAULT_SMS  # the interpreter: the H200's
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
@@ -144,11 +142,7 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, sms: i
     H200: 512 programs (64 seqs x 8 KV heads) already fill it (2 splits were 10-20% slower there),
     128 programs with 4 splits ran 2x faster than unsplit (docs/kernels-notes.md).
     """
-    programs = max(1, num_seqs * num_kv_heads)
-    want = 4 * sms // programs
-    most = max(1, max_seq_len // MIN_TOKENS_PER_SPLIT)
-    n = min(want, most, MAX_SPLITS)
-    return 1 if n <= 1 else 1 << (n.bit_length() - 1)
+    return split_count(num_seqs, num_kv_heads, max_seq_len, sms)  # (traces/decode_splits.py: the cost models' too)
 
 
 def _decode_config(head_dim: int, dtype: torch.dtype) -> dict:
