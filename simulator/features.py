@@ -37,11 +37,6 @@ from traces.events import Span
 FEATURES = ("const", "prefill_tokens", "prefill_attention", "decode_seqs", "decode_context", "seqs",
             "prefill_step", "longest_program")
 RENAMED = {"max_context": "longest_program"}  # a model file's older feature names
-
-
-def current_names(coefficients: dict[str, float]) -> dict[str, float]:
-    """A model file's coefficients under today's feature names."""
-    return {RENAMED.get(k, k): v for k, v in coefficients.items()}
 FEATURE_DOC = {
     "const": "seconds per step",
     "prefill_tokens": "seconds per prefill token (chunk > 1)",
@@ -54,6 +49,16 @@ FEATURE_DOC = {
 }
 EXTRA = ("tokens", "prefill_seqs", "max_chunk")
 EXT_FEATURES = FEATURES + EXTRA
+
+
+def current_name(name: str) -> str:
+    """A model file's feature name as it is called today."""
+    return RENAMED.get(name, name)
+
+
+def current_names(coefficients: dict[str, float]) -> dict[str, float]:
+    """A model file's coefficients under today's feature names."""
+    return {current_name(k): v for k, v in coefficients.items()}
 
 
 def step_features(spans: Iterable[Span], splits: DecodeSplits | None = None) -> list[float]:

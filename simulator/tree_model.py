@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.features import EXT_FEATURES, FEATURE_DOC, FEATURES, RENAMED, current_names, ext_features
+from simulator.features import EXT_FEATURES, FEATURE_DOC, FEATURES, current_name, current_names, ext_features
 from simulator.model_base import FORMAT, CostModelError, TimedModel, prediction_errors
 from simulator.trees import TreeEnsemble
 from traces.decode_splits import DecodeSplits
@@ -143,7 +143,7 @@ class TreeCostModel(TimedModel):
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any], path: str | Path = "") -> TreeCostModel:
-        names = [RENAMED.get(name, name) for name in doc.get("tree_features", EXT_FEATURES)]
+        names = [current_name(name) for name in doc.get("tree_features", EXT_FEATURES)]
         unknown = set(names) - set(EXT_FEATURES)
         if unknown:
             raise CostModelError(f"{path}: trees over unknown features {sorted(unknown)}; known: {list(EXT_FEATURES)}")

@@ -69,12 +69,12 @@ def test_the_split_policy_comes_from_the_logs_headers(tmp_path):
     """A GPU log's header names the Triton kernel, its KV heads and SMs; a CPU log's does not split.
     A model fitted on the GPU log keeps the policy in its file; logs of both cannot be one fit."""
     from runtime.cli.cost_model import fit_logs
-    from traces.events import make_header
+    from traces.events import Header, make_header
 
     def log(path, extra):
         with LogWriter(path) as w:
             simulate(mixed_workload(8, seed=3), small_config(), LinearCostModel(TRUE), sink=lambda ev: w(
-                make_header(small_config(), clock="wall", extra=extra) if ev.__class__.__name__ == "Header" else ev))
+                make_header(small_config(), clock="wall", extra=extra) if isinstance(ev, Header) else ev))
         return str(path)
 
     kv = {"num_layers": 2, "num_kv_heads": 8, "head_dim": 64, "block_size": 16, "num_blocks": 64}
