@@ -14,7 +14,7 @@ prices a step by the same policy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 MAX_SPLITS = 64
@@ -39,12 +39,22 @@ class DecodeSplits:
 
     num_kv_heads: int
     sms: int
+    # per decode count, the most splits the SMs want (min of the first and last terms of num_splits)
+    _caps: dict[int, int] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def longest_program(self, longest: int, num_seqs: int) -> int:
-        """Context tokens the longest program reads: the longest context over the split count."""
+        """Context tokens the longest program reads: the longest context over
+        ``num_splits(num_seqs, num_kv_heads, longest, sms)`` (the same arithmetic, its per-count
+        part remembered: this runs once a simulated decode step)."""
         if longest <= 0 or num_seqs <= 0:
             return 0
-        return -(-longest // num_splits(num_seqs, self.num_kv_heads, longest, self.sms))
+        cap = self._caps.get(num_seqs)
+        if cap is None:
+            cap = self._caps[num_seqs] = min(PROGRAMS_PER_SM * self.sms // (num_seqs * self.num_kv_heads), MAX_SPLITS)
+        n = longest // MIN_TOKENS_PER_SPLIT
+        if n > cap:
+            n = cap
+        return longest if n <= 1 else -(-longest // (1 << (n.bit_length() - 1)))
 
     def to_dict(self) -> dict[str, int]:
         return {"num_kv_heads": self.num_kv_heads, "sms": self.sms}
