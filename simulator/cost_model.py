@@ -67,6 +67,9 @@ class StepData:
     log_index: np.ndarray | None = None  # [steps]: which log each row came from
     extra: np.ndarray | None = None  # [steps, len(EXTRA)]: the rest of EXT_FEATURES
     decode_splits: DecodeSplits | None = None  # the logs' decode kernel split policy (their headers)
+    # per step, of its log's next step when that one starts as this one ends (an overlapped engine's
+    # steps tile): its tokens beyond one per span (0: none, or a decode-only step; simulator/launch.py)
+    next_extra: np.ndarray | None = None
 
     @property
     def ext(self) -> np.ndarray:
@@ -81,14 +84,20 @@ class StepData:
         rows: list[list[float]] = []
         ys: list[float] = []
         idx: list[int] = []
+        next_extra: list[int] = []
         policies: dict[DecodeSplits | None, str] = {}
         for i, path in enumerate(paths):
             splits = None
+            prev_end = None
             for ev in read_log(path):
                 if isinstance(ev, Step):
                     rows.append(ext_features(ev.spans, splits))
                     ys.append(ev.end - ev.start)
                     idx.append(i)
+                    if prev_end == ev.start:
+                        next_extra[-1] = int(sum(s.num_tokens for s in ev.spans)) - len(ev.spans)
+                    next_extra.append(0)
+                    prev_end = ev.end
                 elif isinstance(ev, Header):
                     splits = DecodeSplits.from_header_extra(ev.extra)
                     policies.setdefault(splits, str(path))
@@ -97,12 +106,13 @@ class StepData:
         X = np.asarray(rows, dtype=np.float64)
         n = len(FEATURES)
         return cls(X[:, :n], np.asarray(ys), [str(p) for p in paths], np.asarray(idx), X[:, n:],
-                   one_policy(policies))
+                   one_policy(policies), np.asarray(next_extra))
 
     def subset(self, mask: np.ndarray) -> StepData:
         return StepData(self.features[mask], self.durations[mask], self.logs,
                         None if self.log_index is None else self.log_index[mask],
-                        None if self.extra is None else self.extra[mask], self.decode_splits)
+                        None if self.extra is None else self.extra[mask], self.decode_splits,
+                        None if self.next_extra is None else self.next_extra[mask])
 
     @classmethod
     def concat(cls, parts: Sequence[StepData]) -> StepData:
@@ -114,8 +124,9 @@ class StepData:
             logs += p.logs
             idx.append((p.log_index if p.log_index is not None else np.zeros(len(p.durations), int)) + base)
         extra = None if any(p.extra is None for p in parts) else np.vstack([p.extra for p in parts])
+        nxt = None if any(p.next_extra is None for p in parts) else np.concatenate([p.next_extra for p in parts])
         return cls(np.vstack([p.features for p in parts]), np.concatenate([p.durations for p in parts]), logs,
-                   np.concatenate(idx), extra, one_policy({p.decode_splits: p.logs[0] for p in parts if p.logs}))
+                   np.concatenate(idx), extra, one_policy({p.decode_splits: p.logs[0] for p in parts if p.logs}), nxt)
 
     def split(self, holdout_every: int, block: int = 1) -> tuple[StepData, StepData]:
         """Deterministic split: every ``holdout_every``-th block of ``block`` consecutive steps held

@@ -30,6 +30,7 @@ from simulator.cost_model import LinearCostModel, StepData, TreeCostModel
 from simulator.features import FEATURES
 from simulator.host_timing import fit_host_timing
 from simulator.intake import fit_intake_delay
+from simulator.launch import device_times, set_eager_launch
 from simulator.model_base import CostModelError, mape
 from simulator.ranges import FeatureRanges
 from simulator.trees import TreeEnsemble
@@ -134,17 +135,21 @@ def scale_model(model, factor: float) -> None:
 def calibrate(model, logs: list[str]) -> dict[str, Any]:
     """Scale ``model`` so its total step time on ``logs`` matches theirs: the shape of the step
     cost from a profile sweep, its level from live runs (another load on a shared CPU, the live
-    engine's own overheads). Host timing then comes from ``logs`` too; where their steps overlap
-    (gaps show no intake), the intake delay is the one whose re-simulation of ``logs`` has their
-    TTFT p50 (simulator/intake.py). Returns what it did."""
+    engine's own overheads). Host timing then comes from ``logs`` too (and the eager launch, when
+    the model has one: simulator/launch.py); where their steps overlap (gaps show no intake), the
+    intake delay is the one whose re-simulation of ``logs`` has their TTFT p50
+    (simulator/intake.py). Returns what it did."""
     data = StepData.from_logs(logs)
     before = evaluate(model, data)
     factor = 1.0 / (1.0 + before["total_error"] / 100)
     scale_model(model, factor)
     after = evaluate(model, data)
-    model.set_host(fit_host_timing(logs))
+    host = fit_host_timing(logs)
     out = {"logs": [str(p) for p in logs], "steps": int(len(data.durations)), "factor": factor,
            "mape_before": before["mape"], "mape_after": after["mape"], "total_error_before": before["total_error"]}
+    if host.overlap and model.launch_time is not None:
+        out["launch"] = set_eager_launch(host, data, device_times(model, data))
+    model.set_host(host)
     if model.host.overlap and model.host.fitted_from.get("requests"):
         out["intake"] = fit_intake_delay(model, logs)
     return out
@@ -158,13 +163,16 @@ def decode_steps(logs: list[str]) -> StepData:
 
 def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout_every: int = 5,
                    holdout_block: int = HOLDOUT_BLOCK, kind: str = "auto", meta: dict[str, Any] | None = None,
-                   calibrate_on: list[str] | None = None, decode_steps_of: list[str] | None = None):
+                   calibrate_on: list[str] | None = None, decode_steps_of: list[str] | None = None,
+                   eager_launch: bool = False):
     """The model for ``logs``: every candidate (``kind="auto"``) or one, fitted on the training
     steps; held-out error on ``holdout`` logs or every ``holdout_every``-th block of
     ``holdout_block`` steps; host timing from the training logs' gaps; the ranges of the training
     steps. ``calibrate_on``: live logs that set the level of the step times (``calibrate``).
     ``decode_steps_of``: logs of which only the pure-decode steps join the training data (a
-    profile whose prefill steps an engine change made stale, still covering large batches)."""
+    profile whose prefill steps an engine change made stale, still covering large batches).
+    ``eager_launch``: with overlapped logs, fit the host time to launch a step that carries prefill
+    too (simulator/launch.py)."""
     data = StepData.from_logs(logs)
     if decode_steps_of:
         data = StepData.concat([data, decode_steps(decode_steps_of)])
@@ -185,7 +193,12 @@ def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout
     by = "held-out MAPE + |total-time error| (%)" + (", among " + ", ".join(EXTRAPOLATING) if kind == "auto" else "")
     model.meta["selection"] = {"chosen": selection.best, "by": by,
                                "candidates": selection.scores}
-    model.set_host(fit_host_timing(logs))
+    host = fit_host_timing(logs)
+    if eager_launch and host.overlap:
+        launch = set_eager_launch(host, data, device_times(model, data))
+        if launch is not None:
+            model.meta["launch"] = launch
+    model.set_host(host)
     model.ranges = FeatureRanges.from_ext(train.ext)
     if calibrate_on:
         model.meta["calibration"] = calibrate(model, calibrate_on)

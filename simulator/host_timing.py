@@ -15,6 +15,10 @@ fitted model carries, besides its step model:
   overlap      steps overlap (async scheduling on CUDA: step k+1 is planned while k runs): consecutive
                steps then tile, gaps are 0 and a step costs ``max(host, device) + launch``, the
                host part being what ``gap`` measured on sequential runs
+  eager_launch the host time to plan and launch a step that carries prefill (no CUDA graph: its
+               kernels go one by one), ``eager_launch + eager_launch_per_token · extra tokens``
+               (tokens beyond one per span); with overlap it holds back the end of the step in
+               flight (simulator/launch.py)
 
 ``HostData.from_log`` separates busy gaps from wakes the way RecordedCostModel does (an engine is
 idle when every request that arrived so far has finished).
@@ -44,6 +48,8 @@ class HostTiming:
     intake_delay: float = 0.0
     overlap: bool = False
     launch: float = 0.0
+    eager_launch: float = 0.0
+    eager_launch_per_token: float = 0.0
     fitted_from: dict[str, Any] = field(default_factory=dict)
 
     def gap(self, previous_spans: int | None) -> float:
@@ -53,6 +59,11 @@ class HostTiming:
         if self.overlap:
             return 0.0
         return self.gap_const + self.gap_per_seq * previous_spans
+
+    def eager_launch_time(self, extra_tokens: int) -> float:
+        """Host time to plan and launch a step with ``extra_tokens`` tokens beyond one per span
+        (0: a decode-only step, replayed from a CUDA graph, whose launch hides behind the device)."""
+        return self.eager_launch + self.eager_launch_per_token * extra_tokens if extra_tokens else 0.0
 
     def host_time(self, spans: int) -> float:
         """Host work of one step (what runs beside the device when steps overlap)."""
@@ -65,7 +76,8 @@ class HostTiming:
     def from_dict(cls, d: dict[str, Any]) -> HostTiming:
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         timing = cls(**known)
-        for name in ("gap_const", "gap_per_seq", "wake", "intake_delay", "launch"):
+        for name in ("gap_const", "gap_per_seq", "wake", "intake_delay", "launch", "eager_launch",
+                     "eager_launch_per_token"):
             if not float(getattr(timing, name)) >= 0:
                 raise ValueError(f"host.{name} must be >= 0")
         return timing

@@ -89,6 +89,16 @@ class TimedModel:
         return 0.0 if self.host is None else self.host.gap(previous_spans)
 
     @property
+    def launch_time(self):
+        """``f(extra_tokens) -> seconds``: the host time to plan and launch a step that carries
+        prefill, which the overlapped engine spends while the step before runs (simulator/launch.py);
+        None when the model has none (steps then end when their device work does)."""
+        host = self.host
+        if host is None or not host.overlap or not (host.eager_launch or host.eager_launch_per_token):
+            return None
+        return host.eager_launch_time
+
+    @property
     def plans_ahead(self) -> bool:
         """The engine plans step k+1 when step k starts (async scheduling): an arrival during step k
         joins step k+2 at the earliest."""

@@ -112,7 +112,7 @@ class RangeTracker:
         self.model = model
         self.ranges = ranges
         self.report = RangeReport()
-        for hook in ("gap_before", "host_gap", "intake_delay", "plans_ahead"):
+        for hook in ("gap_before", "host_gap", "intake_delay", "plans_ahead", "launch_time"):
             if hasattr(model, hook):
                 setattr(self, hook, getattr(model, hook))
 

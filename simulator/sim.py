@@ -164,11 +164,14 @@ class Simulation:
     def _run_planning_ahead(self) -> None:
         """The async engine (runtime/engine/step_loop.py): step k+1 is planned as step k starts and
         starts when step k ends, so an arrival during step k joins step k+2 at the earliest; a step
-        whose tokens could change the next plan is completed before the next one is planned."""
+        whose tokens could change the next plan is completed before the next one is planned. With
+        the model's ``launch_time``, step k ends no earlier than step k+1's launch (the host
+        collects k after launching k+1)."""
         core = self.core
         schedule, step_time, advance, complete = core.schedule, self.cost_model.step_time, core.advance, core.complete
         overlappable = core.overlappable
         host_gap = getattr(self.cost_model, "host_gap", None)
+        launch_time = getattr(self.cost_model, "launch_time", None)
         seen, num, requests, arrive_until = self._seen, len(self._seen), core.requests, self._arrive_until
         result, token_fn, every = self.result, self.token_fn, self.progress_every
         flight: tuple[Any, float, float, bool, list] | None = None  # plan, start, end, overlappable, tokens
@@ -197,7 +200,18 @@ class Simulation:
                     tokens = _SYNTHETIC * plan.num_sampling
                 else:
                     tokens = self._tokens(plan)
-                flight = (plan, start, start + step_time(plan.step, spans), overlappable(plan), tokens)
+                end = start + step_time(plan.step, spans)  # its device work follows the landed step's
+                if launch_time is not None:
+                    # the host launches this plan from `now` on and only then collects the landed
+                    # step: an eager launch longer than the landed step's device work holds its end
+                    # back (simulator/launch.py); this step's device work ends after its last launch
+                    ready = now + launch_time(plan.num_scheduled_tokens - len(spans))
+                    if landed is not None and ready > landed[2]:
+                        landed = (landed[0], landed[1], ready, landed[3], landed[4])
+                        start = ready
+                    if ready > end:
+                        end = ready
+                flight = (plan, start, end, overlappable(plan), tokens)
             elif landed is None:
                 raise SimulationError(
                     f"engine stalled at t={now}: {core.num_waiting} waiting, {core.num_running} running")

@@ -26,7 +26,7 @@ def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every
              holdout_block: int = 32, kind: str = "auto", weighting: str | None = None,
              model_identity: str | None = None, hardware: str | None = None, dtype: str | None = None,
              command: str | None = None, calibrate_on: list[str] | None = None,
-             decode_steps_of: list[str] | None = None):
+             decode_steps_of: list[str] | None = None, eager_launch: bool = False):
     """Fit a cost model on ``logs`` (simulator.fit.fit_cost_model); its error on ``holdout`` logs,
     or on every ``holdout_every``-th step held out of the fit, goes to ``meta["heldout"]``.
     ``weighting`` (relative | absolute) is the older way to ask for one linear fit."""
@@ -51,7 +51,8 @@ def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every
         raise CLIError(f"--holdout-every: must be >= 2, got {holdout_every}")
     try:
         return fit_cost_model(logs, holdout=holdout, holdout_every=holdout_every, holdout_block=holdout_block,
-                              kind=kind, meta=meta, calibrate_on=calibrate_on, decode_steps_of=decode_steps_of)
+                              kind=kind, meta=meta, calibrate_on=calibrate_on, decode_steps_of=decode_steps_of,
+                              eager_launch=eager_launch)
     except CostModelError as e:
         raise CLIError(str(e)) from None
 
@@ -77,6 +78,9 @@ def print_fit(model, out: str) -> None:
         print(f"  host: gap {host.gap_const * 1e3:.3f} ms + {host.gap_per_seq * 1e6:.2f} µs/seq, wake "
               f"{host.wake * 1e3:.3f} ms, intake delay {host.intake_delay * 1e3:.3f} ms"
               + (", steps overlap" if host.overlap else ""))
+        if model.launch_time is not None:
+            print(f"  eager launch: {host.eager_launch * 1e3:.3f} ms + {host.eager_launch_per_token * 1e6:.3f} µs per "
+                  "token beyond one per span (holds back the step before)")
     cal = model.meta.get("calibration")
     if cal:
         print(f"  calibrated on {cal['steps']:,} live steps: × {cal['factor']:.3f} (their total step time was "
@@ -97,7 +101,7 @@ def _fit(args: argparse.Namespace) -> int:
         require_file(path, "log")
     model = fit_logs(args.logs, holdout=args.holdout, holdout_every=args.holdout_every,
                      holdout_block=args.holdout_block, kind=args.kind, calibrate_on=args.calibrate,
-                     decode_steps_of=args.decode_steps_of,
+                     decode_steps_of=args.decode_steps_of, eager_launch=args.eager_launch,
                      weighting=args.weighting, model_identity=args.model_identity, hardware=args.hardware,
                      dtype=args.dtype)
     model.save(args.out)
@@ -153,6 +157,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--decode-steps-of", nargs="+", metavar="LOG",
                    help="logs of which only the pure-decode steps join the fit (e.g. a profile sweep whose prefill "
                         "steps an engine change made stale, still covering the large batches) (default: none)")
+    f.add_argument("--eager-launch", action="store_true",
+                   help="with overlapped logs: also fit the host time to launch a step that carries prefill, which "
+                        "holds back the step before it (simulator/launch.py; on the H200 logs of docs/BENCHMARKS.md "
+                        "it fixes the TTFT p50 bias by load but not the cell count on an unseen machine) "
+                        "(default: off)")
     f.add_argument("--kind", choices=["auto", *CANDIDATES], default="auto",
                    help="the model to fit; auto: every candidate scored, the lowest held-out MAPE + |total-time "
                         "error| among those with a linear part kept (trees alone cannot extrapolate to "

@@ -1,0 +1,62 @@
+"""Eager launches that hold back the step before them (the overlapped engine).
+
+With async scheduling the host plans and launches step k+1 while step k runs, and only then
+collects step k's tokens (runtime/engine/step_loop.py). A step that carries prefill runs eagerly
+(no CUDA graph): launching its kernels one by one takes the host about 5 ms on the H200 machines,
+more than a decode step's device work (2-4 ms). So a decode step followed by a prefill step is
+logged about that long, and the prefill step after it short (its kernels ran as they were
+launched). A cost model fitted on logged durations charges that to the wrong steps, and a
+simulation without it misses how long an arrival during decode waits for its first step
+(docs/BENCHMARKS.md, session 7: sim TTFT p50 +6 % at higher loads with a constant intake delay).
+
+The model (HostTiming.eager_launch, simulator/sim.py): planning and launching a step that carries
+prefill takes ``eager_launch + eager_launch_per_token · extra tokens`` (tokens beyond one per
+span); the step in flight ends no earlier than that launch; the launched step's device work follows
+the step before's and its own last launch. Fitted here from the logs: a step followed by a prefill
+step lasts ``max(device time, launch of the next)``, the device time being the step model's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+MIN_STEPS = 10  # steps followed by a prefill step needed to fit the launch
+
+
+
+def device_times(model: Any, data: Any) -> np.ndarray:
+    """The step model's times for the rows of a StepData."""
+    return model.predict_ext(data.ext) if hasattr(model, "predict_ext") else model.predict(data.features)
+
+
+def fit_eager_launch(data: Any, device: np.ndarray) -> dict[str, Any] | None:
+    """``eager_launch`` and ``eager_launch_per_token`` from the steps of ``data`` followed by a prefill
+    step (``data.next_extra`` > 0; unsubsetted StepData) whose device times the step model puts at
+    ``device``: least squares of ``duration − max(device, launch)`` (a step whose device work outlasts
+    the launch says only that the launch was shorter). None when no step was followed by one."""
+    from scipy.optimize import least_squares
+
+    nxt = data.next_extra
+    if nxt is None or (nxt > 0).sum() < MIN_STEPS:
+        return None
+    rows = nxt > 0
+    y, dev, x = data.durations[rows], device[rows], nxt[rows].astype(float)
+
+    def residual(c: np.ndarray) -> np.ndarray:
+        return y - np.maximum(dev, c[0] + c[1] * x)
+
+    guess = [float(np.median(y)), 0.0]
+    c = least_squares(residual, guess, bounds=([0.0, 0.0], [np.inf, np.inf])).x
+    bound = c[0] + c[1] * x > dev
+    return {"eager_launch": float(c[0]), "eager_launch_per_token": float(c[1]),
+            "steps_followed_by_prefill": int(rows.sum()), "launch_bound_share": float(bound.mean())}
+
+
+def set_eager_launch(host: Any, data: Any, device: np.ndarray) -> dict[str, Any] | None:
+    """Fit the launch (``fit_eager_launch``) into ``host`` (a HostTiming); what was fitted, or None."""
+    fitted = fit_eager_launch(data, device)
+    if fitted is not None:
+        host.eager_launch, host.eager_launch_per_token = fitted["eager_launch"], fitted["eager_launch_per_token"]
+    return fitted
