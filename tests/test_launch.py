@@ -97,3 +97,18 @@ def test_fitted_launch_reproduces_the_held_back_decode_steps_of_a_served_log():
     live_gain = live_held - live_plain
     assert gains[True] == pytest.approx(live_gain, rel=0.15), (gains, live_gain)
     assert gains[False] < 0.5 * live_gain, (gains, live_gain)
+
+
+def test_cost_model_fit_eager_launch_flag_writes_and_reads_the_launch(tmp_path, capsys):
+    from runtime.cli import main
+    from simulator.cost_model import load_cost_model
+    from simulator.ranges import track_ranges
+
+    out = tmp_path / "m.json"
+    argv = ["cost-model", "fit", str(H_LOG), "--kind", "linear-absolute", "--eager-launch", "--out", str(out)]
+    assert main(argv) == 0
+    assert "eager launch:" in capsys.readouterr().out
+    model = load_cost_model(out)
+    assert 0.003 < model.host.eager_launch < 0.012 and model.launch_time is not None
+    assert model.launch_time(0) == 0.0 and model.launch_time(1000) > model.host.eager_launch
+    assert track_ranges(model).launch_time == model.launch_time  # what `fidelity` simulates with
