@@ -30,7 +30,7 @@ from simulator.cost_model import LinearCostModel, StepData, TreeCostModel
 from simulator.features import FEATURES
 from simulator.host_timing import fit_host_timing
 from simulator.intake import fit_intake_delay
-from simulator.launch import device_times, set_eager_launch
+from simulator.launch import device_times, held_back_excess, set_eager_launch
 from simulator.model_base import CostModelError, mape
 from simulator.ranges import FeatureRanges
 from simulator.trees import TreeEnsemble
@@ -194,10 +194,13 @@ def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout
     model.meta["selection"] = {"chosen": selection.best, "by": by,
                                "candidates": selection.scores}
     host = fit_host_timing(logs)
-    if eager_launch and host.overlap:
-        launch = set_eager_launch(host, data, device_times(model, data))
-        if launch is not None:
-            model.meta["launch"] = launch
+    if host.overlap:
+        device = device_times(model, data)
+        model.meta["before_prefill"] = held_back_excess(data, device)
+        if eager_launch:
+            launch = set_eager_launch(host, data, device)
+            if launch is not None:
+                model.meta["launch"] = launch
     model.set_host(host)
     model.ranges = FeatureRanges.from_ext(train.ext)
     if calibrate_on:

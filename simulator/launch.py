@@ -57,6 +57,18 @@ def fit_eager_launch(data: Any, device: np.ndarray) -> dict[str, Any] | None:
             "steps_followed_by_prefill": int(rows.sum()), "launch_bound_share": float(bound.mean())}
 
 
+def held_back_excess(data: Any, device: np.ndarray) -> dict[str, Any] | None:
+    """How much longer than ``device`` the steps followed by a prefill step are logged, on average,
+    against the other steps (what ``--eager-launch`` would model); None without such steps."""
+    nxt = data.next_extra
+    if nxt is None or not (nxt > 0).any() or (nxt > 0).all():
+        return None
+    rows = nxt > 0
+    resid = data.durations - device
+    return {"steps": int(rows.sum()), "excess_s": float(resid[rows].mean()),
+            "others_excess_s": float(resid[~rows].mean())}
+
+
 def set_eager_launch(host: Any, data: Any, device: np.ndarray) -> dict[str, Any] | None:
     """Fit the launch (``fit_eager_launch``) into ``host`` (a HostTiming); what was fitted, or None."""
     fitted = fit_eager_launch(data, device)

@@ -81,6 +81,10 @@ def print_fit(model, out: str) -> None:
         if model.launch_time is not None:
             print(f"  eager launch: {host.eager_launch * 1e3:.3f} ms + {host.eager_launch_per_token * 1e6:.3f} µs per "
                   "token beyond one per span (holds back the step before)")
+        elif (held := model.meta.get("before_prefill")) and held["excess_s"] - held["others_excess_s"] > 0.5e-3:
+            print(f"  note: the {held['steps']:,} steps followed by a prefill step are logged "
+                  f"{(held['excess_s'] - held['others_excess_s']) * 1e3:.2f} ms longer than the others, beyond the "
+                  "model: the host launching that step holds them back (--eager-launch models it)")
     cal = model.meta.get("calibration")
     if cal:
         print(f"  calibrated on {cal['steps']:,} live steps: × {cal['factor']:.3f} (their total step time was "
