@@ -185,6 +185,17 @@ class LinearCostModel(TimedModel):
             t += c_mx * (mx if splits is None else splits.longest_program(mx, ds))
         return t if self._overlap is None else self._overlapped(t, len(spans))
 
+    def decode_time(self, n: int, context: int, longest: int) -> float:
+        """``step_time`` of a decode-only step of ``n`` spans, ``context`` = Σ (start + 1) and
+        ``longest`` = the largest start + 1 (the simulator's runs of plain decodes price their steps
+        without spans)."""
+        c, c_pt, c_pa, c_ds, c_dc, c_ns, c_ps, c_mx = self._terms
+        t = c + c_pt * 0 + c_pa * 0 + c_ds * n + c_dc * context + c_ns * n  # (as step_time adds it)
+        if longest and c_mx:
+            splits = self.decode_splits
+            t += c_mx * (longest if splits is None else splits.longest_program(longest, n))
+        return t if self._overlap is None else self._overlapped(t, n)
+
     def predict(self, features: np.ndarray) -> np.ndarray:
         return features @ np.array([self.coefficients[f] for f in FEATURES])
 

@@ -22,6 +22,7 @@ Same workload + config + cost model + seed → byte-identical log (no clock, no 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,7 @@ from traces.params import InvalidRequest
 from traces.workload import Workload
 
 SYNTHETIC_TOKEN = 0  # the token every simulated step samples (no eos in simulation)
+MIN_RUN = 3  # plain decode steps worth landing at once (Simulation._plain_decodes)
 # a step's tokens without a token_fn: this one list for every sampling span (read, never changed)
 _SYNTHETIC = [[SYNTHETIC_TOKEN]]
 
@@ -65,9 +67,13 @@ class Simulation:
         token_fn: TokenFn | None = None,
         progress: Any = None,
         progress_every: int = 2048,
+        plain_runs: bool = True,
     ) -> None:
+        """``plain_runs``: land runs of plain decode steps at once (``_plain_run``; the same log and
+        result, faster; False steps through them one by one)."""
         self.workload = workload
         self.config = config
+        self.plain_runs = plain_runs
         self.cost_model = cost_model
         self.core = EngineCore(config, eos_token_id=None, sink=sink)
         self.token_fn = token_fn
@@ -124,6 +130,9 @@ class Simulation:
         host_gap = getattr(self.cost_model, "host_gap", None)
         if isinstance(self.cost_model, TimedModel) and self.cost_model.host is None and gap_before is None:
             host_gap = None  # a fitted model without host timing: no gaps (not asked once a step)
+        decode_time, plain_run = self._plain_runs()
+        if host_gap is not None or gap_before is not None:
+            decode_time = None  # steps with gaps between them are not plain
         seen, num, requests, arrive_until = self._seen, len(self._seen), core.requests, self._arrive_until
         result, token_fn, every = self.result, self.token_fn, self.progress_every
         previous: int | None = None  # spans of the step before, None after idle
@@ -148,6 +157,11 @@ class Simulation:
             duration = step_time(plan.step, spans)
             previous = len(spans)
             end = now + duration
+            if decode_time is not None and (limit := plain_run(plan)) >= MIN_RUN:
+                ends = self._plain_run(plan, now, end, limit, decode_time)
+                if ends is not None:
+                    now = ends[-1]
+                    continue
             if self._arrived < num and seen[self._arrived] <= end:
                 arrive_until(end)
             if token_fn is None:  # (this runs once a simulated step: kept inline)
@@ -172,6 +186,9 @@ class Simulation:
         overlappable = core.overlappable
         host_gap = getattr(self.cost_model, "host_gap", None)
         launch_time = getattr(self.cost_model, "launch_time", None)
+        decode_time, plain_run = self._plain_runs()
+        if launch_time is not None:
+            decode_time = None  # (a decode plan's launch is 0, but the run's next plan is not known)
         seen, num, requests, arrive_until = self._seen, len(self._seen), core.requests, self._arrive_until
         result, token_fn, every = self.result, self.token_fn, self.progress_every
         flight: tuple[Any, float, float, bool, list] | None = None  # plan, start, end, overlappable, tokens
@@ -187,6 +204,14 @@ class Simulation:
             if flight is not None and not flight[3]:
                 now = self._land(flight, advanced=False)
                 flight = None
+            if flight is not None and decode_time is not None and (limit := plain_run(flight[0])) >= MIN_RUN:
+                ends = self._plain_run(flight[0], flight[1], flight[2], limit, decode_time)
+                if ends is not None:  # the step after: planned as the last landed one started, as in the loop
+                    now = ends[-1]
+                    plan = schedule(ends[-2])
+                    flight = (plan, now, now + step_time(plan.step, plan.spans), overlappable(plan),
+                              _SYNTHETIC * plan.num_sampling)
+                    continue
             if flight is not None:
                 advance(flight[0], flight[4])  # the tokens are known: advance writes them
             plan = schedule(now)
@@ -224,6 +249,52 @@ class Simulation:
                 result.end_time = now
                 if result.num_steps % every == 0:
                     self._report_progress()
+
+    def _plain_runs(self) -> tuple[Callable[[int, int, int], float] | None, Callable[[StepPlan], int]]:
+        """(the model's ``decode_time`` or None, ``plain_decode_run``): runs of plain decode steps are
+        landed at once (``_plain_run``) with synthetic tokens and a model that prices a decode step
+        from its span count, context sum and longest context."""
+        decode_time = getattr(self.cost_model, "decode_time", None)
+        if self.token_fn is not None or not self.plain_runs:
+            decode_time = None
+        return decode_time, self.core.plain_decode_run
+
+    def _plain_run(self, plan: StepPlan, start: float, end: float, limit: int,
+                   decode_time: Callable[[int, int, int], float]) -> list[float] | None:
+        """Land ``plan`` (planned, not advanced; from ``start`` to ``end``) and the plain decode steps
+        after it at once: ``limit`` (``EngineCore.plain_decode_run``) steps at most, each ending before the next
+        arrival the engine takes, so that the log, state and times are those of as many trips round
+        a loop. Returns their ends, or None (nothing done) when fewer than MIN_RUN would be landed."""
+        core = self.core
+        seen, arrived = self._seen, self._arrived
+        due = seen[arrived] if arrived < len(seen) else math.inf  # an arrival landing with a step ends the run
+        if end >= due:
+            return None
+        spans = plan.spans
+        n = len(spans)
+        context = n  # Σ (start + 1)
+        longest = 0
+        for s in spans:
+            context += s.start
+            if s.start >= longest:
+                longest = s.start + 1
+        ends = [end]
+        while len(ends) < limit:  # step i decodes each span's start + i: Σ (start + 1) grows by n
+            i = len(ends)
+            end = end + decode_time(n, context + n * i, longest + i)
+            if end >= due:
+                break
+            ends.append(end)
+        if len(ends) < MIN_RUN:
+            return None
+        core.land_plain_decodes(plan, ends, start, SYNTHETIC_TOKEN)
+        result = self.result
+        before = result.num_steps
+        result.num_steps += len(ends)
+        result.end_time = ends[-1]
+        if result.num_steps // self.progress_every != before // self.progress_every:
+            self._report_progress()
+        return ends
 
     def _tokens(self, plan: StepPlan) -> list[list[int]]:
         token_fn = self.token_fn
@@ -267,10 +338,13 @@ def simulate(
     token_fn: TokenFn | None = None,
     progress: Any = None,
     header_extra: dict[str, Any] | None = None,
+    plain_runs: bool = True,
 ) -> SimResult:
-    """Run ``workload`` through a simulated engine; write a Header (clock ``sim``) + events to ``sink``."""
+    """Run ``workload`` through a simulated engine; write a Header (clock ``sim``) + events to ``sink``
+    (``plain_runs``: Simulation's)."""
     if sink is not None:
         extra = {"workload": {"source": workload.source, "num_requests": len(workload), **workload.meta}}
         extra.update(header_extra or {})
         sink(make_header(config, clock="sim", extra=extra))
-    return Simulation(workload, config, cost_model, sink=sink, token_fn=token_fn, progress=progress).run()
+    return Simulation(workload, config, cost_model, sink=sink, token_fn=token_fn, progress=progress,
+                      plain_runs=plain_runs).run()

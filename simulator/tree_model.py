@@ -79,37 +79,44 @@ class TreeCostModel(TimedModel):
         for s in spans:
             if s.num_tokens != 1:
                 trees, t = self._any_step(spans)
-                break
+                return self._finish(t + trees, len(spans))
             context += s.start
             if s.start >= longest:
                 longest = s.start + 1
-        else:  # decode only (most steps): every feature but the context sum and the longest program is
-            # 0, 1 or the span count, so the count and those two bisections name x's cell
-            n = len(spans)
-            if self.decode_splits is not None:
-                longest = self.decode_splits.longest_program(longest, n)
-            context += n  # Σ (start + 1)
-            row = self._decode_rows.get(n)
-            if row is None:
-                c = self._coef
-                row = self._decode_rows[n] = (self._decode_base + c[3] * n, c[5] * n, {})
-            base_n, seqs_n, cells = row
-            # (as floats, as the thresholds are: the same bisection, all of them far below 2**53)
-            cell = (bisect_left(self._context_cuts, float(context)) * self._longest_cells
-                    + bisect_left(self._longest_cuts, float(longest)))
-            trees = cells.get(cell)
-            if trees is None:
-                trees = cells[cell] = self.ensemble.predict_one(ext_features(spans, self.decode_splits))
-            # Σ c·v left to right, as _any_step adds it: const, decode_seqs, context, seqs, then 0
-            # prefill_step (its constant terms summed once: _decode_base, _decode_last), longest program
-            t = (base_n + self._coef[4] * context + seqs_n) + self._decode_last + self._coef[7] * longest
-        t = t + trees
+        n = len(spans)
+        return self.decode_time(n, context + n, longest)
+
+    def decode_time(self, n: int, context: int, longest: int) -> float:
+        """``step_time`` of a decode-only step (most steps) of ``n`` spans, ``context`` = Σ (start + 1)
+        and ``longest`` = the largest start + 1: every other feature is 0, 1 or ``n``, so ``n`` and
+        two bisections (the context sum, the longest program) name the trees' cell."""
+        if self.decode_splits is not None:
+            longest = self.decode_splits.longest_program(longest, n)
+        row = self._decode_rows.get(n)
+        if row is None:
+            c = self._coef
+            row = self._decode_rows[n] = (self._decode_base + c[3] * n, c[5] * n, {})
+        base_n, seqs_n, cells = row
+        # (as floats, as the thresholds are: the same bisection, all of them far below 2**53)
+        cell = (bisect_left(self._context_cuts, float(context)) * self._longest_cells
+                + bisect_left(self._longest_cuts, float(longest)))
+        trees = cells.get(cell)
+        if trees is None:  # ext_features of such a step
+            x = [1.0, 0, 0, n, context, n, 0.0, longest, n, 0, 0]
+            trees = cells[cell] = self.ensemble.predict_one(x)
+        # Σ c·v left to right, as _any_step adds it: const, decode_seqs, context, seqs, then 0
+        # prefill_step (its constant terms summed once: _decode_base, _decode_last), longest program
+        t = (base_n + self._coef[4] * context + seqs_n) + self._decode_last + self._coef[7] * longest
+        return self._finish(t + trees, n)
+
+    def _finish(self, t: float, spans: int) -> float:
+        """No less than the floor; with overlapping steps, max(host, device) + launch."""
         if self.floor > t:  # (max(t, floor) without a call)
             t = self.floor
         if self._overlap is None:
             return t
-        host, per_span, launch = self._overlap  # overlapped steps: max(host, device) + launch
-        host = host + per_span * len(spans)
+        host, per_span, launch = self._overlap
+        host = host + per_span * spans
         return (host if host > t else t) + launch
 
     def _any_step(self, spans: list[Span]) -> tuple[float, float]:

@@ -36,6 +36,7 @@ from traces.events import (
     Header,
     Preempted,
     Rejected,
+    Span,
     Step,
 )
 from traces.events_v1 import EventV1, Upgrader
@@ -152,6 +153,21 @@ class LogWriter:
         if len(self._buf) > 1 << 16:
             self._file.write(self._buf)
             self._buf.clear()
+
+    def plain_decodes(self, ends: list[float], before_last: list[Span], last: list[Span]) -> bool:
+        """Take ``len(ends)`` plain steps after the last one, which was plain (its run is held), each
+        decoding the same requests one token further, right after the one before, with its tokens
+        (EngineCore.land_plain_decodes: the spans of the last two given). False, taking nothing,
+        when the last step was not plain."""
+        run = self._run
+        if run is None or self._codec._pending is None:
+            return False
+        if not all(e.__class__ is float and e - e == 0.0 for e in (ends[0], ends[-1])):
+            return False
+        run.end.extend(ends)  # type: ignore[union-attr]
+        self._codec.carried_more(ends, before_last, last)
+        self.count += len(ends)
+        return True
 
     def _check_finite(self, event: Event) -> None:
         bad = non_finite(event)

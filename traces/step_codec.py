@@ -193,6 +193,14 @@ class StepCodec:
         self._last_pending, self._pending = pending, tuple(spans)  # (a copy: the caller's list may change)
         return out
 
+    def carried_more(self, ends: list[float], before_last: list[Span], last: list[Span]) -> None:
+        """Follow ``len(ends)`` more steps like the last ``carried`` one, each one token further on
+        (their spans' last two lists given): what as many ``carried`` calls would leave."""
+        self.next_step += len(ends)
+        self._last_end = ends[-2] if len(ends) > 1 else self.last_end
+        self.last_end = ends[-1]
+        self._last_pending, self._pending = tuple(before_last), tuple(last)
+
     def uncarry(self) -> None:
         """Undo the last ``carried`` (its line could not be written)."""
         self._pending = self._last_pending

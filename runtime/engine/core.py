@@ -22,7 +22,7 @@ from runtime.engine.config import EngineConfig
 from runtime.engine.request import Request, RequestStatus
 from runtime.engine.scheduler import Scheduler
 from runtime.engine.types import PLACEHOLDER, EventSink, Executor, RequestDelta, StepOutput, StepPlan, StepResult
-from traces.events import Aborted, Admitted, Arrived, Finished, Preempted, Rejected, Step
+from traces.events import Aborted, Admitted, Arrived, Finished, Preempted, Rejected, Span, Step
 from traces.params import InvalidRequest, SamplingParams
 from traces.prompt import TRACE_PROMPTS, Prompt, PromptIds, PromptSynthetic, materialize
 
@@ -358,6 +358,66 @@ class EngineCore:
             block_events = block_events + self.block_manager.drain_events()
         self._retire(plan, planned, start, end, token_ids_of, k, cut, block_events, finished)
         return out
+
+    # --- runs of plain decode steps (a simulator's fast path) -------------------------------------
+
+    def plain_decode_run(self, plan: StepPlan) -> int:
+        """How many steps, ``plan`` (planned, not advanced) the first, decode exactly its requests one
+        token each and write nothing but their Step: ``plan`` decodes every running request and
+        nothing else, no request waits, no token value matters, no block event is pending, and in
+        none of them does a request fill a block, need a new one or reach its length. The steps
+        after ``plan`` are those the scheduler would plan while no request arrives; 0 when ``plan``
+        itself is not such a step."""
+        scheduler = self.scheduler
+        spans = plan.spans
+        if (self._watched or len(scheduler.waiting) or plan.admitted or plan.preempted
+                or len(spans) != len(scheduler.running) or self.block_manager.events):
+            return 0
+        bm = self.block_manager
+        bs, tables, requests = bm.block_size, bm.tables, self.requests
+        run = 1 << 30
+        for s in spans:
+            if s.num_tokens != 1 or not s.sample:
+                return 0
+            c = s.start
+            req = requests[s.request_id]
+            # the step at c + i fills a block at i = bs - 1 - c % bs; the one planned from c + i needs
+            # a new block once c + i reaches the table's end; the one ending at c + i + 2 tokens ends it
+            run = min(run, bs - 1 - c % bs, len(tables[s.request_id]) * bs - c,
+                      req.max_total_tokens - len(req.token_ids) - 1)
+        return max(run, 0)
+
+    def land_plain_decodes(self, plan: StepPlan, ends: list[float], start: float, token: int) -> None:
+        """Advance and complete ``plan`` and the ``len(ends) - 1`` plain decode steps after it
+        (``plain_decode_run`` allowed at least ``len(ends)``), each sampling ``token``: the steps
+        tile from ``start``, step i ending at ``ends[i]``. The log gets what those steps, planned
+        and completed one by one, would write; the next step is not planned."""
+        m = len(ends)
+        requests = self.requests
+        reqs = [requests[s.request_id] for s in plan.spans]
+        for req in reqs:
+            req.num_computed_tokens += m
+            req.token_ids.extend([token] * m)
+        first = plan.step
+        del self._planned[first]  # (plain steps write no Admitted or Preempted: when it was planned is not needed)
+        self._next_step = first + m
+        sink = self.sink
+        if sink is None:
+            return
+        tokens = [[token]] * len(reqs)
+
+        def spans_of(i: int) -> list[Span]:
+            return plan.spans if i == 0 else [Span(s.request_id, s.start + i, 1, True) for s in plan.spans]
+
+        # a writer that keeps runs of plain steps takes all but the first two at once (it checks those)
+        bulk = getattr(sink, "plain_decodes", None)
+        i = 0
+        while i < m:
+            sink(Step(step=first + i, start=start if i == 0 else ends[i - 1], end=ends[i], spans=spans_of(i),
+                      tokens=tokens, block_events=[]))
+            i += 1
+            if i == 2 and m > 2 and bulk is not None and bulk(ends[2:], spans_of(m - 2), spans_of(m - 1)):
+                return
 
     def _ended_in_step(self, req: Request, finished: list[Request]) -> None:
         """``req`` is done (its KV freed); the commit reports it."""
