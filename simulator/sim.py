@@ -251,18 +251,18 @@ class Simulation:
                     self._report_progress()
 
     def _plain_runs(self) -> tuple[Callable[[int, int, int], float] | None, Callable[[StepPlan], int]]:
-        """(the model's ``decode_time`` or None, ``plain_decode_run``): runs of plain decode steps are
+        """(the model's ``decode_time`` or None, ``decode_run``): runs of plain decode steps are
         landed at once (``_plain_run``) with synthetic tokens and a model that prices a decode step
         from its span count, context sum and longest context."""
         decode_time = getattr(self.cost_model, "decode_time", None)
         if self.token_fn is not None or not self.plain_runs:
             decode_time = None
-        return decode_time, self.core.plain_decode_run
+        return decode_time, self.core.decode_run
 
     def _plain_run(self, plan: StepPlan, start: float, end: float, limit: int,
                    decode_time: Callable[[int, int, int], float]) -> list[float] | None:
         """Land ``plan`` (planned, not advanced; from ``start`` to ``end``) and the plain decode steps
-        after it at once: ``limit`` (``EngineCore.plain_decode_run``) steps at most, each ending before the next
+        after it at once: ``limit`` (``EngineCore.decode_run``) steps at most, each ending before the next
         arrival the engine takes, so that the log, state and times are those of as many trips round
         a loop. Returns their ends, or None (nothing done) when fewer than MIN_RUN would be landed."""
         core = self.core
@@ -287,7 +287,7 @@ class Simulation:
             ends.append(end)
         if len(ends) < MIN_RUN:
             return None
-        core.land_plain_decodes(plan, ends, start, SYNTHETIC_TOKEN)
+        core.land_decode_run(plan, ends, start, SYNTHETIC_TOKEN)
         result = self.result
         before = result.num_steps
         result.num_steps += len(ends)

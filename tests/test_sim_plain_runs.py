@@ -1,4 +1,4 @@
-"""Runs of plain decode steps landed at once (Simulation._plain_run, EngineCore.land_plain_decodes,
+"""Runs of plain decode steps landed at once (Simulation._plain_run, EngineCore.land_decode_run,
 LogWriter.plain_decodes): the same events, log bytes and result as stepping through them one by
 one, for any workload and config, in both of the simulator's loops."""
 
@@ -51,13 +51,13 @@ def _same(workload, config, model, tmp_path) -> int:
 def test_a_decode_heavy_workload_gives_the_same_log_in_both_loops(tmp_path, monkeypatch):
     """Most of its steps are landed in runs (the fast path is taken), and the log is the same."""
     landed: list[int] = []
-    land = EngineCore.land_plain_decodes
+    land = EngineCore.land_decode_run
 
     def counting(self, plan, ends, start, token):
         landed.append(len(ends))
         return land(self, plan, ends, start, token)
 
-    monkeypatch.setattr(EngineCore, "land_plain_decodes", counting)
+    monkeypatch.setattr(EngineCore, "land_decode_run", counting)
     wl = generate(40, rate=5.0, input_len="uniform:8:120", output_len="uniform:50:300", seed=3)
     for name, make in MODELS.items():
         landed.clear()

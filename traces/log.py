@@ -157,7 +157,7 @@ class LogWriter:
     def plain_decodes(self, ends: list[float], before_last: list[Span], last: list[Span]) -> bool:
         """Take ``len(ends)`` plain steps after the last one, which was plain (its run is held), each
         decoding the same requests one token further, right after the one before, with its tokens
-        (EngineCore.land_plain_decodes: the spans of the last two given). False, taking nothing,
+        (EngineCore.land_decode_run: the spans of the last two given). False, taking nothing,
         when the last step was not plain."""
         run = self._run
         if run is None or self._codec._pending is None:

@@ -359,47 +359,85 @@ class EngineCore:
         self._retire(plan, planned, start, end, token_ids_of, k, cut, block_events, finished)
         return out
 
-    # --- runs of plain decode steps (a simulator's fast path) -------------------------------------
+    # --- runs of decode steps (a simulator's fast path) -------------------------------------------
 
-    def plain_decode_run(self, plan: StepPlan) -> int:
+    def decode_run(self, plan: StepPlan) -> int:
         """How many steps, ``plan`` (planned, not advanced) the first, decode exactly its requests one
-        token each and write nothing but their Step: ``plan`` decodes every running request and
-        nothing else, no request waits, no token value matters, no block event is pending, and in
-        none of them does a request fill a block, need a new one or reach its length. The steps
-        after ``plan`` are those the scheduler would plan while no request arrives; 0 when ``plan``
-        itself is not such a step."""
+        token each while no request arrives: ``plan`` decodes every running request and nothing else,
+        no request waits, no token value matters, and in none of the steps does a request reach its
+        length or a new block not fit (no preemption). 0 when ``plan`` is not such a step."""
         scheduler = self.scheduler
         spans = plan.spans
-        if (self._watched or len(scheduler.waiting) or plan.admitted or plan.preempted
-                or len(spans) != len(scheduler.running) or self.block_manager.events):
+        if self._watched or len(scheduler.waiting) or plan.admitted or plan.preempted or len(spans) != len(
+                scheduler.running):
             return 0
         bm = self.block_manager
         bs, tables, requests = bm.block_size, bm.tables, self.requests
         run = 1 << 30
+        firsts = []  # per span: the step of the run planned past its table's end (it takes a block then)
         for s in spans:
             if s.num_tokens != 1 or not s.sample:
                 return 0
-            c = s.start
             req = requests[s.request_id]
-            # the step at c + i fills a block at i = bs - 1 - c % bs; the one planned from c + i needs
-            # a new block once c + i reaches the table's end; the one ending at c + i + 2 tokens ends it
-            run = min(run, bs - 1 - c % bs, len(tables[s.request_id]) * bs - c,
-                      req.max_total_tokens - len(req.token_ids) - 1)
+            run = min(run, req.max_total_tokens - len(req.token_ids) - 1)  # the step that ends it ends the run
+            firsts.append(len(tables[s.request_id]) * bs - s.start)
+        # new blocks, one per span every bs steps from its first: the run stops before they outgrow the pool
+        available = bm.num_available_blocks
+        if run > 1 and sum(run > f for f in firsts) and self._blocks_by(firsts, run - 1, bs) > available:
+            lo, hi = 1, run  # the longest run whose steps' blocks fit: blocks_by(run - 1) <= available
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if self._blocks_by(firsts, mid - 1, bs) <= available:
+                    lo = mid
+                else:
+                    hi = mid
+            run = lo
         return max(run, 0)
 
-    def land_plain_decodes(self, plan: StepPlan, ends: list[float], start: float, token: int) -> None:
-        """Advance and complete ``plan`` and the ``len(ends) - 1`` plain decode steps after it
-        (``plain_decode_run`` allowed at least ``len(ends)``), each sampling ``token``: the steps
-        tile from ``start``, step i ending at ``ends[i]``. The log gets what those steps, planned
-        and completed one by one, would write; the next step is not planned."""
+    @staticmethod
+    def _blocks_by(firsts: list[int], step: int, bs: int) -> int:
+        """New blocks the run's plans up to ``step`` take (a span's at its first step, then every bs)."""
+        return sum((step - f) // bs + 1 for f in firsts if f <= step)
+
+    def land_decode_run(self, plan: StepPlan, ends: list[float], start: float, token: int) -> None:
+        """Advance and complete ``plan`` and the ``len(ends) - 1`` decode steps after it (``decode_run``
+        allowed at least ``len(ends)``), each sampling ``token``, planning those after ``plan`` on the
+        way (their new blocks; the blocks they fill cached): the steps tile from ``start``, step i
+        ending at ``ends[i]``. The log gets what those steps, planned and completed one by one, would
+        write; the step after them is not planned."""
         m = len(ends)
-        requests = self.requests
-        reqs = [requests[s.request_id] for s in plan.spans]
+        bm = self.block_manager
+        bs, tables, requests = bm.block_size, bm.tables, self.requests
+        spans = plan.spans
+        reqs = [requests[s.request_id] for s in spans]
+        starts = [s.start for s in spans]
         for req in reqs:
-            req.num_computed_tokens += m
-            req.token_ids.extend([token] * m)
+            req.token_ids.extend([token] * m)  # (block hashes read them only up to a full block)
+        # the steps whose plan takes a block (a span's at its table's end, then every bs steps) and
+        # whose tokens fill one (every bs steps), in span order, as the scheduler and advance meet them
+        at: dict[int, tuple[list, list]] = {}
+        for req, c in zip(reqs, starts):
+            for i in range(len(tables[req.request_id]) * bs - c, m, bs):
+                at.setdefault(i, ([], []))[0].append((req, c))
+            for i in range(bs - 1 - c % bs, m, bs):
+                at.setdefault(i, ([], []))[1].append((req, c))
+        blocks: dict[int, list] = {}  # per step: its block events
+        pending = bm.drain_events()  # the first step's plan's
+        if pending:
+            blocks[0] = pending
+        for i in sorted(at):
+            taken, filled = at[i]
+            for req, c in taken:
+                bm.allocate(req, c + i + 1)
+            for req, c in filled:
+                req.num_computed_tokens = c + i + 1
+                bm.register_computed(req)
+            if bm.events:
+                blocks.setdefault(i, []).extend(bm.drain_events())
+        for req, c in zip(reqs, starts):
+            req.num_computed_tokens = c + m
         first = plan.step
-        del self._planned[first]  # (plain steps write no Admitted or Preempted: when it was planned is not needed)
+        del self._planned[first]  # (these steps write no Admitted or Preempted: when it was planned is not needed)
         self._next_step = first + m
         sink = self.sink
         if sink is None:
@@ -407,17 +445,23 @@ class EngineCore:
         tokens = [[token]] * len(reqs)
 
         def spans_of(i: int) -> list[Span]:
-            return plan.spans if i == 0 else [Span(s.request_id, s.start + i, 1, True) for s in plan.spans]
+            return spans if i == 0 else [Span(s.request_id, s.start + i, 1, True) for s in spans]
 
-        # a writer that keeps runs of plain steps takes all but the first two at once (it checks those)
+        # a writer that keeps runs of plain steps takes a stretch of them at once once it holds a run
         bulk = getattr(sink, "plain_decodes", None)
+        marks = sorted(blocks) + [m]
         i = 0
-        while i < m:
-            sink(Step(step=first + i, start=start if i == 0 else ends[i - 1], end=ends[i], spans=spans_of(i),
-                      tokens=tokens, block_events=[]))
-            i += 1
-            if i == 2 and m > 2 and bulk is not None and bulk(ends[2:], spans_of(m - 2), spans_of(m - 1)):
-                return
+        for mark in marks:  # plain steps from i up to the next step with block events
+            while i < mark:
+                sink(Step(step=first + i, start=start if i == 0 else ends[i - 1], end=ends[i], spans=spans_of(i),
+                          tokens=tokens, block_events=[]))
+                i += 1
+                if mark - i > 1 and bulk is not None and bulk(ends[i:mark], spans_of(mark - 2), spans_of(mark - 1)):
+                    i = mark
+            if i < m:
+                sink(Step(step=first + i, start=start if i == 0 else ends[i - 1], end=ends[i], spans=spans_of(i),
+                          tokens=tokens, block_events=blocks[i]))
+                i += 1
 
     def _ended_in_step(self, req: Request, finished: list[Request]) -> None:
         """``req`` is done (its KV freed); the commit reports it."""
