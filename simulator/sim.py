@@ -17,6 +17,15 @@ the same rule, which is what lets a re-simulation with recorded durations reprod
 decision for decision. (This is the order the SimPy model this loop replaced gave, its arrival
 events urgent; its logs are the same bytes.)
 
+Runs of decode steps are landed at once: while every running request decodes one token a step, no
+request waits or arrives and none reaches its length (``EngineCore.decode_run``), each step differs
+from the one before only by one token per request, so the model prices it from its span count,
+context sum and longest context (``decode_time``), the core advances the run in one call, taking
+and caching blocks at the steps one-by-one planning would (``land_decode_run``), and a LogWriter
+appends the plain steps to its held run (``plain_decodes``). The log, the engine state and the
+result are those of stepping through them (tests/test_sim_plain_runs.py); on the Azure conv trace
+most steps are such runs (docs/BENCHMARKS.md, ``bench sim``).
+
 Same workload + config + cost model + seed → byte-identical log (no clock, no unseeded RNG).
 """
 
@@ -37,7 +46,7 @@ from traces.params import InvalidRequest
 from traces.workload import Workload
 
 SYNTHETIC_TOKEN = 0  # the token every simulated step samples (no eos in simulation)
-MIN_RUN = 3  # plain decode steps worth landing at once (Simulation._plain_decodes)
+MIN_RUN = 3  # decode steps worth landing at once (Simulation._plain_run)
 # a step's tokens without a token_fn: this one list for every sampling span (read, never changed)
 _SYNTHETIC = [[SYNTHETIC_TOKEN]]
 
@@ -69,7 +78,7 @@ class Simulation:
         progress_every: int = 2048,
         plain_runs: bool = True,
     ) -> None:
-        """``plain_runs``: land runs of plain decode steps at once (``_plain_run``; the same log and
+        """``plain_runs``: land runs of decode steps at once (``_plain_run``; the same log and
         result, faster; False steps through them one by one)."""
         self.workload = workload
         self.config = config
@@ -251,7 +260,7 @@ class Simulation:
                     self._report_progress()
 
     def _plain_runs(self) -> tuple[Callable[[int, int, int], float] | None, Callable[[StepPlan], int]]:
-        """(the model's ``decode_time`` or None, ``decode_run``): runs of plain decode steps are
+        """(the model's ``decode_time`` or None, ``EngineCore.decode_run``): runs of decode steps are
         landed at once (``_plain_run``) with synthetic tokens and a model that prices a decode step
         from its span count, context sum and longest context."""
         decode_time = getattr(self.cost_model, "decode_time", None)
@@ -261,8 +270,8 @@ class Simulation:
 
     def _plain_run(self, plan: StepPlan, start: float, end: float, limit: int,
                    decode_time: Callable[[int, int, int], float]) -> list[float] | None:
-        """Land ``plan`` (planned, not advanced; from ``start`` to ``end``) and the plain decode steps
-        after it at once: ``limit`` (``EngineCore.decode_run``) steps at most, each ending before the next
+        """Land ``plan`` (planned, not advanced; from ``start`` to ``end``) and the decode steps after it
+        at once: ``limit`` (``EngineCore.decode_run``) steps at most, each ending before the next
         arrival the engine takes, so that the log, state and times are those of as many trips round
         a loop. Returns their ends, or None (nothing done) when fewer than MIN_RUN would be landed."""
         core = self.core

@@ -1,4 +1,4 @@
-"""Runs of plain decode steps landed at once (Simulation._plain_run, EngineCore.land_decode_run,
+"""Runs of decode steps landed at once (Simulation._plain_run, EngineCore.land_decode_run,
 LogWriter.plain_decodes): the same events, log bytes and result as stepping through them one by
 one, for any workload and config, in both of the simulator's loops."""
 
@@ -13,7 +13,7 @@ from simulator.host_timing import HostTiming
 from simulator.sim import simulate
 from tests.sim_helpers import mixed_workload, small_config
 from traces.decode_splits import DecodeSplits
-from traces.events import Step
+from traces.events import Preempted, Step
 from traces.generators import generate
 from traces.log import LogWriter
 
@@ -73,7 +73,7 @@ def test_a_decode_heavy_workload_gives_the_same_log_in_both_loops(tmp_path, monk
 def test_any_workload_and_config_give_the_same_log(tmp_path, seed, n, rate, block_size, num_blocks, chunked, prefix,
                                                    max_num_seqs, model, long_outputs):
     """Small KV pools (preemption), shared prefixes (prefix caching), bursts, one-block pages; long
-    outputs (long runs of plain decodes, cut by arrivals, block ends and finishes)."""
+    outputs (long runs of decodes, cut by arrivals, finishes and a full KV pool)."""
     if long_outputs:
         wl = generate(n, rate=rate / 10, cv=2.0, input_len="uniform:1:200", output_len="uniform:1:150",
                       shared_prefix=32, seed=seed)
@@ -91,3 +91,17 @@ def test_the_writer_refuses_a_run_it_does_not_hold():
     writer = LogWriter.__new__(LogWriter)  # (no file: the refusal touches nothing)
     writer._run = None
     assert writer.plain_decodes([1.0, 2.0], [], []) is False
+
+
+def test_a_kv_pool_too_small_for_the_decodes_preempts_the_same_way(tmp_path):
+    """Runs stop before a plan would need more blocks than the pool has: the preemptions that follow
+    are those of one-by-one steps."""
+    preempted = 0
+    for seed in range(8):
+        wl = generate(20, rate=2.0, cv=2.0, input_len="uniform:1:60", output_len="uniform:50:300", seed=seed)
+        config = small_config(num_blocks=24 + seed, block_size=(1, 2, 4, 16)[seed % 4], prefix=False, max_num_seqs=8)
+        _same(wl, config, _linear(True), tmp_path)
+        events: list = []
+        simulate(wl, config, _linear(True), sink=events.append)
+        preempted += sum(isinstance(e, Preempted) for e in events)
+    assert preempted > 20
