@@ -218,8 +218,9 @@ class Simulation:
                 if ends is not None:  # the step after: planned as the last landed one started, as in the loop
                     now = ends[-1]
                     plan = schedule(ends[-2])
-                    flight = (plan, now, now + step_time(plan.step, plan.spans), overlappable(plan),
-                              _SYNTHETIC * plan.num_sampling)
+                    flight = None if not plan.spans else (  # (none: it preempted all, as the loop has it)
+                        plan, now, now + step_time(plan.step, plan.spans), overlappable(plan),
+                        _SYNTHETIC * plan.num_sampling)
                     continue
             if flight is not None:
                 advance(flight[0], flight[4])  # the tokens are known: advance writes them
