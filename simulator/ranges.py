@@ -115,12 +115,21 @@ class RangeTracker:
         for hook in ("gap_before", "host_gap", "intake_delay", "plans_ahead", "launch_time"):
             if hasattr(model, hook):
                 setattr(self, hook, getattr(model, hook))
+        if hasattr(model, "decode_time"):  # the simulator's runs of decode steps (counted by note_decodes)
+            self.decode_time = model.decode_time
 
     def step_time(self, step: int, spans: Sequence[Span]) -> float:
         t = self.model.step_time(step, spans)
         row = ext_features(spans)
         self.report.add(row, t, self.ranges.outside(row))
         return t
+
+    def note_decodes(self, n: int, context: int, longest: int, durations: list[float]) -> None:
+        """Count the decode steps a simulator landed at once without ``step_time``: step i of ``n``
+        spans, context sum ``context + n·i``, longest context ``longest + i``."""
+        for i, t in enumerate(durations):
+            row = [1.0, 0, 0, n, context + n * i, n, 0.0, longest + i, n, 0, 0]  # ext_features of such a step
+            self.report.add(row, t, self.ranges.outside(row))
 
     def warning(self) -> str | None:
         return self.report.warning(self.ranges)

@@ -289,15 +289,21 @@ class Simulation:
             if s.start >= longest:
                 longest = s.start + 1
         ends = [end]
+        durations = []  # of the steps after plan (its own the model priced already)
         while len(ends) < limit:  # step i decodes each span's start + i: Σ (start + 1) grows by n
             i = len(ends)
-            end = end + decode_time(n, context + n * i, longest + i)
+            t = decode_time(n, context + n * i, longest + i)
+            end = end + t
             if end >= due:
                 break
             ends.append(end)
+            durations.append(t)
         if len(ends) < MIN_RUN:
             return None
         core.land_decode_run(plan, ends, start, SYNTHETIC_TOKEN)
+        note = getattr(self.cost_model, "note_decodes", None)  # (a RangeTracker counts them)
+        if note is not None:
+            note(n, context + n, longest + 1, durations)
         result = self.result
         before = result.num_steps
         result.num_steps += len(ends)

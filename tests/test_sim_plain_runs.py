@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from runtime.engine.core import EngineCore
 from simulator.cost_model import LinearCostModel, load_cost_model
 from simulator.host_timing import HostTiming
+from simulator.ranges import track_ranges
 from simulator.sim import simulate
 from tests.sim_helpers import mixed_workload, small_config
 from traces.decode_splits import DecodeSplits
@@ -106,3 +107,17 @@ def test_a_kv_pool_too_small_for_the_decodes_preempts_the_same_way(tmp_path):
         simulate(wl, config, _linear(True), sink=events.append)
         preempted += sum(isinstance(e, Preempted) for e in events)
     assert preempted > 20
+
+
+def test_a_range_tracker_counts_the_steps_of_runs_too(tmp_path):
+    """`simulate` and `fidelity` wrap the model in a RangeTracker: its report is the same either way."""
+    wl = generate(30, rate=5.0, input_len="uniform:8:120", output_len="uniform:50:300", seed=5)
+    config = small_config(block_size=16, num_blocks=512)
+    reports = []
+    for plain_runs in (True, False):
+        tracker = track_ranges(load_cost_model("qwen3-0.6b-h200"))
+        tracker.ranges.hi["decode_context"] = 300.0  # (so that some steps lie outside)
+        events: list = []
+        simulate(wl, config, tracker, sink=events.append, plain_runs=plain_runs)
+        reports.append((tracker.report.to_dict(), events))
+    assert reports[0] == reports[1] and reports[0][0]["outside_steps"] > 0
