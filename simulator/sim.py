@@ -22,7 +22,7 @@ request waits or arrives and none reaches its length (``EngineCore.decode_run``)
 from the one before only by one token per request, so the model prices it from its span count,
 context sum and longest context (``decode_time``), the core advances the run in one call, taking
 and caching blocks at the steps one-by-one planning would (``land_decode_run``), and a LogWriter
-appends the plain steps to its held run (``plain_decodes``). The log, the engine state and the
+writes the steps after the first without spans (``decode_steps``). The log, the engine state and the
 result are those of stepping through them (tests/test_sim_plain_runs.py); on the Azure conv trace
 most steps are such runs (docs/BENCHMARKS.md, ``bench sim``).
 

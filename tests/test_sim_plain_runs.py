@@ -1,5 +1,5 @@
 """Runs of decode steps landed at once (Simulation._plain_run, EngineCore.land_decode_run,
-LogWriter.plain_decodes): the same events, log bytes and result as stepping through them one by
+LogWriter.decode_steps): the same events, log bytes and result as stepping through them one by
 one, for any workload and config, in both of the simulator's loops."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from traces.decode_splits import DecodeSplits
 from traces.events import Preempted, Step
 from traces.generators import generate
 from traces.log import LogWriter
+from traces.step_codec import StepCodec
 
 
 def _linear(overlap: bool) -> LinearCostModel:
@@ -91,7 +92,8 @@ def test_any_workload_and_config_give_the_same_log(tmp_path, seed, n, rate, bloc
 def test_the_writer_refuses_a_run_it_does_not_hold():
     writer = LogWriter.__new__(LogWriter)  # (no file: the refusal touches nothing)
     writer._run = None
-    assert writer.plain_decodes([1.0, 2.0], [], []) is False
+    writer._codec = StepCodec()  # (nothing written yet: the last step did not leave out its spans)
+    assert writer.decode_steps([1.0, 2.0], {}, [], [], 0) is False
 
 
 def test_a_kv_pool_too_small_for_the_decodes_preempts_the_same_way(tmp_path):

@@ -154,19 +154,34 @@ class LogWriter:
             self._file.write(self._buf)
             self._buf.clear()
 
-    def plain_decodes(self, ends: list[float], before_last: list[Span], last: list[Span]) -> bool:
-        """Take ``len(ends)`` plain steps after the last one, which was plain (its run is held), each
-        decoding the same requests one token further, right after the one before, with its tokens
-        (EngineCore.land_decode_run: the spans of the last two given). False, taking nothing,
-        when the last step was not plain."""
+    def decode_steps(self, ends: list[float], blocks: dict[int, list], before_last: list[Span],
+                     last: list[Span], token: int) -> bool:
+        """Take ``len(ends)`` steps after the last one, which left out its spans (``StepCodec.carried``),
+        each decoding the same requests one token further right after the one before, each drawing
+        ``token``; step i's block events ``blocks.get(i)`` (EngineCore.land_decode_run: the spans of
+        the last two given). Plain ones join the held run, the others are a line each, as ``carried``
+        steps. False, taking nothing, when the last step did not leave out its spans."""
+        codec = self._codec
+        if codec._pending is None or not all(e.__class__ is float and e - e == 0.0 for e in (ends[0], ends[-1])):
+            return False
         run = self._run
-        if run is None or self._codec._pending is None:
-            return False
-        if not all(e.__class__ is float and e - e == 0.0 for e in (ends[0], ends[-1])):
-            return False
-        run.end.extend(ends)  # type: ignore[union-attr]
-        self._codec.carried_more(ends, before_last, last)
+        for i, end in enumerate(ends):
+            events = blocks.get(i)
+            if events:
+                line = StepLine(end=end, tokens=token, block_events=events)
+                self._encode(line, line)  # (the held run first)
+                run = None
+            elif run is not None and run.tokens == token and run.tokens.__class__ is int:
+                run.end.append(end)  # type: ignore[union-attr]
+            else:
+                if self._run is not None:
+                    self._write_run()
+                run = self._run = StepLine(end=[end], tokens=token)
+        codec.carried_more(ends, before_last, last)
         self.count += len(ends)
+        if len(self._buf) > 1 << 16:
+            self._file.write(self._buf)
+            self._buf.clear()
         return True
 
     def _check_finite(self, event: Event) -> None:

@@ -447,21 +447,14 @@ class EngineCore:
         def spans_of(i: int) -> list[Span]:
             return spans if i == 0 else [Span(s.request_id, s.start + i, 1, True) for s in spans]
 
-        # a writer that keeps runs of plain steps takes a stretch of them at once once it holds a run
-        bulk = getattr(sink, "plain_decodes", None)
-        marks = sorted(blocks) + [m]
-        i = 0
-        for mark in marks:  # plain steps from i up to the next step with block events
-            while i < mark:
-                sink(Step(step=first + i, start=start if i == 0 else ends[i - 1], end=ends[i], spans=spans_of(i),
-                          tokens=tokens, block_events=[]))
-                i += 1
-                if mark - i > 1 and bulk is not None and bulk(ends[i:mark], spans_of(mark - 2), spans_of(mark - 1)):
-                    i = mark
-            if i < m:
-                sink(Step(step=first + i, start=start if i == 0 else ends[i - 1], end=ends[i], spans=spans_of(i),
-                          tokens=tokens, block_events=blocks[i]))
-                i += 1
+        # a LogWriter takes the steps after one it wrote without its spans at once (decode_steps)
+        bulk = getattr(sink, "decode_steps", None)
+        for i in range(m):
+            if i and bulk is not None and bulk(ends[i:], {j - i: b for j, b in blocks.items() if j >= i},
+                                               spans_of(m - 2), spans_of(m - 1), token):
+                return
+            sink(Step(step=first + i, start=start if i == 0 else ends[i - 1], end=ends[i], spans=spans_of(i),
+                      tokens=tokens, block_events=blocks.get(i, [])))
 
     def _ended_in_step(self, req: Request, finished: list[Request]) -> None:
         """``req`` is done (its KV freed); the commit reports it."""
