@@ -176,10 +176,10 @@ class LinearCostModel(TimedModel):
             else:
                 pt += n
                 pa += n * s.start + n * (n + 1) // 2
+        if not pt:
+            return self.decode_time(ds, dc + ds, mx)
         c, c_pt, c_pa, c_ds, c_dc, c_ns, c_ps, c_mx = self._terms
-        t = c + c_pt * pt + c_pa * pa + c_ds * ds + c_dc * (dc + ds) + c_ns * len(spans)
-        if pt:
-            t += c_ps
+        t = c + c_pt * pt + c_pa * pa + c_ds * ds + c_dc * (dc + ds) + c_ns * len(spans) + c_ps
         if mx and c_mx:  # (a model without the coefficient adds nothing, not even a 0.0)
             splits = self.decode_splits
             t += c_mx * (mx if splits is None else splits.longest_program(mx, ds))
@@ -187,10 +187,10 @@ class LinearCostModel(TimedModel):
 
     def decode_time(self, n: int, context: int, longest: int) -> float:
         """``step_time`` of a decode-only step of ``n`` spans, ``context`` = Σ (start + 1) and
-        ``longest`` = the largest start + 1 (the simulator's runs of plain decodes price their steps
-        without spans)."""
+        ``longest`` = the largest start + 1 (``step_time`` of such a step; the simulator's runs of
+        decode steps price theirs without spans)."""
         c, c_pt, c_pa, c_ds, c_dc, c_ns, c_ps, c_mx = self._terms
-        t = c + c_pt * 0 + c_pa * 0 + c_ds * n + c_dc * context + c_ns * n  # (as step_time adds it)
+        t = c + c_pt * 0 + c_pa * 0 + c_ds * n + c_dc * context + c_ns * n  # (the terms in step_time's order)
         if longest and c_mx:
             splits = self.decode_splits
             t += c_mx * (longest if splits is None else splits.longest_program(longest, n))
@@ -227,9 +227,13 @@ class LinearCostModel(TimedModel):
                                   "mape": mape(model.predict(data.features[keep]), y)}
         return model
 
+    def predict_steps(self, data: StepData) -> np.ndarray:
+        """The step times of ``data``'s rows."""
+        return self.predict(data.features)
+
     def evaluate(self, data: StepData) -> dict[str, Any]:
         """Per-step MAPE overall and per log."""
-        return prediction_errors(self.predict(data.features), data)
+        return prediction_errors(self.predict_steps(data), data)
 
     # --- persistence -------------------------------------------------------------------------------
 

@@ -66,6 +66,12 @@ def step_features(spans: Iterable[Span], splits: DecodeSplits | None = None) -> 
     return ext_features(spans, splits)[:len(FEATURES)]
 
 
+def decode_ext_features(n: int, context: int, longest: int) -> list[float]:
+    """``ext_features`` of a decode-only step of ``n`` spans: ``context`` = Σ (start + 1), ``longest``
+    its longest program (split or not, as the caller prices it)."""
+    return [1.0, 0, 0, n, context, n, 0.0, longest, n, 0, 0]
+
+
 def ext_features(spans: Iterable[Span], splits: DecodeSplits | None = None) -> list[float]:
     """The feature vector in ``EXT_FEATURES`` order (``FEATURES`` first), the decode kernel split
     by ``splits`` (None: not split)."""

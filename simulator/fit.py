@@ -30,7 +30,7 @@ from simulator.cost_model import LinearCostModel, StepData, TreeCostModel
 from simulator.features import FEATURES
 from simulator.host_timing import fit_host_timing
 from simulator.intake import fit_intake_delay
-from simulator.launch import device_times, held_back_excess, set_eager_launch
+from simulator.launch import held_back_excess, set_eager_launch
 from simulator.model_base import CostModelError, mape
 from simulator.ranges import FeatureRanges
 from simulator.trees import TreeEnsemble
@@ -148,7 +148,7 @@ def calibrate(model, logs: list[str]) -> dict[str, Any]:
     out = {"logs": [str(p) for p in logs], "steps": int(len(data.durations)), "factor": factor,
            "mape_before": before["mape"], "mape_after": after["mape"], "total_error_before": before["total_error"]}
     if host.overlap and model.launch_time is not None:
-        out["launch"] = set_eager_launch(host, data, device_times(model, data))
+        out["launch"] = set_eager_launch(host, data, model.predict_steps(data))
     model.set_host(host)
     if model.host.overlap and model.host.fitted_from.get("requests"):
         out["intake"] = fit_intake_delay(model, logs)
@@ -195,7 +195,7 @@ def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout
                                "candidates": selection.scores}
     host = fit_host_timing(logs)
     if host.overlap:
-        device = device_times(model, data)
+        device = model.predict_steps(data)
         model.meta["before_prefill"] = held_back_excess(data, device)
         if eager_launch:
             launch = set_eager_launch(host, data, device)

@@ -29,11 +29,6 @@ import numpy as np
 MIN_STEPS = 10  # steps followed by a prefill step needed to fit the launch
 
 
-def device_times(model: Any, data: Any) -> np.ndarray:
-    """The step model's times for the rows of a StepData."""
-    return model.predict_ext(data.ext) if hasattr(model, "predict_ext") else model.predict(data.features)
-
-
 def fit_eager_launch(data: Any, device: np.ndarray) -> dict[str, Any] | None:
     """``eager_launch`` and ``eager_launch_per_token`` from the steps of ``data`` followed by a prefill
     step (``data.next_extra`` > 0) whose device times the step model puts at

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.features import EXT_FEATURES, ext_features
+from simulator.features import EXT_FEATURES, decode_ext_features, ext_features
 from traces.events import Span
 
 # quantity (an EXT_FEATURES name) -> how the warning names it
@@ -128,7 +128,7 @@ class RangeTracker:
         """Count the decode steps a simulator landed at once without ``step_time``: step i of ``n``
         spans, context sum ``context + n·i``, longest context ``longest + i``."""
         for i, t in enumerate(durations):
-            row = [1.0, 0, 0, n, context + n * i, n, 0.0, longest + i, n, 0, 0]  # ext_features of such a step
+            row = decode_ext_features(n, context + n * i, longest + i)
             self.report.add(row, t, self.ranges.outside(row))
 
     def warning(self) -> str | None:

@@ -139,7 +139,7 @@ class Simulation:
         host_gap = getattr(self.cost_model, "host_gap", None)
         if isinstance(self.cost_model, TimedModel) and self.cost_model.host is None and gap_before is None:
             host_gap = None  # a fitted model without host timing: no gaps (not asked once a step)
-        decode_time, plain_run = self._plain_runs()
+        decode_time, plain_run = self._run_decode_time(), core.decode_run
         if host_gap is not None or gap_before is not None:
             decode_time = None  # steps with gaps between them are not plain
         seen, num, requests, arrive_until = self._seen, len(self._seen), core.requests, self._arrive_until
@@ -195,7 +195,7 @@ class Simulation:
         overlappable = core.overlappable
         host_gap = getattr(self.cost_model, "host_gap", None)
         launch_time = getattr(self.cost_model, "launch_time", None)
-        decode_time, plain_run = self._plain_runs()
+        decode_time, plain_run = self._run_decode_time(), core.decode_run
         if launch_time is not None:
             decode_time = None  # (a decode plan's launch is 0, but the run's next plan is not known)
         seen, num, requests, arrive_until = self._seen, len(self._seen), core.requests, self._arrive_until
@@ -260,14 +260,13 @@ class Simulation:
                 if result.num_steps % every == 0:
                     self._report_progress()
 
-    def _plain_runs(self) -> tuple[Callable[[int, int, int], float] | None, Callable[[StepPlan], int]]:
-        """(the model's ``decode_time`` or None, ``EngineCore.decode_run``): runs of decode steps are
-        landed at once (``_plain_run``) with synthetic tokens and a model that prices a decode step
-        from its span count, context sum and longest context."""
-        decode_time = getattr(self.cost_model, "decode_time", None)
+    def _run_decode_time(self) -> Callable[[int, int, int], float] | None:
+        """The model's ``decode_time`` when runs of decode steps are landed at once (``_plain_run``):
+        with synthetic tokens and a model that prices a decode step from its span count, context sum
+        and longest context; else None."""
         if self.token_fn is not None or not self.plain_runs:
-            decode_time = None
-        return decode_time, self.core.decode_run
+            return None
+        return getattr(self.cost_model, "decode_time", None)
 
     def _plain_run(self, plan: StepPlan, start: float, end: float, limit: int,
                    decode_time: Callable[[int, int, int], float]) -> list[float] | None:

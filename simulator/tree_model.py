@@ -19,7 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from simulator.features import EXT_FEATURES, FEATURE_DOC, FEATURES, current_name, current_names, ext_features
+from simulator.features import (
+    EXT_FEATURES,
+    FEATURE_DOC,
+    FEATURES,
+    current_name,
+    current_names,
+    decode_ext_features,
+    ext_features,
+)
 from simulator.model_base import FORMAT, CostModelError, TimedModel, prediction_errors
 from simulator.trees import TreeEnsemble
 from traces.decode_splits import DecodeSplits
@@ -101,9 +109,8 @@ class TreeCostModel(TimedModel):
         cell = (bisect_left(self._context_cuts, float(context)) * self._longest_cells
                 + bisect_left(self._longest_cuts, float(longest)))
         trees = cells.get(cell)
-        if trees is None:  # ext_features of such a step
-            x = [1.0, 0, 0, n, context, n, 0.0, longest, n, 0, 0]
-            trees = cells[cell] = self.ensemble.predict_one(x)
+        if trees is None:
+            trees = cells[cell] = self.ensemble.predict_one(decode_ext_features(n, context, longest))
         # Σ c·v left to right, as _any_step adds it: const, decode_seqs, context, seqs, then 0
         # prefill_step (its constant terms summed once: _decode_base, _decode_last), longest program
         t = (base_n + self._coef[4] * context + seqs_n) + self._decode_last + self._coef[7] * longest
@@ -131,9 +138,13 @@ class TreeCostModel(TimedModel):
         """Durations for an [steps, EXT_FEATURES] matrix."""
         return np.maximum(ext[:, :_N] @ np.asarray(self._coef) + self.ensemble.predict(ext), self.floor)
 
+    def predict_steps(self, data: Any) -> np.ndarray:
+        """The step times of a StepData's rows."""
+        return self.predict_ext(data.ext)
+
     def evaluate(self, data: Any) -> dict[str, Any]:
         """Per-step MAPE and total-time error, overall and per log (``data``: a StepData)."""
-        return prediction_errors(self.predict_ext(data.ext), data)
+        return prediction_errors(self.predict_steps(data), data)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": 1, "kind": "trees", **self.meta, "features": FEATURE_DOC,

@@ -121,13 +121,7 @@ class LogWriter:
             if tokens is not None:
                 blocks = event.block_events  # type: ignore[union-attr]
                 if not blocks:  # plain: held, the next plain step with the same tokens joins its line
-                    run = self._run
-                    if run is not None and run.tokens == tokens and run.tokens.__class__ is tokens.__class__:
-                        run.end.append(event.end)  # type: ignore[union-attr]
-                    else:
-                        if run is not None:
-                            self._write_run()
-                        self._run = StepLine(end=[event.end], tokens=tokens)  # type: ignore[union-attr]
+                    self._hold(event.end, tokens)  # type: ignore[union-attr]
                     self.count += 1
                     return
                 try:
@@ -150,6 +144,19 @@ class LogWriter:
             else:
                 self._codec.observe(event)
         self.count += 1
+        self._spill()
+
+    def _hold(self, end: float, tokens: int | list) -> None:
+        """A plain step: it joins the held run when that drew the same tokens, else starts one."""
+        run = self._run
+        if run is not None and run.tokens == tokens and run.tokens.__class__ is tokens.__class__:
+            run.end.append(end)  # type: ignore[union-attr]
+        else:
+            if run is not None:
+                self._write_run()
+            self._run = StepLine(end=[end], tokens=tokens)
+
+    def _spill(self) -> None:
         if len(self._buf) > 1 << 16:
             self._file.write(self._buf)
             self._buf.clear()
@@ -164,24 +171,16 @@ class LogWriter:
         codec = self._codec
         if codec._pending is None or not all(e.__class__ is float and e - e == 0.0 for e in (ends[0], ends[-1])):
             return False
-        run = self._run
         for i, end in enumerate(ends):
             events = blocks.get(i)
             if events:
                 line = StepLine(end=end, tokens=token, block_events=events)
                 self._encode(line, line)  # (the held run first)
-                run = None
-            elif run is not None and run.tokens == token and run.tokens.__class__ is int:
-                run.end.append(end)  # type: ignore[union-attr]
             else:
-                if self._run is not None:
-                    self._write_run()
-                run = self._run = StepLine(end=[end], tokens=token)
+                self._hold(end, token)
         codec.carried_more(ends, before_last, last)
         self.count += len(ends)
-        if len(self._buf) > 1 << 16:
-            self._file.write(self._buf)
-            self._buf.clear()
+        self._spill()
         return True
 
     def _check_finite(self, event: Event) -> None:

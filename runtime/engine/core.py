@@ -383,7 +383,7 @@ class EngineCore:
             firsts.append(len(tables[s.request_id]) * bs - s.start)
         # new blocks, one per span every bs steps from its first: the run stops before they outgrow the pool
         available = bm.num_available_blocks
-        if run > 1 and sum(run > f for f in firsts) and self._blocks_by(firsts, run - 1, bs) > available:
+        if run > 1 and self._blocks_by(firsts, run - 1, bs) > available:
             lo, hi = 1, run  # the longest run whose steps' blocks fit: blocks_by(run - 1) <= available
             while hi - lo > 1:
                 mid = (lo + hi) // 2
