@@ -104,6 +104,22 @@ class TimedModel:
         joins step k+2 at the earliest."""
         return self._overlap is not None
 
+    def decode_durations(self, n: int, context: int, longest: int, end: float, count: int,
+                         due: float) -> list[float]:
+        """The simulator's run of decode steps (simulator/sim.py ``_plain_run``): the durations of up
+        to ``count`` decode-only steps back to back from ``end``, step i of ``n`` spans, context sum
+        ``context + n·i`` and longest context ``longest + i`` (``decode_time``'s arguments), stopping
+        before the first one that would end at or after ``due``."""
+        decode_time = self.decode_time  # type: ignore[attr-defined]
+        out: list[float] = []
+        for i in range(count):
+            t = decode_time(n, context + n * i, longest + i)
+            end += t
+            if end >= due:
+                break
+            out.append(t)
+        return out
+
     def _overlapped(self, device: float, spans: int) -> float:
         """With overlapping steps a step costs max(host, device) + launch."""
         c, per, launch = self._overlap  # type: ignore[misc]

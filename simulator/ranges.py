@@ -115,8 +115,8 @@ class RangeTracker:
         for hook in ("gap_before", "host_gap", "intake_delay", "plans_ahead", "launch_time"):
             if hasattr(model, hook):
                 setattr(self, hook, getattr(model, hook))
-        if hasattr(model, "decode_time"):  # the simulator's runs of decode steps (counted by note_decodes)
-            self.decode_time = model.decode_time
+        if hasattr(model, "decode_durations"):  # the simulator's runs of decode steps (counted by note_decodes)
+            self.decode_durations = model.decode_durations
 
     def step_time(self, step: int, spans: Sequence[Span]) -> float:
         t = self.model.step_time(step, spans)

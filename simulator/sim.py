@@ -19,12 +19,13 @@ events urgent; its logs are the same bytes.)
 
 Runs of decode steps are landed at once: while every running request decodes one token a step, no
 request waits or arrives and none reaches its length (``EngineCore.decode_run``), each step differs
-from the one before only by one token per request, so the model prices it from its span count,
-context sum and longest context (``decode_time``), the core advances the run in one call, taking
-and caching blocks at the steps one-by-one planning would (``land_decode_run``), and a LogWriter
-writes the steps after the first without spans (``decode_steps``). The log, the engine state and the
-result are those of stepping through them (tests/test_sim_plain_runs.py); on the Azure conv trace
-most steps are such runs (docs/BENCHMARKS.md, ``bench sim``).
+from the one before only by one token per request, so the model prices the run's steps from their
+span count, context sum and longest context in one call (``decode_durations``), the core advances
+the run in one call, taking and caching blocks at the steps one-by-one planning would
+(``land_decode_run``), and a LogWriter writes the steps after the first without spans
+(``decode_steps``). The log, the engine state and the result are those of stepping through them
+(tests/test_sim_plain_runs.py); on the Azure conv trace most steps are such runs
+(docs/BENCHMARKS.md, ``bench sim``).
 
 Same workload + config + cost model + seed → byte-identical log (no clock, no unseeded RNG).
 """
@@ -34,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 from runtime.engine.config import EngineConfig
@@ -49,6 +51,8 @@ SYNTHETIC_TOKEN = 0  # the token every simulated step samples (no eos in simulat
 MIN_RUN = 3  # decode steps worth landing at once (Simulation._plain_run)
 # a step's tokens without a token_fn: this one list for every sampling span (read, never changed)
 _SYNTHETIC = [[SYNTHETIC_TOKEN]]
+# (n, context, longest, end, count, due) -> durations: TimedModel.decode_durations
+DecodeDurations = Callable[[int, int, int, float, int, float], list[float]]
 
 TokenFn = Callable[[int, int], int]  # (request_id, position) -> token id
 
@@ -139,9 +143,9 @@ class Simulation:
         host_gap = getattr(self.cost_model, "host_gap", None)
         if isinstance(self.cost_model, TimedModel) and self.cost_model.host is None and gap_before is None:
             host_gap = None  # a fitted model without host timing: no gaps (not asked once a step)
-        decode_time, plain_run = self._run_decode_time(), core.decode_run
+        decode_durations, plain_run = self._run_decode_durations(), core.decode_run
         if host_gap is not None or gap_before is not None:
-            decode_time = None  # steps with gaps between them are not plain
+            decode_durations = None  # steps with gaps between them are not plain
         seen, num, requests, arrive_until = self._seen, len(self._seen), core.requests, self._arrive_until
         result, token_fn, every = self.result, self.token_fn, self.progress_every
         previous: int | None = None  # spans of the step before, None after idle
@@ -166,8 +170,8 @@ class Simulation:
             duration = step_time(plan.step, spans)
             previous = len(spans)
             end = now + duration
-            if decode_time is not None and (limit := plain_run(plan)) >= MIN_RUN:
-                ends = self._plain_run(plan, now, end, limit, decode_time)
+            if decode_durations is not None and (limit := plain_run(plan)) >= MIN_RUN:
+                ends = self._plain_run(plan, now, end, limit, decode_durations)
                 if ends is not None:
                     now = ends[-1]
                     continue
@@ -195,9 +199,9 @@ class Simulation:
         overlappable = core.overlappable
         host_gap = getattr(self.cost_model, "host_gap", None)
         launch_time = getattr(self.cost_model, "launch_time", None)
-        decode_time, plain_run = self._run_decode_time(), core.decode_run
+        decode_durations, plain_run = self._run_decode_durations(), core.decode_run
         if launch_time is not None:
-            decode_time = None  # (a decode plan's launch is 0, but the run's next plan is not known)
+            decode_durations = None  # (a decode plan's launch is 0, but the run's next plan is not known)
         seen, num, requests, arrive_until = self._seen, len(self._seen), core.requests, self._arrive_until
         result, token_fn, every = self.result, self.token_fn, self.progress_every
         flight: tuple[Any, float, float, bool, list] | None = None  # plan, start, end, overlappable, tokens
@@ -213,8 +217,8 @@ class Simulation:
             if flight is not None and not flight[3]:
                 now = self._land(flight, advanced=False)
                 flight = None
-            if flight is not None and decode_time is not None and (limit := plain_run(flight[0])) >= MIN_RUN:
-                ends = self._plain_run(flight[0], flight[1], flight[2], limit, decode_time)
+            if flight is not None and decode_durations is not None and (limit := plain_run(flight[0])) >= MIN_RUN:
+                ends = self._plain_run(flight[0], flight[1], flight[2], limit, decode_durations)
                 if ends is not None:  # the step after: planned as the last landed one started, as in the loop
                     now = ends[-1]
                     plan = schedule(ends[-2])
@@ -260,16 +264,16 @@ class Simulation:
                 if result.num_steps % every == 0:
                     self._report_progress()
 
-    def _run_decode_time(self) -> Callable[[int, int, int], float] | None:
-        """The model's ``decode_time`` when runs of decode steps are landed at once (``_plain_run``):
+    def _run_decode_durations(self) -> DecodeDurations | None:
+        """The model's ``decode_durations`` when runs of decode steps are landed at once (``_plain_run``):
         with synthetic tokens and a model that prices a decode step from its span count, context sum
         and longest context; else None."""
         if self.token_fn is not None or not self.plain_runs:
             return None
-        return getattr(self.cost_model, "decode_time", None)
+        return getattr(self.cost_model, "decode_durations", None)  # (TimedModel's, or a faster one)
 
     def _plain_run(self, plan: StepPlan, start: float, end: float, limit: int,
-                   decode_time: Callable[[int, int, int], float]) -> list[float] | None:
+                   decode_durations: DecodeDurations) -> list[float] | None:
         """Land ``plan`` (planned, not advanced; from ``start`` to ``end``) and the decode steps after it
         at once: ``limit`` (``EngineCore.decode_run``) steps at most, each ending before the next
         arrival the engine takes, so that the log, state and times are those of as many trips round
@@ -287,18 +291,11 @@ class Simulation:
             context += s.start
             if s.start >= longest:
                 longest = s.start + 1
-        ends = [end]
-        durations = []  # of the steps after plan (its own the model priced already)
-        while len(ends) < limit:  # step i decodes each span's start + i: Σ (start + 1) grows by n
-            i = len(ends)
-            t = decode_time(n, context + n * i, longest + i)
-            end = end + t
-            if end >= due:
-                break
-            ends.append(end)
-            durations.append(t)
-        if len(ends) < MIN_RUN:
+        # the steps after plan (its own the model priced already): step i decodes each span's start + i
+        durations = decode_durations(n, context + n, longest + 1, end, limit - 1, due)
+        if len(durations) < MIN_RUN - 1:
             return None
+        ends = list(accumulate(durations, initial=end))
         core.land_decode_run(plan, ends, start, SYNTHETIC_TOKEN)
         note = getattr(self.cost_model, "note_decodes", None)  # (a RangeTracker counts them)
         if note is not None:

@@ -39,8 +39,10 @@ def test_remembered_predictions_are_the_walk(seed, n_features):
         for f in range(n_features):
             near = rng.choice(cuts[f]) if cuts[f] and rng.random() < 0.7 else rng.uniform(-20, 20)
             x.append(rng.choice([near, near + 1e-12, near - 1e-12, round(near), near * 2]))
-        assert ensemble.predict_one(x) == ensemble.walk(x)
-        assert ensemble.predict_one(x) == ensemble.walk(x)  # remembered
+        one_by_one = ensemble.base + ensemble.scale * sum(t.predict_one(x) for t in ensemble.trees)
+        assert ensemble.walk(x) == one_by_one  # (every tree a level at a time, in numpy)
+        assert ensemble.predict_one(x) == one_by_one
+        assert ensemble.predict_one(x) == one_by_one  # remembered
 
 
 def test_the_memo_is_bounded():
@@ -84,6 +86,41 @@ def test_a_tree_models_step_time_is_the_walk(seed):
         expected = max(linear + model.ensemble.walk(x), model.floor)
         assert model.step_time(0, spans) == expected
         assert model.step_time(0, spans) == expected  # remembered
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32), n=st.integers(1, 12), count=st.integers(0, 80), splits=st.booleans(),
+       overlap=st.booleans(), floor=st.booleans(), cut=st.floats(0.0, 1.2))
+def test_a_run_of_decode_durations_is_step_time_step_by_step(seed, n, count, splits, overlap, floor, cut):
+    """decode_durations (the simulator's runs of decode steps), the tree model's own loop and the
+    linear model's (TimedModel's), gives each step's step_time bit for bit, and stops before the
+    first step that ends at or after ``due``."""
+    from simulator.cost_model import LinearCostModel
+    from simulator.features import EXT_FEATURES
+    from simulator.host_timing import HostTiming
+    from simulator.tree_model import TreeCostModel
+    from traces.decode_splits import DecodeSplits
+    from traces.events import Span
+
+    rng = random.Random(seed)
+    coefficients = {"const": 1e-3, "decode_context": 1e-8, "seqs": 1e-6, "longest_program": 1e-7}
+    trees = [random_tree(rng, len(EXT_FEATURES), 4) for _ in range(10)]
+    for t in trees:
+        t.threshold = [rng.uniform(0, 3000) for _ in t.feature]
+    for model in (TreeCostModel(coefficients, TreeEnsemble(trees), floor=2e-3 if floor else 0.0),
+                  LinearCostModel(coefficients)):
+        model.set_decode_splits(DecodeSplits(8, 132) if splits else None)
+        model.set_host(HostTiming(overlap=True, gap_const=1.5e-3, gap_per_seq=1e-5, launch=1e-4) if overlap else None)
+        starts = [rng.randrange(0, 2000) for _ in range(n)]
+        steps = [model.step_time(0, [Span(r, s + i, 1, True) for r, s in enumerate(starts)]) for i in range(count)]
+        context, longest = sum(starts) + n, max(starts) + 1
+        assert model.decode_durations(n, context, longest, 5.0, count, float("inf")) == steps
+        due = 5.0 + cut * sum(steps)
+        ends = [5.0]
+        for t in steps:
+            ends.append(ends[-1] + t)
+        kept = next((i for i, e in enumerate(ends[1:]) if e >= due), count)
+        assert model.decode_durations(n, context, longest, 5.0, count, due) == steps[:kept]
 
 
 def test_a_tree_file_from_before_a_feature_was_added_loads_by_feature_name(tmp_path):
