@@ -239,8 +239,8 @@ def test_model_identity_and_salt_root_the_hash_chain():
 
 def _corrupt_free_and_in_use(bm):
     """An in-use block listed as free (in place of a free one, so every count still adds up)."""
-    del bm.free_blocks[next(iter(bm.free_blocks))]
-    bm.free_blocks[bm.tables[1][-1]] = None
+    bm.free_blocks.popleft()
+    bm.free_blocks.append(bm.tables[1][-1])
 
 
 def _corrupt_zero_reservation(bm):

@@ -20,7 +20,7 @@ it happened, one operation per call with its blocks as runs (``traces.events``);
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 from runtime.engine.request import Request
 from traces.block_runs import extend_runs, runs_of
@@ -72,7 +72,7 @@ class BlockManager:
         self.enable_prefix_caching = enable_prefix_caching
         self.root = root
         self.ref_counts = [0] * num_blocks
-        self.free_blocks: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.free_blocks: deque[int] = deque(range(num_blocks))  # taken from the left, freed to the right
         self.evictable: OrderedDict[int, None] = OrderedDict()  # LRU first
         self.block_hash: list[int | None] = [None] * num_blocks
         self.block_content: list[bytes | None] = [None] * num_blocks  # a cached block's tokens (hits verify them)
@@ -204,7 +204,7 @@ class BlockManager:
         block_hash, cache_index, block_content = self.block_hash, self.cache_index, self.block_content
         for _ in range(need):
             if free_blocks:
-                block = free_blocks.popitem(last=False)[0]
+                block = free_blocks.popleft()
             else:  # evict the least recently used cached block (the log's alloc of it says so)
                 block = evictable.popitem(last=False)[0]
                 del cache_index[block_hash[block]]  # type: ignore[index]
@@ -275,7 +275,7 @@ class BlockManager:
                 ref_counts[block] -= 1
                 if ref_counts[block] == 0:
                     if block_hash[block] is None:
-                        free_blocks[block] = None
+                        free_blocks.append(block)
                     else:
                         evictable[block] = None
         reserved = self.reserved.pop(rid, 0)
