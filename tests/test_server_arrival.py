@@ -34,6 +34,8 @@ def test_logged_arrival_is_the_receive_time_not_the_pickup(smollm2_tokenizer, mo
         second.join()
         assert result["r"].status_code == 200
         wait_idle(s.engine)
+        # (the engine in its own process may write the log's last Finished after the response went out)
+        wait_until(lambda: sum(isinstance(e, Finished) for e in s.events()) == 2, what="both Finished in the log")
 
         events = s.events()
         arrived = {e.request_id: e.time for e in events if isinstance(e, Arrived)}
