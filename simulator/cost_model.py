@@ -163,6 +163,11 @@ class LinearCostModel(TimedModel):
         once a step (cheaper than eight attribute reads)."""
         self._terms = tuple(self.coefficients[f] for f in FEATURES)
 
+    def scale(self, factor: float) -> None:
+        """Multiply every step time the model predicts by ``factor`` (in place)."""
+        self.coefficients = {f: c * factor for f, c in self.coefficients.items()}
+        self._derive()
+
     def step_time(self, step: int, spans: Sequence[Span]) -> float:
         # inlined step_features: this runs once per simulated step (longest_program: mx, split below)
         pt = pa = ds = dc = mx = 0

@@ -15,6 +15,7 @@ config and compare the latency distributions, the makespan and the steps.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from pathlib import Path
@@ -94,10 +95,41 @@ def check(report: dict[str, Any], tolerance: float) -> list[str]:
     return bad
 
 
+def sensitivity(live_log: str | Path, model: Any, config: EngineConfig, pct: float) -> dict[str, Any] | None:
+    """How far the checked latencies move per 1 % of step time: the workload re-simulated with every
+    step ``pct`` % shorter and ``pct`` % longer, the elasticity d ln(metric) / d ln(step time) per
+    metric and percentile (and the makespan). The arrivals stay fixed, so a longer step also means
+    larger batches and longer queues: on a busy engine a 1 % step-time error moves TPOT and E2E by
+    2-3 % and a tail TTFT near saturation by far more (docs/BENCHMARKS.md, session 9). A goal of
+    ±g % on a metric of elasticity e therefore needs the step model within g / e %. None when the
+    model cannot be scaled (``recorded``)."""
+    if not hasattr(model, "scale"):
+        return None
+    runs = []
+    for factor in (1 - pct / 100, 1 + pct / 100):
+        scaled = copy.deepcopy(model)
+        scaled.scale(factor)
+        runs.append(simulate_times(live_log, scaled, config)[0])
+    span = math.log((1 + pct / 100) / (1 - pct / 100))
+
+    def elasticity(lo: float, hi: float) -> float:
+        return math.log(hi / lo) / span if lo > 0 and hi > 0 else math.nan
+
+    faster, slower = (r.values() for r in runs)
+    out: dict[str, Any] = {"step_change_pct": pct}
+    for m, pcts in CHECKED.items():
+        lo, hi = stats(faster[m]), stats(slower[m])
+        out[m] = {p: elasticity(lo[p], hi[p]) for p in pcts}
+    out["makespan"] = elasticity(runs[0].makespan, runs[1].makespan)
+    return out
+
+
 def fidelity(live_log: str | Path, model: Any, *, config: EngineConfig | None = None, overrides: list[str] = (),
-             what_if_live: str | Path | None = None, replay: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+             what_if_live: str | Path | None = None, replay: bool = True,
+             sensitivity_pct: float | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(report, distributions): the JSON-ready report and, per run label, the raw metric values
-    (for a CDF plot)."""
+    (for a CDF plot). ``sensitivity_pct``: also the latencies' elasticity to the step time
+    (``sensitivity``)."""
     header, log_cfg = log_config(live_log)
     config = config or log_cfg
     notes = _match_overlap(live_log, model)
@@ -123,6 +155,8 @@ def fidelity(live_log: str | Path, model: Any, *, config: EngineConfig | None = 
         report["replay"] = {"step_mape": s["step_mape"], "step_time_recorded_s": s["step_time_recorded_s"],
                             "step_time_predicted_s": s["step_time_predicted_s"],
                             "step_time_error_pct": rel_error(s["step_time_predicted_s"], s["step_time_recorded_s"])}
+    if sensitivity_pct is not None:
+        report["sensitivity"] = sensitivity(live_log, model, config, sensitivity_pct)
     dists = {"live": live_v, "sim": sim_v}
     if overrides:
         report["what_if"], extra = _what_if(live_log, model, config, list(overrides), sim_v, live_v, what_if_live)

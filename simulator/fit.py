@@ -122,16 +122,6 @@ def select_model(train: StepData, held: StepData, candidates: tuple[str, ...] | 
     return Selection(best[1], best[2], scores)
 
 
-def scale_model(model, factor: float) -> None:
-    """Multiply every step time the model predicts by ``factor`` (in place)."""
-    if isinstance(model, LinearCostModel):
-        scaled = LinearCostModel({k: v * factor for k, v in model.coefficients.items()})
-        model.coefficients = scaled.coefficients
-        model._derive()
-    else:
-        model.scale(factor)
-
-
 def calibrate(model, logs: list[str]) -> dict[str, Any]:
     """Scale ``model`` so its total step time on ``logs`` matches theirs: the shape of the step
     cost from a profile sweep, its level from live runs (another load on a shared CPU, the live
@@ -142,7 +132,7 @@ def calibrate(model, logs: list[str]) -> dict[str, Any]:
     data = StepData.from_logs(logs)
     before = evaluate(model, data)
     factor = 1.0 / (1.0 + before["total_error"] / 100)
-    scale_model(model, factor)
+    model.scale(factor)
     after = evaluate(model, data)
     host = fit_host_timing(logs)
     out = {"logs": [str(p) for p in logs], "steps": int(len(data.durations)), "factor": factor,

@@ -14,8 +14,9 @@ from runtime.cli import main
 from simulator.cost_model import LinearCostModel, RecordedCostModel
 from simulator.fidelity import check, fidelity
 from simulator.request_times import RequestTimes
-from tests.sim_helpers import VARYING_TRUTH, record_on_off
-from traces.log import read_log
+from tests.sim_helpers import (VARYING_TRUTH, VaryingDurationExecutor, mixed_workload, record_live, record_on_off,
+                               small_config)
+from traces.log import LogWriter, read_log
 
 TRUTH = VARYING_TRUTH
 
@@ -110,3 +111,47 @@ def test_an_overlapped_live_log_is_simulated_with_overlap(logs):
     report, _ = fidelity(on, model, replay=False)
     assert model.host.overlap and "simulated with overlap" in report["notes"][0]
     assert abs(report["makespan"]["error_pct"]) < 1
+
+
+def test_sensitivity_is_one_where_the_step_time_cannot_change_the_schedule(tmp_path):
+    # every request is there before the first step: the schedule is the same at any speed, so every
+    # latency and the makespan scale with the step time (elasticity 1)
+    path = tmp_path / "burst.jsonl"
+    with LogWriter(path) as w:
+        for ev in record_live(mixed_workload(30, seed=5, rate=1e9), small_config(num_blocks=64, budget=64),
+                              VaryingDurationExecutor(seed=2)):
+            w(ev)
+    report, _ = fidelity(path, LinearCostModel(TRUTH), replay=False, sensitivity_pct=3)
+    sens = report["sensitivity"]
+    assert sens["step_change_pct"] == 3
+    for m in ("ttft", "tpot", "e2e"):
+        assert sens[m] == pytest.approx({"p50": 1.0, "p90": 1.0}, rel=1e-6)
+    assert sens["makespan"] == pytest.approx(1.0, rel=1e-6)
+
+
+def test_sensitivity_with_arrivals_spread_out(logs):
+    # arrivals spread over time: the makespan moves less than the steps (idle time does not scale),
+    # and a longer step queues more work behind it, so some latency moves more
+    on, _ = logs
+    report, _ = fidelity(on, LinearCostModel(TRUTH), replay=False, sensitivity_pct=2)
+    sens = report["sensitivity"]
+    assert 0 < sens["makespan"] < 1
+    assert max(sens[m][p] for m in ("ttft", "tpot", "e2e") for p in ("p50", "p90")) > 1.05
+    assert fidelity(on, RecordedCostModel.from_log(on), replay=False, sensitivity_pct=2)[0]["sensitivity"] is None
+
+
+def test_cli_sensitivity_says_how_close_the_steps_must_be(logs, tmp_path, capsys):
+    on, _ = logs
+    png = tmp_path / "cdf.png"
+    model = tmp_path / "truth.json"
+    LinearCostModel(TRUTH).save(model)
+    assert main(["fidelity", str(on), "--cost-model", str(model), "--plot", str(png), "--sensitivity", "2",
+                 "--tolerance", "50", "--no-replay"]) == 0
+    out = capsys.readouterr().out
+    assert "per 1 % of step time: TTFT p50" in out and "for ±50% the step times must be within: " in out
+    assert main(["fidelity", str(on), "--cost-model", "recorded", "--plot", str(png), "--sensitivity", "2"]) == 0
+    assert "cannot be scaled" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        main(["fidelity", str(on), "--cost-model", "recorded", "--sensitivity", "50"])
+    assert exit_.value.code == 2
+    assert "--sensitivity: must be < 50, got 50" in capsys.readouterr().err

@@ -20,22 +20,27 @@ def flag_of(action: argparse.Action) -> str:
 
 
 class Bounded(argparse.Action):
-    """Store a number after checking it: ``at_least`` (>=) and/or ``above`` (>); NaN never passes."""
+    """Store a number after checking it: ``at_least`` (>=), ``above`` (>) and/or ``below`` (<); NaN never
+    passes."""
 
-    def __init__(self, *args: Any, at_least: float | None = None, above: float | None = None, **kwargs: Any):
+    def __init__(self, *args: Any, at_least: float | None = None, above: float | None = None,
+                 below: float | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.at_least, self.above = at_least, above
+        self.at_least, self.above, self.below = at_least, above, below
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         for value in values if isinstance(values, list) else [values]:
-            check_number(flag_of(self), value, at_least=self.at_least, above=self.above)
+            check_number(flag_of(self), value, at_least=self.at_least, above=self.above, below=self.below)
         setattr(namespace, self.dest, values)
 
 
-def check_number(flag: str, value: float, *, at_least: float | None = None, above: float | None = None) -> None:
+def check_number(flag: str, value: float, *, at_least: float | None = None, above: float | None = None,
+                 below: float | None = None) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise CLIError(f"{flag}: must be a finite number, got {value}")
     if at_least is not None and not value >= at_least:
         raise CLIError(f"{flag}: must be >= {at_least:g}, got {value:g}")
     if above is not None and not value > above:
         raise CLIError(f"{flag}: must be > {above:g}, got {value:g}")
+    if below is not None and not value < below:
+        raise CLIError(f"{flag}: must be < {below:g}, got {value:g}")

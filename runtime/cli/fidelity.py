@@ -7,6 +7,9 @@ a CDF plot per metric and, with ``--json``, the report for CI. ``--tolerance PCT
 TTFT, TPOT or E2E at p50/p90, or the makespan, is off by more. ``--what-if FIELD=VALUE`` (e.g.
 ``scheduler.enable_chunked_prefill=false``) re-simulates under the changed config too and prints
 the predicted difference; ``--what-if-live LOG`` (the live run of that config) checks it.
+``--sensitivity PCT`` re-simulates with every step PCT % shorter and longer and prints how far each
+checked latency moves per 1 % of step time, and so how close the step model must be for the
+tolerance.
 """
 
 from __future__ import annotations
@@ -52,6 +55,19 @@ def render(report: dict) -> str:
         lines.append(f"rejected by the simulated engine: {rej:,} requests")
     if report.get("range", {}).get("warning"):
         lines.append(report["range"]["warning"])
+    return "\n".join(lines)
+
+
+def render_sensitivity(sens: dict | None, tolerance: float | None) -> str:
+    if sens is None:
+        return "sensitivity: the cost model cannot be scaled (recorded durations)"
+    cells = [(f"{LABELS[m]} {p}", e) for m in ("ttft", "tpot", "e2e") for p, e in sens[m].items()]
+    cells.append(("makespan", sens["makespan"]))
+    lines = [f"sensitivity (every step ±{sens['step_change_pct']:g}%, re-simulated): % change per 1 % of step time: "
+             + ", ".join(f"{name} {e:.2f}" for name, e in cells)]
+    if tolerance is not None:
+        need = [f"{name} {tolerance / abs(e):.2g}%" for name, e in cells if math.isfinite(e) and e]
+        lines.append(f"for ±{tolerance:g}% the step times must be within: " + ", ".join(need))
     return "\n".join(lines)
 
 
@@ -119,7 +135,7 @@ def _run(args: argparse.Namespace) -> int:
     model = cost_models.load(args.cost_model, log=args.log)
     try:
         report, dists = fidelity(args.log, model, overrides=args.what_if or [], what_if_live=args.what_if_live,
-                                 replay=not args.no_replay)
+                                 replay=not args.no_replay, sensitivity_pct=args.sensitivity)
     except ValueError as e:
         if str(e).startswith("--what-if"):
             raise CLIError(str(e)) from None
@@ -133,6 +149,8 @@ def _run(args: argparse.Namespace) -> int:
     for note in report["notes"]:
         print(f"note: {note}")
     print(render(report))
+    if "sensitivity" in report:
+        print(render_sensitivity(report["sensitivity"], args.tolerance))
     if "what_if" in report:
         print(render_what_if(report["what_if"]))
     stem = Path(args.log).name.split(".")[0]
@@ -174,6 +192,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "predicted difference against")
     p.add_argument("--tolerance", type=float, metavar="PCT", action=Bounded, above=0,
                    help="exit 1 when TTFT/TPOT/E2E p50 or p90, or the makespan, is off by more (default: no check)")
+    p.add_argument("--sensitivity", type=float, metavar="PCT", action=Bounded, above=0, below=50,
+                   help="also re-simulate with every step PCT %% shorter and longer: how far each latency moves "
+                        "per 1 %% of step time (two more simulations)")
     p.add_argument("--json", metavar="PATH", help="write the report as JSON")
     p.add_argument("--plot", metavar="PNG", help="CDF plot path (default: next to LIVE_LOG, *_fidelity.png)")
     p.add_argument("--no-replay", action="store_true", help="skip the timing-replay (per-step MAPE)")
