@@ -14,8 +14,14 @@ from runtime.cli import main
 from simulator.cost_model import LinearCostModel, RecordedCostModel
 from simulator.fidelity import check, fidelity
 from simulator.request_times import RequestTimes
-from tests.sim_helpers import (VARYING_TRUTH, VaryingDurationExecutor, mixed_workload, record_live, record_on_off,
-                               small_config)
+from tests.sim_helpers import (
+    VARYING_TRUTH,
+    VaryingDurationExecutor,
+    mixed_workload,
+    record_live,
+    record_on_off,
+    small_config,
+)
 from traces.log import LogWriter, read_log
 
 TRUTH = VARYING_TRUTH
