@@ -7,7 +7,8 @@
 ``--run ROLE:LOG`` re-simulates LOG under its own config; ``--pair ROLE:ON_LOG:OFF_LOG`` re-simulates
 ON_LOG's workload under OFF_LOG's config (the Headers' differences become ``--what-if`` overrides)
 and checks it against OFF_LOG, signs of the differences included. The model is loaded afresh for
-each row (``fidelity`` adapts its overlap to the log). Prints the markdown tables.
+each row (``fidelity`` adapts its overlap to the log). Prints the markdown tables. ``--sensitivity PCT``
+adds, per run, each metric's elasticity to the step time and the step-time error its error amounts to.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simulator.cost_model import load_cost_model  # noqa: E402
-from simulator.fidelity_table import markdown, pair_row, run_row, sign_table  # noqa: E402
+from simulator.fidelity_table import markdown, pair_row, run_row, sensitivity_table, sign_table  # noqa: E402
 
 
 def _split(spec: str, parts: int) -> list[str]:
@@ -36,16 +37,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cost-model", required=True, help="cost-model JSON or a shipped name")
     p.add_argument("--run", action="append", default=[], metavar="ROLE:LOG")
     p.add_argument("--pair", action="append", default=[], metavar="ROLE:ON_LOG:OFF_LOG")
+    p.add_argument("--sensitivity", type=float, metavar="PCT",
+                   help="per run, also re-simulate with every step PCT %% shorter and longer (elasticities)")
     p.add_argument("--json", metavar="PATH", help="write the rows as JSON")
     args = p.parse_args(argv)
     rows = []
     for spec in args.run:
         role, log = _split(spec, 2)
-        rows.append(run_row(log, load_cost_model(args.cost_model), role))
+        rows.append(run_row(log, load_cost_model(args.cost_model), role, args.sensitivity))
     for spec in args.pair:
         role, on, off = _split(spec, 3)
         rows.append(pair_row(on, off, load_cost_model(args.cost_model), role))
     print(markdown(rows))
+    if args.sensitivity is not None:
+        print("\nelasticity to the step time / the step-time error the run's error amounts to\n")
+        print(sensitivity_table(rows))
     if any(r["kind"] == "what-if" for r in rows):
         print("\npredicted / live change, on → off (✗: wrong sign)\n")
         print(sign_table(rows))

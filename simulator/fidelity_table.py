@@ -6,6 +6,9 @@ and E2E at p50 and p90 and of the makespan. ``pair_row(on_log, off_log, model)``
 Headers differ becomes an override), the errors against ``off_log``, and whether the predicted
 difference (sim off vs sim on) has the sign of the live one (live off vs live on) per metric and
 for the makespan. ``markdown`` renders the rows; ``within`` says which goals a row misses.
+``run_row(..., sensitivity_pct=p)`` adds each metric's elasticity to the step time
+(``simulator.fidelity.sensitivity``); ``sensitivity_table`` shows it with the step-time error each
+run's latency errors amount to (error ÷ elasticity).
 """
 
 from __future__ import annotations
@@ -44,12 +47,16 @@ def overrides_between(base_log: str | Path, other_log: str | Path) -> list[str]:
     return out
 
 
-def run_row(log: str | Path, model: Any, role: str = "") -> dict[str, Any]:
-    report, _ = fidelity(log, model, replay=True)
-    return {"kind": "run", "run": _name(log), "role": role, "notes": report["notes"],
-            "errors": {f"{m}_{p}": report["metrics"][m][p]["error_pct"] for m, p in COLUMNS},
-            "makespan": report["makespan"]["error_pct"], "step_mape": report["replay"]["step_mape"],
-            "steps": report["steps"]}
+def run_row(log: str | Path, model: Any, role: str = "", sensitivity_pct: float | None = None) -> dict[str, Any]:
+    report, _ = fidelity(log, model, replay=True, sensitivity_pct=sensitivity_pct)
+    row = {"kind": "run", "run": _name(log), "role": role, "notes": report["notes"],
+           "errors": {f"{m}_{p}": report["metrics"][m][p]["error_pct"] for m, p in COLUMNS},
+           "makespan": report["makespan"]["error_pct"], "step_mape": report["replay"]["step_mape"],
+           "steps": report["steps"]}
+    sens = report.get("sensitivity")
+    if sens is not None:
+        row["elasticity"] = {f"{m}_{p}": sens[m][p] for m, p in COLUMNS} | {"makespan": sens["makespan"]}
+    return row
 
 
 def pair_row(on_log: str | Path, off_log: str | Path, model: Any, role: str = "") -> dict[str, Any]:
@@ -115,5 +122,23 @@ def sign_table(rows: list[dict[str, Any]]) -> str:
             continue
         cells = [f"{_pct(r['predicted_change'][k])} / {_pct(r['live_change'][k])}"
                  + ("" if r["signs"][k] else " ✗") for k in keys]
+        lines.append("| " + " | ".join([r["run"], *cells]) + " |")
+    return "\n".join(lines)
+
+
+def sensitivity_table(rows: list[dict[str, Any]]) -> str:
+    """Per run with an elasticity: the elasticity and the step-time error its latency error amounts
+    to (error ÷ elasticity), as ``elasticity / implied %`` per metric."""
+    keys = [f"{m}_{p}" for m, p in COLUMNS] + ["makespan"]
+    head = ["run", *(k.replace("_", " ").upper().replace("MAKESPAN", "makespan") for k in keys)]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * len(keys)]
+    for r in rows:
+        if "elasticity" not in r:
+            continue
+        cells = []
+        for k in keys:
+            e, err = r["elasticity"][k], r["makespan"] if k == "makespan" else r["errors"][k]
+            implied = err / e if math.isfinite(e) and e else math.nan
+            cells.append(f"{e:.2f} / {_pct(implied)}" if math.isfinite(e) else "—")
         lines.append("| " + " | ".join([r["run"], *cells]) + " |")
     return "\n".join(lines)

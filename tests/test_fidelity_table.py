@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
 from simulator.cost_model import LinearCostModel, RecordedCostModel, StepData
-from simulator.fidelity_table import markdown, overrides_between, pair_row, run_row, sign_table, within
+from simulator.fidelity_table import (
+    markdown,
+    overrides_between,
+    pair_row,
+    run_row,
+    sensitivity_table,
+    sign_table,
+    within,
+)
 from simulator.fit import decode_steps, fit_cost_model
 from simulator.host_timing import HostTiming
 from simulator.intake import fit_intake_delay, live_ttft_p50, simulated_ttft_p50
@@ -88,8 +97,24 @@ def test_script_writes_tables_and_json(logs, tmp_path, capsys):
     LinearCostModel(TRUTH).save(model)
     out = tmp_path / "t.json"
     assert main(["--cost-model", str(model), "--run", f"fit:{on}", "--pair", f"what-if:{on}:{off}",
-                 "--json", str(out)]) == 0
+                 "--sensitivity", "2", "--json", str(out)]) == 0
     text = capsys.readouterr().out
+    assert "elasticity to the step time" in text and re.search(r"\| on \| \d+\.\d\d / [+-]\d", text)
     assert "| on | fit |" in text and "| on → off | what-if |" in text and "predicted / live change" in text
     rows = json.loads(out.read_text())["rows"]
     assert [r["kind"] for r in rows] == ["run", "what-if"]
+
+
+def test_sensitivity_rows_divide_each_error_by_its_elasticity(logs):
+    on, _ = logs
+    slow = LinearCostModel({k: 1.1 * v for k, v in TRUTH.items()})
+    row = run_row(on, slow, "held-out", sensitivity_pct=2)
+    assert set(row["elasticity"]) == {*row["errors"], "makespan"}
+    line = sensitivity_table([row]).splitlines()[2]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[0] == "on"
+    for key, cell in zip([*row["errors"], "makespan"], cells[1:]):
+        e = row["elasticity"][key]
+        err = row["makespan"] if key == "makespan" else row["errors"][key]
+        assert cell == f"{e:.2f} / {err / e:+.1f}%"
+    assert "elasticity" not in run_row(on, slow) and sensitivity_table([run_row(on, slow)]).count("\n") == 1
