@@ -99,7 +99,7 @@ def test_script_writes_tables_and_json(logs, tmp_path, capsys):
     assert main(["--cost-model", str(model), "--run", f"fit:{on}", "--pair", f"what-if:{on}:{off}",
                  "--sensitivity", "2", "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "elasticity to the step time" in text and re.search(r"\| on \| \d+\.\d\d / [+-]\d", text)
+    assert "elasticity to the step time" in text and re.search(r"\| on \| -?\d+\.\d\d / [+-]\d", text)
     assert "| on | fit |" in text and "| on → off | what-if |" in text and "predicted / live change" in text
     rows = json.loads(out.read_text())["rows"]
     assert [r["kind"] for r in rows] == ["run", "what-if"]
