@@ -308,5 +308,23 @@ def test_the_memoized_chain_is_chain_hash_block_after_block(salt):
     for i in range(5):
         parent = chain_hash(parent, r.token_ids[i * BS:(i + 1) * BS].tobytes())
         expected.append(parent)
-    assert bm._chain(r, 2) == expected[:2]  # memoized: the rest continues the chain
+    # memoized: each call continues the chain from the last hash it kept (one, then three)
+    assert bm._chain(r, 1) == expected[:1] and bm._chain(r, 3) == expected[:3]
     assert bm._chain(r, 5) == expected and bm.prompt_hashes(r) == expected
+
+
+def test_a_block_filled_by_decoding_after_an_empty_memo_chains_from_the_root():
+    """A prompt shorter than a block has no full block to hash (a trace's prompt hashes: []); the
+    block its decodes fill is cached under ``chain_hash(root, its tokens)``."""
+    bm = BlockManager(8, BS, root=root_hash("m", ""))
+    r = req(0, [5, 6, 7])
+    assert bm.prompt_hashes(r) == []
+    admit_and_compute(bm, r)
+    r.token_ids.append(8)  # a decoded token (the engine appends it so)
+    assert bm.allocate(r, 4)
+    r.num_computed_tokens = 4
+    bm.register_computed(r)
+    block = bm.tables[0][0]
+    assert bm.block_hash[block] == chain_hash(bm.root, array("i", [5, 6, 7, 8]).tobytes())
+    assert bm.events[-1] == BlockCached(0, [0, 1])
+    bm.check_invariants()
