@@ -50,7 +50,8 @@ def run_checked(core: EngineCore, executor, events: list, *, now: float = 0.0, m
         assert steps <= max_steps, "no progress"
         bm = core.block_manager
         bm.check_invariants()
-        assert out.plan.num_scheduled_tokens <= core.config.scheduler.max_num_batched_tokens
+        assert out.plan.num_scheduled_tokens == sum(s.num_tokens for s in out.plan.spans) \
+            <= core.config.scheduler.max_num_batched_tokens
         assert out.plan.num_sampling == sum(s.sample for s in out.plan.spans)
         for req in core.requests.values():
             assert req.num_computed_tokens <= req.num_tokens

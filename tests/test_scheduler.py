@@ -61,6 +61,27 @@ def test_decode_first_then_continuing_prefill_then_admission():
     assert spans(core.step(3, EX)) == [(a, 8, 1, True), (b, 30, 1, True), (c, 0, 5, True)]
 
 
+def test_decodes_after_one_that_needs_a_block_each_take_one_token_of_the_budget():
+    """Once a decode needs a new block, the decodes after it are placed one by one (the slow
+    loop); each still takes exactly one token of the budget, and the admission gets the rest."""
+    core = engine(block_size=4, budget=16)
+    a = core.add_request(prompt(4), SamplingParams(max_tokens=5), 0.0)  # its next token opens block 2
+    b = core.add_request(prompt(6, 100), SamplingParams(max_tokens=5), 0.0)  # room left in block 2
+    core.step(0, EX)
+    c = core.add_request(prompt(40, 200), SamplingParams(max_tokens=2), 0.0)
+    out = core.step(1, EX)
+    assert spans(out) == [(a, 4, 1, True), (b, 6, 1, True), (c, 0, 14, False)]
+    assert out.plan.num_scheduled_tokens == 16
+
+
+def test_admission_stops_when_a_whole_prompt_used_the_last_of_the_budget():
+    core = engine(budget=16)
+    x = core.add_request(prompt(16), SamplingParams(max_tokens=2), 0.0)
+    y = core.add_request(prompt(5, 100), SamplingParams(max_tokens=2), 0.0)
+    assert spans(core.step(0, EX)) == [(x, 0, 16, True)]
+    assert core.requests[y].status is RequestStatus.WAITING
+
+
 def test_chunked_off_needs_the_whole_remainder_in_the_remaining_budget():
     core = engine(budget=20, chunked=False)
     a1 = core.add_request(prompt(4), SamplingParams(max_tokens=6), 0.0)
