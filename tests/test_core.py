@@ -484,3 +484,18 @@ def test_a_rejected_prompt_is_logged_as_trace_prompts_allows(mode, synthetic, ke
     (rejected,) = events
     expected = prompt if synthetic else PromptIds(prompt)
     assert rejected.num_prompt_tokens == 100 and rejected.prompt == (expected if kept else None)
+
+
+@pytest.mark.parametrize("end", ["abort", "finish"])
+def test_ending_a_request_whose_tokens_do_not_matter_keeps_watching_one_whose_do(end):
+    """A stop-token request keeps its steps from being overlapped after another request, whose
+    token values never matter, ends (aborted, or finished at its length limit)."""
+    core = engine()
+    watched = core.add_request([1, 2, 3], SamplingParams(max_tokens=8, stop_token_ids=[7]), 0.0)
+    other = core.add_request([4, 5, 6], SamplingParams(max_tokens=1 if end == "finish" else 8), 0.0)
+    core.step(0.0, EX)
+    if end == "abort":
+        assert core.abort(other, 1.0)
+    assert other not in core.requests
+    plan = core.schedule(1.0)
+    assert [s.request_id for s in plan.spans] == [watched] and not core.overlappable(plan)
