@@ -499,3 +499,36 @@ def test_ending_a_request_whose_tokens_do_not_matter_keeps_watching_one_whose_do
     assert other not in core.requests
     plan = core.schedule(1.0)
     assert [s.request_id for s in plan.spans] == [watched] and not core.overlappable(plan)
+
+
+@pytest.mark.parametrize("num_blocks, requests, expected", [
+    # (prompt, max_tokens) each; after the plan both hold 2 + 4 blocks and 2 are free, and each takes
+    # a new block at the run's 5th step and every 4th after it (blocks of 4 tokens)
+    (8, [(4, 28), (12, 8)], 6),   # the second one's length: 6 steps, whose 2 new blocks just fit
+    (8, [(4, 28), (12, 12)], 8),  # length 10, but the 9th step's 2 new blocks do not fit
+    (8, [(4, 28), (12, 11)], 8),  # length 9: the same, the last step cut
+    (8, [(4, 28), (12, 9)], 7),   # length 7: its steps' blocks fit, the 9th step's would not
+    (8, [(4, 28), (12, 2)], 0),   # the second one ends with this plan's token: no run
+    (4, [(7, 9), (4, 4)], 1),     # no block free, and the first one needs one at the run's 2nd step
+])
+def test_a_decode_run_is_the_longest_whose_blocks_fit(num_blocks, requests, expected):
+    """``decode_run``: as many steps as every request's length allows and their new blocks fit the
+    pool, exactly (a shorter run is only slower; a longer one would take blocks the pool lacks)."""
+    core = engine(num_blocks=num_blocks)
+    for i, (prompt_len, max_tokens) in enumerate(requests):
+        core.add_request(list(range(100 * i + 1, 100 * i + prompt_len + 1)), SamplingParams(max_tokens=max_tokens),
+                         0.0)
+    core.step(0.0, EX)
+    assert core.decode_run(core.schedule(1.0)) == expected
+
+
+def test_a_decode_run_needs_a_plan_of_decodes_only_and_nothing_waiting():
+    core = engine(budget=4)
+    core.add_request(list(range(1, 7)), SamplingParams(max_tokens=20), 0.0)  # 6 tokens: chunks 4, then 2
+    core.step(0.0, EX)
+    assert core.decode_run(core.schedule(1.0)) == 0  # its last chunk (2 tokens, sampled)
+    core = engine()
+    core.add_request([1, 2, 3], SamplingParams(max_tokens=20), 0.0)
+    core.step(0.0, EX)
+    core.add_request([4, 5, 6], SamplingParams(max_tokens=20), 0.0)
+    assert core.decode_run(core.schedule(1.0)) == 0  # one admitted in this plan
