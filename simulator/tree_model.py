@@ -100,7 +100,7 @@ class TreeCostModel(TimedModel):
         two bisections (the context sum, the longest program) name the trees' cell."""
         if self.decode_splits is not None:
             longest = self.decode_splits.longest_program(longest, n)
-        base_n, seqs_n, cells = self._decode_row(n)
+        base_n, seqs_n, cells = self._decode_rows.get(n) or self._new_decode_row(n)
         # (as floats, as the thresholds are: the same bisection, all of them far below 2**53)
         cell = (bisect_left(self._context_cuts, float(context)) * self._longest_cells
                 + bisect_left(self._longest_cuts, float(longest)))
@@ -116,7 +116,7 @@ class TreeCostModel(TimedModel):
                          due: float) -> list[float]:
         """TimedModel.decode_durations with ``decode_time``'s arithmetic inlined (the simulator's
         runs of decode steps spend most of their time here): the same durations, bit for bit."""
-        base_n, seqs_n, cells = self._decode_row(n)
+        base_n, seqs_n, cells = self._decode_rows.get(n) or self._new_decode_row(n)
         c_context, last, c_longest = self._coef[4], self._decode_last, self._coef[7]
         context_cuts, longest_cuts, width = self._context_cuts, self._longest_cuts, self._longest_cells
         program = None if self.decode_splits is None else self.decode_splits.longest_program
@@ -145,12 +145,12 @@ class TreeCostModel(TimedModel):
             out.append(t)
         return out
 
-    def _decode_row(self, n: int) -> tuple[float, float, dict[int, float]]:
-        """A decode-only step of ``n`` spans: its linear part's terms in n alone and its trees' cells."""
-        row = self._decode_rows.get(n)
-        if row is None:
-            c = self._coef
-            row = self._decode_rows[n] = (self._decode_base + c[3] * n, c[5] * n, {})
+    def _new_decode_row(self, n: int) -> tuple[float, float, dict[int, float]]:
+        """The ``_decode_rows`` entry of a decode-only step of ``n`` spans, made on first use: its linear
+        part's terms in n alone and its trees' cells. (Callers look the dict up first: that lookup is
+        the per-step path.)"""
+        c = self._coef
+        row = self._decode_rows[n] = (self._decode_base + c[3] * n, c[5] * n, {})
         return row
 
     def _finish(self, t: float, spans: int) -> float:
