@@ -7,7 +7,8 @@
 #   scripts/cpu_fidelity.sh OUT STAGE...     STAGE: runs (capacity, the fit run, held-out runs on/off,
 #                                            a repeat), more (another load on/off), profile
 # Environment: CORE (default 3), N requests (30), MODEL (e.g. "--model random:smollm2-135m" where the
-# default model's GGUF is not installed: the same shapes, so the same step times).
+# default model's GGUF is not installed: the same shapes, so the same step times). On the GPU machine,
+# install the carried wheels first and put them on PYTHONPATH, as scripts/gpu_run.sh does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=$1; shift
