@@ -39,6 +39,7 @@ from simulator.tree_model import TreeCostModel
 from traces.decode_splits import DecodeSplits
 from traces.events import Header, Span, Step
 from traces.log import read_log
+from traces.step_padding import StepPadding
 
 __all__ = ["EXT_FEATURES", "FEATURES", "FEATURE_DOC", "FORMAT", "MISSING_COEFFICIENT", "CostModel", "CostModelError",
            "LinearCostModel", "RecordedCostModel", "StepData", "TreeCostModel", "load_cost_model", "mape",
@@ -70,6 +71,7 @@ class StepData:
     # per step, of its log's next step when that one starts as this one ends (an overlapped engine's
     # steps tile): its tokens beyond one per span (0: none, or a decode-only step; simulator/launch.py)
     next_extra: np.ndarray | None = None
+    step_padding: StepPadding | None = None  # the first padded log's (each log's steps padded as its header says)
 
     @property
     def ext(self) -> np.ndarray:
@@ -86,12 +88,13 @@ class StepData:
         idx: list[int] = []
         next_extra: list[int] = []
         policies: dict[DecodeSplits | None, str] = {}
+        paddings: list[StepPadding] = []
         for i, path in enumerate(paths):
-            splits = None
+            splits = padding = None
             prev_end = None
             for ev in read_log(path):
                 if isinstance(ev, Step):
-                    rows.append(ext_features(ev.spans, splits))
+                    rows.append(ext_features(ev.spans, splits, padding))
                     ys.append(ev.end - ev.start)
                     idx.append(i)
                     if prev_end == ev.start:
@@ -101,18 +104,20 @@ class StepData:
                 elif isinstance(ev, Header):
                     splits = DecodeSplits.from_header_extra(ev.extra)
                     policies.setdefault(splits, str(path))
+                    padding = StepPadding.from_header(ev.config, ev.extra)
+                    paddings += [padding] if padding else []
         if not rows:
             raise CostModelError(f"no Step events in {', '.join(map(str, paths))}")
         X = np.asarray(rows, dtype=np.float64)
         n = len(FEATURES)
         return cls(X[:, :n], np.asarray(ys), [str(p) for p in paths], np.asarray(idx), X[:, n:],
-                   one_policy(policies), np.asarray(next_extra))
+                   one_policy(policies), np.asarray(next_extra), paddings[0] if paddings else None)
 
     def subset(self, mask: np.ndarray) -> StepData:
         return StepData(self.features[mask], self.durations[mask], self.logs,
                         None if self.log_index is None else self.log_index[mask],
                         None if self.extra is None else self.extra[mask], self.decode_splits,
-                        None if self.next_extra is None else self.next_extra[mask])
+                        None if self.next_extra is None else self.next_extra[mask], self.step_padding)
 
     @classmethod
     def concat(cls, parts: Sequence[StepData]) -> StepData:
@@ -125,8 +130,10 @@ class StepData:
             idx.append((p.log_index if p.log_index is not None else np.zeros(len(p.durations), int)) + base)
         extra = None if any(p.extra is None for p in parts) else np.vstack([p.extra for p in parts])
         nxt = None if any(p.next_extra is None for p in parts) else np.concatenate([p.next_extra for p in parts])
+        padding = next((p.step_padding for p in parts if p.step_padding is not None), None)
         return cls(np.vstack([p.features for p in parts]), np.concatenate([p.durations for p in parts]), logs,
-                   np.concatenate(idx), extra, one_policy({p.decode_splits: p.logs[0] for p in parts if p.logs}), nxt)
+                   np.concatenate(idx), extra, one_policy({p.decode_splits: p.logs[0] for p in parts if p.logs}), nxt,
+                   padding)
 
     def split(self, holdout_every: int, block: int = 1) -> tuple[StepData, StepData]:
         """Deterministic split: every ``holdout_every``-th block of ``block`` consecutive steps held
@@ -183,18 +190,20 @@ class LinearCostModel(TimedModel):
                 pa += n * s.start + n * (n + 1) // 2
         if not pt:
             return self.decode_time(ds, dc + ds, mx)
-        c, c_pt, c_pa, c_ds, c_dc, c_ns, c_ps, c_mx = self._terms
+        c, c_pt, c_pa, c_ds, c_dc, c_ns, c_ps, c_mx, c_pad = self._terms
         t = c + c_pt * pt + c_pa * pa + c_ds * ds + c_dc * (dc + ds) + c_ns * len(spans) + c_ps
         if mx and c_mx:  # (a model without the coefficient adds nothing, not even a 0.0)
             splits = self.decode_splits
             t += c_mx * (mx if splits is None else splits.longest_program(mx, ds))
+        if c_pad and self.padding is not None:
+            t += c_pad * self.padding.padding(pt + ds)
         return t if self._overlap is None else self._overlapped(t, len(spans))
 
     def decode_time(self, n: int, context: int, longest: int) -> float:
         """``step_time`` of a decode-only step of ``n`` spans, ``context`` = Σ (start + 1) and
         ``longest`` = the largest start + 1 (``step_time`` of such a step; the simulator's runs of
         decode steps price theirs without spans)."""
-        c, c_pt, c_pa, c_ds, c_dc, c_ns, c_ps, c_mx = self._terms
+        c, c_pt, c_pa, c_ds, c_dc, c_ns, c_ps, c_mx, _ = self._terms
         t = c + c_pt * 0 + c_pa * 0 + c_ds * n + c_dc * context + c_ns * n  # (the terms in step_time's order)
         if longest and c_mx:
             splits = self.decode_splits
@@ -265,7 +274,7 @@ class LinearCostModel(TimedModel):
             raise CostModelError(f"{path}: field 'coefficients' must be an object")
         meta = {k: v for k, v in doc.items()
                 if k not in ("format", "version", "kind", "features", "coefficients", "host", "ranges",
-                             "decode_splits")}
+                             "decode_splits", "step_padding")}
         try:
             model = cls(current_names(coefficients), meta)
         except CostModelError as e:

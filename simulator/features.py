@@ -18,6 +18,10 @@ A span's ``start`` is the tokens already in the KV cache, ``num_tokens`` the chu
                      than one of the same size and context sum when 64 or more decode (nothing is
                      split), and ~0.2 ms when 7 do (split 8 ways) (docs/BENCHMARKS.md); a profile's
                      decode batches have equal contexts and never show it
+  padded_tokens      in a step that carries prefill and replays piecewise graphs, the tokens its
+                     GEMMs add by running on the next captured count (traces/step_padding.py: a
+                     1,100-token step runs 1,536); 0 in a decode-only step, in an eager one and in a
+                     model without ``step_padding``
 
 ``EXT_FEATURES`` add what a tree model splits on besides: tokens in the step, prefill spans, the
 largest chunk. They are also the quantities whose profiled range a model records (simulator/ranges.py).
@@ -33,9 +37,10 @@ from collections.abc import Iterable
 
 from traces.decode_splits import DecodeSplits
 from traces.events import Span
+from traces.step_padding import StepPadding
 
 FEATURES = ("const", "prefill_tokens", "prefill_attention", "decode_seqs", "decode_context", "seqs",
-            "prefill_step", "longest_program")
+            "prefill_step", "longest_program", "padded_tokens")
 RENAMED = {"max_context": "longest_program"}  # a model file's older feature names
 FEATURE_DOC = {
     "const": "seconds per step",
@@ -46,6 +51,7 @@ FEATURE_DOC = {
     "seqs": "seconds per span",
     "prefill_step": "seconds per step that carries prefill (any chunk > 1: eager, no CUDA graph)",
     "longest_program": "seconds per context token the decode kernel's longest program reads",
+    "padded_tokens": "seconds per token a prefill step's graphs pad it by (to the next captured count)",
 }
 EXTRA = ("tokens", "prefill_seqs", "max_chunk")
 EXT_FEATURES = FEATURES + EXTRA
@@ -61,20 +67,22 @@ def current_names(coefficients: dict[str, float]) -> dict[str, float]:
     return {current_name(k): v for k, v in coefficients.items()}
 
 
-def step_features(spans: Iterable[Span], splits: DecodeSplits | None = None) -> list[float]:
+def step_features(spans: Iterable[Span], splits: DecodeSplits | None = None,
+                  padding: StepPadding | None = None) -> list[float]:
     """The feature vector (in ``FEATURES`` order) of one step."""
-    return ext_features(spans, splits)[:len(FEATURES)]
+    return ext_features(spans, splits, padding)[:len(FEATURES)]
 
 
 def decode_ext_features(n: int, context: int, longest: int) -> list[float]:
     """``ext_features`` of a decode-only step of ``n`` spans: ``context`` = Σ (start + 1), ``longest``
     its longest program (split or not, as the caller prices it)."""
-    return [1.0, 0, 0, n, context, n, 0.0, longest, n, 0, 0]
+    return [1.0, 0, 0, n, context, n, 0.0, longest, 0, n, 0, 0]
 
 
-def ext_features(spans: Iterable[Span], splits: DecodeSplits | None = None) -> list[float]:
+def ext_features(spans: Iterable[Span], splits: DecodeSplits | None = None,
+                 padding: StepPadding | None = None) -> list[float]:
     """The feature vector in ``EXT_FEATURES`` order (``FEATURES`` first), the decode kernel split
-    by ``splits`` (None: not split)."""
+    by ``splits`` (None: not split), prefill steps padded by ``padding`` (None: not padded)."""
     pt = pa = ds = dc = ns = ps = mc = mx = 0
     for s in spans:
         n = s.num_tokens
@@ -92,4 +100,5 @@ def ext_features(spans: Iterable[Span], splits: DecodeSplits | None = None) -> l
                 mc = n
     if splits is not None and mx:
         mx = splits.longest_program(mx, ds)
-    return [1.0, pt, pa, ds, dc, ns, 1.0 if pt else 0.0, mx, pt + ds, ps, mc]
+    pad = padding.padding(pt + ds) if padding is not None and pt else 0
+    return [1.0, pt, pa, ds, dc, ns, 1.0 if pt else 0.0, mx, pad, pt + ds, ps, mc]

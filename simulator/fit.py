@@ -84,6 +84,7 @@ def fit_candidate(name: str, train: StepData, meta: dict[str, Any] | None = None
         raise CostModelError(f"unknown cost-model candidate {name!r}; known: {', '.join(CANDIDATES)}")
     model.meta["candidate"] = name
     model.set_decode_splits(train.decode_splits)  # its steps' longest_program was split so
+    model.set_step_padding(train.step_padding)  # and their prefill steps padded so
     return model
 
 

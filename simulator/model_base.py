@@ -19,6 +19,7 @@ from simulator.host_timing import HostTiming
 from simulator.ranges import FeatureRanges
 from traces.decode_splits import DecodeSplits
 from traces.events import Span
+from traces.step_padding import StepPadding
 
 FORMAT = "minivllm-cost-model"
 
@@ -77,6 +78,10 @@ class TimedModel:
     host: HostTiming | None = None
     ranges: FeatureRanges | None = None
     decode_splits: DecodeSplits | None = None  # the decode kernel's split policy (longest_program)
+    # the padding of the fitted logs' prefill steps (None: not padded) and the one in effect: a
+    # simulation pads to its own step budget's captured counts (``set_step_budget``)
+    step_padding: StepPadding | None = None
+    padding: StepPadding | None = None
     intake_delay: float = 0.0
     _overlap: tuple[float, float, float] | None = None  # host const, host per span, launch
 
@@ -133,6 +138,8 @@ class TimedModel:
             out["ranges"] = self.ranges.to_dict()
         if self.decode_splits is not None:
             out["decode_splits"] = self.decode_splits.to_dict()
+        if self.step_padding is not None:
+            out["step_padding"] = {"max_tokens": self.step_padding.max_tokens}
         return out
 
     def load_timed_parts(self, doc: dict[str, Any], path: str | Path) -> None:
@@ -140,8 +147,20 @@ class TimedModel:
             self.set_host(HostTiming.from_dict(doc["host"]) if isinstance(doc.get("host"), dict) else None)
             self.ranges = FeatureRanges.from_dict(doc["ranges"]) if isinstance(doc.get("ranges"), dict) else None
             self.set_decode_splits(DecodeSplits.from_dict(doc.get("decode_splits")))
+            padding = doc.get("step_padding")
+            self.set_step_padding(StepPadding(int(padding["max_tokens"])) if padding else None)
         except (TypeError, ValueError, KeyError, IndexError) as e:
-            raise CostModelError(f"{path}: host, ranges or decode_splits: {e}") from None
+            raise CostModelError(f"{path}: host, ranges, decode_splits or step_padding: {e}") from None
 
     def set_decode_splits(self, splits: DecodeSplits | None) -> None:
         self.decode_splits = splits
+
+    def set_step_padding(self, padding: StepPadding | None) -> None:
+        """The fitted steps' padding, in effect until ``set_step_budget``."""
+        self.step_padding = self.padding = padding
+
+    def set_step_budget(self, max_tokens: int) -> None:
+        """Pad prefill steps as an engine of this step budget does (the simulator calls it with the
+        simulated config's): a model fitted on padded steps pads to the budget's captured counts."""
+        if self.step_padding is not None:
+            self.padding = StepPadding(max_tokens)

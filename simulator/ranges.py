@@ -112,7 +112,7 @@ class RangeTracker:
         self.model = model
         self.ranges = ranges
         self.report = RangeReport()
-        for hook in ("gap_before", "host_gap", "intake_delay", "plans_ahead", "launch_time"):
+        for hook in ("gap_before", "host_gap", "intake_delay", "plans_ahead", "launch_time", "set_step_budget"):
             if hasattr(model, hook):
                 setattr(self, hook, getattr(model, hook))
         if hasattr(model, "decode_durations"):  # the simulator's runs of decode steps (counted by note_decodes)

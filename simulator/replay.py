@@ -73,6 +73,9 @@ def timing_replay(events_or_path: str | Path | list[Event], cost_model: CostMode
             finish[ev.request_id] = ev.time
         elif isinstance(ev, Header):
             header_seen = True
+            budget = getattr(cost_model, "set_step_budget", None)
+            if budget is not None:  # the log's prefill steps padded to its own step budget's counts
+                budget(ev.config["scheduler"]["max_num_batched_tokens"])
     if not header_seen:
         raise LogError("a log must start with a Header event")
     steps = pd.DataFrame(cols)

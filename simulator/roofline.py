@@ -81,6 +81,9 @@ def analytic_cost_model(model: ModelShape, hw: Hardware, step_overhead: float = 
         "prefill_step": 0.0,
         # the decode kernel's wait for its longest sequence: beyond a roofline of bytes and flops
         "longest_program": 0.0,
+        # a padded token runs every layer's matmuls (it writes no KV); the roofline model pads
+        # nothing unless given a step padding (traces/step_padding.py)
+        "padded_tokens": token_flops_time,
     }
     meta = {
         "provenance": "analytic",

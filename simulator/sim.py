@@ -88,6 +88,9 @@ class Simulation:
         self.config = config
         self.plain_runs = plain_runs
         self.cost_model = cost_model
+        budget = getattr(cost_model, "set_step_budget", None)
+        if budget is not None:  # a model of padded prefill steps pads them to this config's captured counts
+            budget(config.scheduler.max_num_batched_tokens)
         self.core = EngineCore(config, eos_token_id=None, sink=sink)
         self.token_fn = token_fn
         self.progress = progress  # anything with .update(n): advanced by finished requests

@@ -165,11 +165,11 @@ class TreeCostModel(TimedModel):
 
     def _any_step(self, spans: list[Span]) -> tuple[float, float]:
         """The trees' value and the linear part of any step."""
-        x = ext_features(spans, self.decode_splits)
-        c0, c1, c2, c3, c4, c5, c6, c7 = self._coef
-        one, pt, pa, ds, dc, ns, ps, mx = x[:_N]
-        return (self.ensemble.predict_one(x),
-                0 + c0 * one + c1 * pt + c2 * pa + c3 * ds + c4 * dc + c5 * ns + c6 * ps + c7 * mx)
+        x = ext_features(spans, self.decode_splits, self.padding)
+        c0, c1, c2, c3, c4, c5, c6, c7, c8 = self._coef
+        one, pt, pa, ds, dc, ns, ps, mx, pad = x[:_N]
+        t = 0 + c0 * one + c1 * pt + c2 * pa + c3 * ds + c4 * dc + c5 * ns + c6 * ps + c7 * mx
+        return self.ensemble.predict_one(x), t + c8 * pad if pad else t
 
     def predict_ext(self, ext: np.ndarray) -> np.ndarray:
         """Durations for an [steps, EXT_FEATURES] matrix."""
@@ -209,7 +209,7 @@ class TreeCostModel(TimedModel):
             coefficients = current_names(doc.get("coefficients") or {})
             meta = {k: v for k, v in doc.items() if k not in (
                 "format", "version", "kind", "features", "tree_features", "coefficients", "floor", "host", "ranges",
-                "decode_splits", "trees")}
+                "decode_splits", "step_padding", "trees")}
             model = cls(coefficients, ensemble, meta, floor=float(doc.get("floor", 0.0)))
         except (KeyError, TypeError, ValueError) as e:
             raise CostModelError(f"{path}: malformed trees model: {e}") from None

@@ -37,9 +37,10 @@ def test_features_of_a_step():
     spans = [Span(0, 100, 1, True), Span(1, 7, 1, True), Span(2, 16, 32, False), Span(3, 0, 5, True)]
     f = dict(zip(FEATURES, step_features(spans)))
     assert f == {"const": 1.0, "prefill_tokens": 37, "prefill_attention": 32 * 16 + 32 * 33 // 2 + 5 * 6 // 2,
-                 "decode_seqs": 2, "decode_context": 101 + 8, "seqs": 4, "prefill_step": 1.0, "longest_program": 101}
+                 "decode_seqs": 2, "decode_context": 101 + 8, "seqs": 4, "prefill_step": 1.0, "longest_program": 101,
+                 "padded_tokens": 0}
     model = LinearCostModel(TRUE)
-    assert model.step_time(0, spans) == pytest.approx(float(np.dot([TRUE[k] for k in FEATURES], list(f.values()))))
+    assert model.step_time(0, spans) == pytest.approx(float(np.dot([TRUE.get(k, 0.0) for k in FEATURES], list(f.values()))))
     # the trees' extras: tokens, prefill spans, the largest chunk
     assert dict(zip(EXT_FEATURES, ext_features(spans)))["max_chunk"] == 32
     assert ext_features(spans)[:len(FEATURES)] == step_features(spans)
@@ -61,7 +62,7 @@ def test_longest_program_follows_the_decode_kernels_split():
     model = LinearCostModel(TRUE)
     model.set_decode_splits(h200)
     for spans in (few, many, few + [Span(200, 16, 32, False)]):
-        expected = float(np.dot([TRUE[k] for k in FEATURES], step_features(spans, h200)))
+        expected = float(np.dot([TRUE.get(k, 0.0) for k in FEATURES], step_features(spans, h200)))
         assert model.step_time(0, spans) == pytest.approx(expected)
 
 
@@ -131,7 +132,7 @@ def test_fit_recovers_the_model_that_timed_the_log(tmp_path):
     assert fit.meta["training"]["mape"] < 1e-6
     assert fit.evaluate(StepData.from_logs([held]))["mape"] < 1e-6
     for k in FEATURES:
-        assert fit.coefficients[k] == pytest.approx(TRUE[k], rel=1e-4, abs=1e-15)
+        assert fit.coefficients[k] == pytest.approx(TRUE.get(k, 0.0), rel=1e-4, abs=1e-15)
 
 
 def test_fit_with_noise_is_nonnegative_and_reports_heldout_error(tmp_path):
@@ -162,7 +163,8 @@ def test_unexercised_features_are_reported_not_invented(tmp_path):
             spans = [Span(j, 50 + i, 1, True) for j in range(1 + i % 4)]
             w(Step(step=i, start=float(i), end=i + 0.001 * len(spans), spans=spans, tokens=[[1]] * len(spans)))
     fit = LinearCostModel.fit(StepData.from_logs([path]))
-    assert set(fit.meta["unfitted_features"]) == {"prefill_tokens", "prefill_attention", "prefill_step"}
+    assert set(fit.meta["unfitted_features"]) == {"prefill_tokens", "prefill_attention", "prefill_step",
+                                                    "padded_tokens"}
     assert fit.coefficients["prefill_tokens"] == 0.0 and fit.coefficients["prefill_step"] == 0.0
 
 
@@ -194,8 +196,8 @@ def test_a_file_without_a_newer_feature_loads_with_it_at_zero(tmp_path):
     old.write_text(json.dumps({"format": "minivllm-cost-model", "version": 1, "kind": "linear",
                                "hardware": "h", "features": {k: "" for k in SIX}, "coefficients": six}))
     m = LinearCostModel.load(old)
-    assert m.coefficients == {**six, "prefill_step": 0.0, "longest_program": 0.0}
-    assert m.defaulted_features == ["prefill_step", "longest_program"]
+    assert m.coefficients == {**six, "prefill_step": 0.0, "longest_program": 0.0, "padded_tokens": 0.0}
+    assert m.defaulted_features == ["prefill_step", "longest_program", "padded_tokens"]
     spans = [Span(0, 100, 1, True), Span(1, 0, 64, True)]
     f = dict(zip(FEATURES, step_features(spans)))
     assert f["prefill_step"] == 1.0

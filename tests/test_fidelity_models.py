@@ -173,9 +173,9 @@ def test_host_data_separates_busy_gaps_from_wakes(tmp_path):
 
 
 def test_ranges_warn_with_the_share_of_steps_and_time_outside():
-    # rows in EXT_FEATURES order: the linear features (longest_program last), tokens, prefill spans, largest chunk
-    ranges = FeatureRanges.from_ext(np.array([[1, 64, 2080, 0, 0, 1, 1, 0, 64, 1, 64],
-                                              [1, 0, 0, 8, 800, 8, 0, 100, 8, 0, 0]], dtype=float))
+    # rows in EXT_FEATURES order: the linear features (padded_tokens last), tokens, prefill spans, largest chunk
+    ranges = FeatureRanges.from_ext(np.array([[1, 64, 2080, 0, 0, 1, 1, 0, 0, 64, 1, 64],
+                                              [1, 0, 0, 8, 800, 8, 0, 100, 0, 8, 0, 0]], dtype=float))
     tracker = RangeTracker(LinearCostModel({"const": 1e-3, "prefill_tokens": 1e-5}), ranges)
     for _ in range(3):
         tracker.step_time(0, [Span(0, 10, 1, True)])
@@ -193,7 +193,7 @@ def test_the_range_tracker_simulates_as_its_model_does():
 
     model = LinearCostModel({"const": 1e-3})
     model.set_host(HostTiming(intake_delay=0.002, overlap=True))
-    ranges = FeatureRanges.from_ext(np.array([[1, 0, 0, 8, 800, 8, 0, 100, 8, 0, 0]], dtype=float))
+    ranges = FeatureRanges.from_ext(np.array([[1, 0, 0, 8, 800, 8, 0, 100, 0, 8, 0, 0]], dtype=float))
     tracker = RangeTracker(model, ranges)
     assert tracker.plans_ahead and model.plans_ahead and tracker.intake_delay == 0.002
     assert tracker.host_gap(3) == model.host_gap(3)

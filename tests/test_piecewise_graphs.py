@@ -7,17 +7,9 @@ import random
 
 import pytest
 
-from runtime.executor.piecewise_graphs import token_buckets
 from tests.model_helpers import make_tiny, one_thread, run_engine
 
 pytestmark = pytest.mark.usefixtures(one_thread.__name__)
-
-
-def test_token_buckets():
-    assert token_buckets(2048) == [16, 32, 64, 128, 256, 512, 1024, 1536, 2048]
-    assert token_buckets(24) == [16, 24]
-    b = token_buckets(16384)
-    assert b[-1] == 16384 and b == sorted(set(b)) and 6144 in b and 4096 in b
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen3"])

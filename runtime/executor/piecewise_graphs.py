@@ -23,12 +23,7 @@ import torch
 from runtime.executor.attention import AttentionBackend, AttentionMetadata
 from runtime.executor.model.layers.decoder import CausalLM
 from runtime.executor.model_inputs import HostInputs, fill_placeholders
-
-
-def token_buckets(max_tokens: int) -> list[int]:
-    """Padded step sizes: powers of two to 512, then multiples of 512 to 4096, then of 2048."""
-    sizes = [16, 32, 64, 128, 256] + list(range(512, 4097, 512)) + list(range(6144, max_tokens + 2048, 2048))
-    return sorted({s for s in sizes if s < max_tokens} | {max_tokens})
+from traces.step_padding import token_buckets
 
 
 class _Splitter:

@@ -49,6 +49,9 @@ class EngineParts:
                                       "num_blocks": runner.num_blocks},
                                # the decode kernel's split policy reads it (traces/decode_splits.py)
                                **({"sms": runner.backend.num_sms} if hasattr(runner.backend, "num_sms") else {}),
+                               # prefill steps' padded token counts on CUDA (traces/step_padding.py); 0: eager
+                               **({"piecewise_tokens": runner.piecewise.max_tokens if runner.piecewise else 0}
+                                  if runner.device.type == "cuda" else {}),
                            })
 
     def core(self, sink: EventSink | None = None, trace_prompts: str = "ids") -> EngineCore:
