@@ -35,6 +35,7 @@ from simulator.model_base import (
     total_error,
 )
 from simulator.nnls import nnls
+from simulator.padding_cost import padding_cost
 from simulator.tree_model import TreeCostModel
 from traces.decode_splits import DecodeSplits
 from traces.events import Header, Span, Step
@@ -47,6 +48,7 @@ __all__ = ["EXT_FEATURES", "FEATURES", "FEATURE_DOC", "FORMAT", "MISSING_COEFFIC
 
 # The coefficient of a feature a cost-model file doesn't list (written before the feature existed).
 MISSING_COEFFICIENT = 0.0
+_PAD = FEATURES.index("padded_tokens")
 
 
 def one_policy(policies: dict[DecodeSplits | None, str]) -> DecodeSplits | None:
@@ -221,19 +223,24 @@ class LinearCostModel(TimedModel):
         """Non-negative least squares; ``relative`` weighting minimizes squared relative error."""
         X, y = data.features, data.durations
         keep = y > 0
-        X, y = X[keep], y[keep]
+        # the padded tokens' cost comes from within logs (simulator/padding_cost.py); the rest is fitted around it
+        c_pad = padding_cost(X, y, data.log_index)
+        X, y = X[keep].copy(), y[keep]
+        rest = y - c_pad * X[:, _PAD]
+        X[:, _PAD] = 0
         if len(y) == 0:
             raise CostModelError("no steps with a positive duration to fit")
         if weighting == "relative":
-            X, b = X / y[:, None], np.ones_like(y)
+            X, b = X / y[:, None], rest / y
         elif weighting == "absolute":
-            b = y
+            b = rest
         else:
             raise CostModelError(f"weighting must be 'relative' or 'absolute', got {weighting!r}")
         norms = np.linalg.norm(X, axis=0)
         present = norms > 0  # a feature never seen in training (e.g. no prefill) is not fitted
         coef = np.zeros(len(FEATURES))
         coef[present] = nnls(X[:, present] / norms[present], b) / norms[present]
+        coef[_PAD], present[_PAD] = c_pad, c_pad > 0
         meta = dict(meta or {})
         meta["unfitted_features"] = [f for f, p in zip(FEATURES, present) if not p]
         model = cls(dict(zip(FEATURES, coef.tolist())), meta)

@@ -38,6 +38,9 @@ from simulator.trees import TreeEnsemble
 CANDIDATES = ("linear-relative", "linear-absolute", "gbm", "forest", "linear+gbm")
 EXTRAPOLATING = ("linear-relative", "linear-absolute", "linear+gbm")  # what auto may keep
 SEED = 0
+# a padded token count's range follows the step budget (at most 511 at 2,048, up to 2,047 at
+# 8,192): a tree's split on it learned at one budget would be a cliff at another
+_PAD = FEATURES.index("padded_tokens")
 HOLDOUT_BLOCK = 32  # consecutive steps held out together (StepData.split)
 
 
@@ -67,6 +70,7 @@ def fit_candidate(name: str, train: StepData, meta: dict[str, Any] | None = None
     elif name in ("gbm", "forest", "linear+gbm"):
         data = train.subset(keep)
         X, y = data.ext, data.durations
+        X[:, _PAD] = 0  # the trees never split on it: the line carries it (simulator/padding_cost.py)
         coefficients = dict.fromkeys(FEATURES, 0.0)
         unfitted: list[str] = []
         if name == "linear+gbm":
@@ -78,7 +82,7 @@ def fit_candidate(name: str, train: StepData, meta: dict[str, Any] | None = None
         model = TreeCostModel(coefficients, TreeEnsemble.from_sklearn(est),
                               {**meta, "estimator": name, "unfitted_features": unfitted},
                               floor=float(data.durations.min()) / 2)
-        pred = model.predict_ext(X)
+        pred = model.predict_ext(data.ext)
         model.meta["training"] = {"logs": train.logs, "steps": int(len(y)), "mape": mape(pred, data.durations)}
     else:
         raise CostModelError(f"unknown cost-model candidate {name!r}; known: {', '.join(CANDIDATES)}")

@@ -150,3 +150,31 @@ def test_the_simulated_log_carries_the_padding_cost(tmp_path):
     for ev in prefill:
         pad = StepPadding(256).padding(sum(s.num_tokens for s in ev.spans))
         assert ev.end - ev.start == pytest.approx(LinearCostModel(TRUE).step_time(0, ev.spans) + pad * TRUE["padded_tokens"])
+
+
+def test_the_padding_cost_is_found_within_logs_whatever_their_levels(tmp_path):
+    """Two logs whose steps cost the same but for a per-step level (another machine's const): the
+    within-log estimate still finds the padded tokens' cost, and the fit takes it as given."""
+    from simulator.padding_cost import padding_cost
+
+    logs = []
+    for name, const, budget in (("a.jsonl", 0.004, 256), ("b.jsonl", 0.009, 512)):
+        truth = LinearCostModel({**TRUE, "const": const})
+        truth.set_step_padding(StepPadding(budget))
+        logs.append(_log(tmp_path / name, truth, GPU, budget=budget))
+    data = StepData.from_logs(logs)
+    cost = padding_cost(data.features, data.durations, data.log_index)
+    assert cost == pytest.approx(TRUE["padded_tokens"], rel=1e-6)
+    assert LinearCostModel.fit(data, weighting="absolute").coefficients["padded_tokens"] == cost
+    unpadded = data.features.copy()
+    unpadded[:, PAD] = 0
+    assert padding_cost(unpadded, data.durations, None) == 0  # nothing padded: nothing to estimate
+
+
+def test_the_trees_never_split_on_the_padding(tmp_path):
+    truth = LinearCostModel(TRUE)
+    truth.set_step_padding(StepPadding(256))
+    data = StepData.from_logs([_log(tmp_path / "a.jsonl", truth, GPU)])
+    for kind in ("gbm", "linear+gbm"):
+        model = fit_candidate(kind, data)
+        assert all(f != PAD for tree in model.ensemble.trees for f in tree.feature)
