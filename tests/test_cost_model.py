@@ -40,7 +40,8 @@ def test_features_of_a_step():
                  "decode_seqs": 2, "decode_context": 101 + 8, "seqs": 4, "prefill_step": 1.0, "longest_program": 101,
                  "padded_tokens": 0}
     model = LinearCostModel(TRUE)
-    assert model.step_time(0, spans) == pytest.approx(float(np.dot([TRUE.get(k, 0.0) for k in FEATURES], list(f.values()))))
+    expected = float(np.dot([TRUE.get(k, 0.0) for k in FEATURES], list(f.values())))
+    assert model.step_time(0, spans) == pytest.approx(expected)
     # the trees' extras: tokens, prefill spans, the largest chunk
     assert dict(zip(EXT_FEATURES, ext_features(spans)))["max_chunk"] == 32
     assert ext_features(spans)[:len(FEATURES)] == step_features(spans)
