@@ -98,3 +98,20 @@ def test_a_stop_token_matters_from_the_min_tokens_th_output_on(stop):
         seen.append(req.next_token_matters())
         req.token_ids.append(5 + token)
     assert seen == [False, False, True, True, True]
+
+
+@pytest.mark.parametrize(("params", "eos", "stops_on_token", "may_matter"), [
+    (SamplingParams(), None, False, False),  # no eos token, no stops: only the length ends it
+    (SamplingParams(), 2, True, True),
+    (SamplingParams(ignore_eos=True), 2, False, False),
+    (SamplingParams(ignore_eos=True, stop_token_ids=(5,)), 2, True, True),
+    (SamplingParams(ignore_eos=True, stop=("x",)), 2, False, True),  # a stop string: the detokenizer's
+    (SamplingParams(ignore_eos=True, repetition_penalty=1.2), 2, False, True),
+    (SamplingParams(ignore_eos=True, frequency_penalty=0.5), 2, False, True),
+    (SamplingParams(ignore_eos=True, presence_penalty=0.5), 2, False, True),
+])
+def test_which_token_values_can_matter(params, eos, stops_on_token, may_matter):
+    """``stops_on_token``: a sampled value can end the request; ``token_may_matter``: a value can
+    change anything after it (a stop, a stop string, a penalty). Each alone is enough."""
+    req = Request(0, array("i", [1, 2, 3]), params, 0.0, 64, eos_token_id=eos)
+    assert (req.stops_on_token, req.token_may_matter) == (stops_on_token, may_matter)
