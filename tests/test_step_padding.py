@@ -48,6 +48,7 @@ def test_padding_needs_a_positive_budget():
     ({"scheduler": {"max_num_batched_tokens": 2048}}, {"device": "cuda", "attention_backend": "torch"}, None),
     ({"scheduler": {"max_num_batched_tokens": 2048}}, {"device": "cpu", "attention_backend": "triton"}, None),
     ({}, None, None),
+    ({"scheduler": {"max_num_batched_tokens": 2048}}, {"device": None, "attention_backend": "triton"}, None),
 ])
 def test_a_logs_header_says_how_its_prefill_steps_were_padded(config, extra, expected):
     padding = StepPadding.from_header(config, extra)

@@ -49,7 +49,7 @@ class StepPadding:
         if "piecewise_tokens" in extra:
             tokens = int(extra["piecewise_tokens"] or 0)
             return cls(tokens) if tokens > 0 else None
-        if extra.get("device", "").startswith("cuda") and extra.get("attention_backend") == "triton":
+        if str(extra.get("device") or "").startswith("cuda") and extra.get("attention_backend") == "triton":
             budget = ((config or {}).get("scheduler") or {}).get("max_num_batched_tokens")
             return cls(int(budget)) if budget else None
         return None
