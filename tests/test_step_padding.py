@@ -3,12 +3,15 @@ the ``padded_tokens`` feature, and a model that pads a simulation to that simula
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from simulator.cost_model import LinearCostModel, StepData, load_cost_model
 from simulator.features import EXT_FEATURES, FEATURES, ext_features, step_features
 from simulator.fit import fit_candidate
+from simulator.model_base import CostModelError
 from simulator.sim import simulate
 from tests.sim_helpers import mixed_workload, small_config
 from traces.events import Header, Span, make_header
@@ -180,3 +183,15 @@ def test_the_trees_never_split_on_the_padding(tmp_path):
     for kind in ("gbm", "linear+gbm"):
         model = fit_candidate(kind, data)
         assert all(f != PAD for tree in model.ensemble.trees for f in tree.feature)
+
+
+@pytest.mark.parametrize("bad", [{"max_tokens": 0}, {"tokens": 2048}, {"max_tokens": "many"}])
+def test_a_malformed_step_padding_in_a_model_file_is_named(tmp_path, bad):
+    model = LinearCostModel(TRUE)
+    model.set_step_padding(StepPadding(2048))
+    model.save(tmp_path / "m.json")
+    doc = json.loads((tmp_path / "m.json").read_text())
+    doc["step_padding"] = bad
+    (tmp_path / "m.json").write_text(json.dumps(doc))
+    with pytest.raises(CostModelError, match="step_padding"):
+        load_cost_model(tmp_path / "m.json")
