@@ -154,7 +154,8 @@ def fidelity(live_log: str | Path, model: Any, *, config: EngineConfig | None = 
         s = timing_replay(live_log, model).summary
         report["replay"] = {"step_mape": s["step_mape"], "step_time_recorded_s": s["step_time_recorded_s"],
                             "step_time_predicted_s": s["step_time_predicted_s"],
-                            "step_time_error_pct": rel_error(s["step_time_predicted_s"], s["step_time_recorded_s"])}
+                            "step_time_error_pct": rel_error(s["step_time_predicted_s"], s["step_time_recorded_s"]),
+                            "by_kind": s["by_kind"]}
     if sensitivity_pct is not None:
         report["sensitivity"] = sensitivity(live_log, model, config, sensitivity_pct)
     dists = {"live": live_v, "sim": sim_v}

@@ -44,7 +44,7 @@ def timing_replay(events_or_path: str | Path | list[Event], cost_model: CostMode
     last_step: dict[int, int] = {}  # request -> index of the last step that sampled for it
     finish: dict[int, float] = {}
     cols: dict[str, list] = {k: [] for k in ("step", "recorded", "predicted", "rec_start", "rec_end",
-                                             "pred_start", "pred_end")}
+                                             "pred_start", "pred_end", "prefill")}
     prev_rec = prev_pred = -math.inf
     header_seen = False
     tracker = track_ranges(cost_model)  # how many steps lie outside the model's fitted shapes
@@ -64,7 +64,7 @@ def timing_replay(events_or_path: str | Path | list[Event], cost_model: CostMode
                     last_step[s.request_id] = k
             for name, value in (("step", ev.step), ("recorded", ev.end - ev.start), ("predicted", pred),
                                 ("rec_start", ev.start), ("rec_end", ev.end), ("pred_start", pred_start),
-                                ("pred_end", pred_end)):
+                                ("pred_end", pred_end), ("prefill", any(s.num_tokens > 1 for s in ev.spans))):
                 cols[name].append(value)
             prev_rec, prev_pred = ev.end, pred_end
         elif isinstance(ev, Arrived):
@@ -128,7 +128,26 @@ def _summary(steps: pd.DataFrame, requests: pd.DataFrame) -> dict[str, Any]:
         "makespan_predicted_s": span(steps["pred_start"], steps["pred_end"]),
         "ttft": _errors(requests["ttft_pred"], requests["ttft_rec"]),
         "e2e": _errors(requests["e2e_pred"], requests["e2e_rec"]),
+        "by_kind": {kind: _kind_errors(pred[mask], rec[mask]) for kind, mask in (
+            ("decode", ~steps["prefill"].to_numpy(bool)), ("prefill", steps["prefill"].to_numpy(bool)))},
     }
+
+
+def _kind_errors(pred: np.ndarray, rec: np.ndarray) -> dict[str, Any]:
+    """One kind of step's summed time, recorded and predicted: a machine whose decode steps run
+    slower than the model's while its prefill steps run faster shows here, not in the total."""
+    total = float(rec.sum())
+    return {"steps": int(len(rec)), "recorded_s": total, "predicted_s": float(pred.sum()),
+            "error_pct": (float(pred.sum()) - total) / total * 100 if total > 0 else math.nan,
+            "mape": mape(pred, rec) if len(rec) else math.nan}
+
+
+def render_by_kind(by_kind: dict[str, dict[str, Any]]) -> str:
+    """``by_kind`` of a timing replay's summary, one line."""
+    names = {"decode": "decode-only steps", "prefill": "steps with prefill"}
+    parts = [f"{names[k]} ({v['steps']:,}): total {v['error_pct']:+.1f}%, MAPE {v['mape']:.1f}%"
+             for k, v in by_kind.items() if v["steps"]]
+    return "by kind of step: " + "; ".join(parts)
 
 
 def render_timing_replay(report: TimingReplay) -> str:
@@ -142,6 +161,7 @@ def render_timing_replay(report: TimingReplay) -> str:
         e = s[key]
         lines.append(f"{key.upper():>4} error over {e['n']:,} requests: mean abs {e['mae_s'] * 1e3:.3f} ms, "
                      f"max abs {e['max_abs_s'] * 1e3:.3f} ms, MAPE {e['mape']:.2f}%, p90 APE {e['p90_ape']:.2f}%")
+    lines.append(render_by_kind(s["by_kind"]))
     if s.get("range_warning"):
         lines.append(s["range_warning"])
     return "\n".join(lines)

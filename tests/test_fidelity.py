@@ -93,10 +93,12 @@ def test_cli_prints_the_table_writes_json_and_a_plot_and_exits_on_tolerance(logs
     assert main(["fidelity", str(on), "--cost-model", "recorded", "--json", str(js), "--plot", str(png),
                  "--tolerance", "1"]) == 0
     out = capsys.readouterr().out
-    for word in ("TTFT", "TPOT", "ITL", "E2E", "queue", "p99", "makespan", "per-step MAPE", "within ±1%"):
+    for word in ("TTFT", "TPOT", "ITL", "E2E", "queue", "p99", "makespan", "per-step MAPE", "within ±1%",
+                 "by kind of step: decode-only steps"):
         assert word in out
     doc = json.loads(js.read_text())
     assert doc["tolerance"]["exceeded"] == [] and png.stat().st_size > 1000
+    assert doc["replay"]["by_kind"]["decode"]["error_pct"] == pytest.approx(0, abs=1e-9)
     slow = tmp_path / "slow.json"
     LinearCostModel({k: 3 * v for k, v in TRUTH.items()}).save(slow)
     assert main(["fidelity", str(on), "--cost-model", str(slow), "--tolerance", "5", "--plot", str(png),

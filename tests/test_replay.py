@@ -10,7 +10,8 @@ from runtime.engine.types import StepResult
 from simulator.cost_model import LinearCostModel, RecordedCostModel
 from simulator.execute import execute_replay, render_execute_report
 from simulator.policy import LoggedPolicy
-from simulator.replay import render_timing_replay, resimulate, timing_replay
+from simulator.replay import render_by_kind, render_timing_replay, resimulate, timing_replay
+from simulator.sim import simulate
 from tests.helpers import SeededTokenExecutor
 from tests.sim_helpers import VaryingDurationExecutor, mixed_workload, record_live, small_config
 from traces.block_runs import block_ids
@@ -59,6 +60,24 @@ def test_timing_replay_with_a_model_keeps_decisions_and_respects_arrivals(live_l
     # faster steps → earlier (or equal) first tokens, never before arrival
     r = report.requests.dropna()
     assert (r["ttft_pred"] <= r["ttft_rec"] + 1e-12).all() and (r["ttft_pred"] > 0).all()
+
+
+def test_timing_replay_splits_the_step_time_error_by_kind_of_step(tmp_path):
+    """A model right on decode-only steps and 3 ms slow on every step with prefill: the split says
+    so, where the total mixes the two."""
+    truth = LinearCostModel({"const": 2e-3, "prefill_tokens": 1e-5, "decode_seqs": 1e-4, "prefill_step": 1e-3})
+    path = tmp_path / "log.jsonl"
+    with LogWriter(path) as w:
+        simulate(mixed_workload(40, seed=3), small_config(), truth, sink=w)
+    slow = LinearCostModel({**truth.coefficients, "prefill_step": 4e-3})
+    s = timing_replay(path, slow).summary
+    decode, prefill = s["by_kind"]["decode"], s["by_kind"]["prefill"]
+    assert decode["steps"] > 0 and prefill["steps"] > 0 and decode["steps"] + prefill["steps"] == s["steps"]
+    assert decode["error_pct"] == pytest.approx(0, abs=1e-9) and decode["mape"] == pytest.approx(0, abs=1e-9)
+    assert prefill["predicted_s"] - prefill["recorded_s"] == pytest.approx(3e-3 * prefill["steps"])
+    assert decode["recorded_s"] + prefill["recorded_s"] == pytest.approx(s["step_time_recorded_s"])
+    assert "decode-only steps" in render_timing_replay(timing_replay(path, slow)) and "+0.0%" in render_by_kind(
+        s["by_kind"])
 
 
 def test_logged_policy_rebuilds_the_plans_the_executor_saw(live_log):

@@ -47,9 +47,11 @@ def render(report: dict) -> str:
     lines.append(f"makespan: live {ms['live_s']:,.2f} s, sim {ms['sim_s']:,.2f} s ({_pct(ms['error_pct'])}); "
                  f"steps: live {st['live']:,}, sim {st['sim']:,} ({_pct(st['error_pct'])})")
     if "replay" in report:
+        from simulator.replay import render_by_kind
+
         r = report["replay"]
         lines.append(f"timing-replay (live decisions re-timed): per-step MAPE {r['step_mape']:.1f}%, total step time "
-                     f"{_pct(r['step_time_error_pct'])}")
+                     f"{_pct(r['step_time_error_pct'])}; {render_by_kind(r['by_kind'])}")
     rej = report["sim"].get("rejected")
     if rej:
         lines.append(f"rejected by the simulated engine: {rej:,} requests")
