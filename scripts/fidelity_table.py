@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simulator.cost_model import load_cost_model  # noqa: E402
-from simulator.fidelity_table import markdown, pair_row, run_row, sensitivity_table, sign_table  # noqa: E402
+from simulator.fidelity_table import kind_table, markdown, pair_row, run_row, sensitivity_table, sign_table  # noqa: E402
 
 
 def _split(spec: str, parts: int) -> list[str]:
@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         role, on, off = _split(spec, 3)
         rows.append(pair_row(on, off, load_cost_model(args.cost_model), role))
     print(markdown(rows))
+    if any(r["kind"] == "run" for r in rows):
+        print("\ntiming replay: summed step time, predicted vs live, by kind of step\n")
+        print(kind_table(rows))
     if args.sensitivity is not None:
         print("\nelasticity to the step time / the step-time error the run's error amounts to\n")
         print(sensitivity_table(rows))

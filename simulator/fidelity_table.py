@@ -5,7 +5,8 @@ and E2E at p50 and p90 and of the makespan. ``pair_row(on_log, off_log, model)``
 ``on_log``'s workload re-simulated under ``off_log``'s config (every field in which the two
 Headers differ becomes an override), the errors against ``off_log``, and whether the predicted
 difference (sim off vs sim on) has the sign of the live one (live off vs live on) per metric and
-for the makespan. ``markdown`` renders the rows; ``within`` says which goals a row misses.
+for the makespan. ``markdown`` renders the rows; ``within`` says which goals a row misses;
+``kind_table`` gives each run's step-time error by kind of step (decode-only, with prefill).
 ``run_row(..., sensitivity_pct=p)`` adds each metric's elasticity to the step time
 (``simulator.fidelity.sensitivity``); ``sensitivity_table`` shows it with the step-time error each
 run's latency errors amount to (error ÷ elasticity).
@@ -52,7 +53,8 @@ def run_row(log: str | Path, model: Any, role: str = "", sensitivity_pct: float 
     row = {"kind": "run", "run": _name(log), "role": role, "notes": report["notes"],
            "errors": {f"{m}_{p}": report["metrics"][m][p]["error_pct"] for m, p in COLUMNS},
            "makespan": report["makespan"]["error_pct"], "step_mape": report["replay"]["step_mape"],
-           "steps": report["steps"]}
+           "steps": report["steps"],
+           "step_time_by_kind": {k: v["error_pct"] for k, v in report["replay"]["by_kind"].items()}}
     sens = report.get("sensitivity")
     if sens is not None:
         row["elasticity"] = {f"{m}_{p}": sens[m][p] for m, p in COLUMNS} | {"makespan": sens["makespan"]}
@@ -109,6 +111,16 @@ def markdown(rows: list[dict[str, Any]], fmt: Callable[[float], str] = _pct) -> 
         cells = [r["run"], r["role"], *(fmt(r["errors"][f"{m}_{p}"]) for m, p in COLUMNS), fmt(r["makespan"]), sign,
                  "met" if not bad else f"{len(bad)} missed"]
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def kind_table(rows: list[dict[str, Any]]) -> str:
+    """Per run: the timing replay's summed step-time error, decode-only steps and steps with prefill."""
+    lines = ["| run | decode-only steps | steps with prefill |", "|---|---:|---:|"]
+    for r in rows:
+        if "step_time_by_kind" in r:
+            k = r["step_time_by_kind"]
+            lines.append(f"| {r['run']} | {_pct(k['decode'])} | {_pct(k['prefill'])} |")
     return "\n".join(lines)
 
 

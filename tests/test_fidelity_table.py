@@ -11,6 +11,7 @@ import pytest
 
 from simulator.cost_model import LinearCostModel, RecordedCostModel, StepData
 from simulator.fidelity_table import (
+    kind_table,
     markdown,
     overrides_between,
     pair_row,
@@ -45,6 +46,8 @@ def test_recorded_durations_meet_every_goal(logs):
     assert row["run"] == "on" and within(row) == []
     assert all(abs(v) < 1e-9 for v in row["errors"].values()) and abs(row["makespan"]) < 1e-9
     assert "| on | fit | +0.0%" in markdown([row]) and "| met |" in markdown([row])
+    assert row["step_time_by_kind"] == {"decode": pytest.approx(0, abs=1e-9), "prefill": pytest.approx(0, abs=1e-9)}
+    assert "| on | +0.0% | +0.0% |" in kind_table([row])
 
 
 def test_pair_row_checks_the_what_if_against_the_other_live_run(logs):
@@ -101,6 +104,7 @@ def test_script_writes_tables_and_json(logs, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "elasticity to the step time" in text and re.search(r"\| on \| -?\d+\.\d\d / [+-]\d", text)
     assert "| on | fit |" in text and "| on → off | what-if |" in text and "predicted / live change" in text
+    assert "by kind of step" in text and "| run | decode-only steps | steps with prefill |" in text
     rows = json.loads(out.read_text())["rows"]
     assert [r["kind"] for r in rows] == ["run", "what-if"]
 
