@@ -23,7 +23,15 @@ from typing import Any
 
 import numpy as np
 
-from simulator.features import EXT_FEATURES, FEATURE_DOC, FEATURES, current_names, ext_features, step_features
+from simulator.features import (
+    EXT_FEATURES,
+    FEATURE_DOC,
+    FEATURES,
+    PADDED,
+    current_names,
+    ext_features,
+    step_features,
+)
 from simulator.model_base import (
     FORMAT,
     CostModel,
@@ -48,7 +56,6 @@ __all__ = ["EXT_FEATURES", "FEATURES", "FEATURE_DOC", "FORMAT", "MISSING_COEFFIC
 
 # The coefficient of a feature a cost-model file doesn't list (written before the feature existed).
 MISSING_COEFFICIENT = 0.0
-_PAD = FEATURES.index("padded_tokens")
 
 
 def one_policy(policies: dict[DecodeSplits | None, str]) -> DecodeSplits | None:
@@ -90,7 +97,7 @@ class StepData:
         idx: list[int] = []
         next_extra: list[int] = []
         policies: dict[DecodeSplits | None, str] = {}
-        paddings: list[StepPadding] = []
+        first_padding: StepPadding | None = None
         for i, path in enumerate(paths):
             splits = padding = None
             prev_end = None
@@ -107,13 +114,13 @@ class StepData:
                     splits = DecodeSplits.from_header_extra(ev.extra)
                     policies.setdefault(splits, str(path))
                     padding = StepPadding.from_header(ev.config, ev.extra)
-                    paddings += [padding] if padding else []
+                    first_padding = first_padding or padding
         if not rows:
             raise CostModelError(f"no Step events in {', '.join(map(str, paths))}")
         X = np.asarray(rows, dtype=np.float64)
         n = len(FEATURES)
         return cls(X[:, :n], np.asarray(ys), [str(p) for p in paths], np.asarray(idx), X[:, n:],
-                   one_policy(policies), np.asarray(next_extra), paddings[0] if paddings else None)
+                   one_policy(policies), np.asarray(next_extra), first_padding)
 
     def subset(self, mask: np.ndarray) -> StepData:
         return StepData(self.features[mask], self.durations[mask], self.logs,
@@ -226,8 +233,8 @@ class LinearCostModel(TimedModel):
         # the padded tokens' cost comes from within logs (simulator/padding_cost.py); the rest is fitted around it
         c_pad = padding_cost(X, y, data.log_index)
         X, y = X[keep].copy(), y[keep]
-        rest = y - c_pad * X[:, _PAD]
-        X[:, _PAD] = 0
+        rest = y - c_pad * X[:, PADDED]
+        X[:, PADDED] = 0
         if len(y) == 0:
             raise CostModelError("no steps with a positive duration to fit")
         if weighting == "relative":
@@ -240,7 +247,7 @@ class LinearCostModel(TimedModel):
         present = norms > 0  # a feature never seen in training (e.g. no prefill) is not fitted
         coef = np.zeros(len(FEATURES))
         coef[present] = nnls(X[:, present] / norms[present], b) / norms[present]
-        coef[_PAD], present[_PAD] = c_pad, c_pad > 0
+        coef[PADDED], present[PADDED] = c_pad, c_pad > 0
         meta = dict(meta or {})
         meta["unfitted_features"] = [f for f, p in zip(FEATURES, present) if not p]
         model = cls(dict(zip(FEATURES, coef.tolist())), meta)

@@ -53,6 +53,7 @@ FEATURE_DOC = {
     "longest_program": "seconds per context token the decode kernel's longest program reads",
     "padded_tokens": "seconds per token a prefill step's graphs pad it by (to the next captured count)",
 }
+PADDED = FEATURES.index("padded_tokens")  # its column in a feature vector
 EXTRA = ("tokens", "prefill_seqs", "max_chunk")
 EXT_FEATURES = FEATURES + EXTRA
 

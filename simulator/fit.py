@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from simulator.cost_model import LinearCostModel, StepData, TreeCostModel
-from simulator.features import FEATURES
+from simulator.features import FEATURES, PADDED
 from simulator.host_timing import fit_host_timing
 from simulator.intake import fit_intake_delay
 from simulator.launch import held_back_excess, set_eager_launch
@@ -38,9 +38,6 @@ from simulator.trees import TreeEnsemble
 CANDIDATES = ("linear-relative", "linear-absolute", "gbm", "forest", "linear+gbm")
 EXTRAPOLATING = ("linear-relative", "linear-absolute", "linear+gbm")  # what auto may keep
 SEED = 0
-# a padded token count's range follows the step budget (at most 511 at 2,048, up to 2,047 at
-# 8,192): a tree's split on it learned at one budget would be a cliff at another
-_PAD = FEATURES.index("padded_tokens")
 HOLDOUT_BLOCK = 32  # consecutive steps held out together (StepData.split)
 
 
@@ -70,7 +67,10 @@ def fit_candidate(name: str, train: StepData, meta: dict[str, Any] | None = None
     elif name in ("gbm", "forest", "linear+gbm"):
         data = train.subset(keep)
         X, y = data.ext, data.durations
-        X[:, _PAD] = 0  # the trees never split on it: the line carries it (simulator/padding_cost.py)
+        # the trees never split on the padding: the line carries it (simulator/padding_cost.py). Its
+        # range follows the step budget (at most 511 at 2,048, up to 2,047 at 8,192): a split learned
+        # at one budget would be a cliff at another
+        X[:, PADDED] = 0
         coefficients = dict.fromkeys(FEATURES, 0.0)
         unfitted: list[str] = []
         if name == "linear+gbm":

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.features import FEATURES
+from simulator.features import FEATURES, PADDED
 
-_PAD = FEATURES.index("padded_tokens")
 # what else varies among steps that carry prefill (const and prefill_step: the per-log intercepts)
 _BESIDE = [i for i, name in enumerate(FEATURES) if name not in ("const", "prefill_step", "padded_tokens")]
 
@@ -23,7 +22,7 @@ _BESIDE = [i for i, name in enumerate(FEATURES) if name not in ("const", "prefil
 def padding_cost(features: np.ndarray, durations: np.ndarray, log_index: np.ndarray | None) -> float:
     """Seconds per padded token (>= 0; 0 when no step was padded) of steps in ``FEATURES`` order."""
     rows = (features[:, FEATURES.index("prefill_tokens")] > 0) & (durations > 0)
-    pad = features[rows, _PAD]
+    pad = features[rows, PADDED]
     if not pad.any():
         return 0.0
     logs = np.zeros(int(rows.sum()), dtype=int) if log_index is None else log_index[rows]

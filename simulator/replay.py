@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from runtime.engine.config import EngineConfig
-from simulator.cost_model import CostModel, mape
+from simulator.cost_model import CostModel, mape, total_error
 from simulator.ranges import track_ranges
 from simulator.sim import SimResult, simulate
 from traces.events import Arrived, Event, Finished, Header, Step
@@ -136,10 +136,8 @@ def _summary(steps: pd.DataFrame, requests: pd.DataFrame) -> dict[str, Any]:
 def _kind_errors(pred: np.ndarray, rec: np.ndarray) -> dict[str, Any]:
     """One kind of step's summed time, recorded and predicted: a machine whose decode steps run
     slower than the model's while its prefill steps run faster shows here, not in the total."""
-    total = float(rec.sum())
-    return {"steps": int(len(rec)), "recorded_s": total, "predicted_s": float(pred.sum()),
-            "error_pct": (float(pred.sum()) - total) / total * 100 if total > 0 else math.nan,
-            "mape": mape(pred, rec) if len(rec) else math.nan}
+    return {"steps": int(len(rec)), "recorded_s": float(rec.sum()), "predicted_s": float(pred.sum()),
+            "error_pct": total_error(pred, rec), "mape": mape(pred, rec)}
 
 
 def render_by_kind(by_kind: dict[str, dict[str, Any]]) -> str:
