@@ -9,6 +9,7 @@ The simulator asks a model for ``step_time(step, spans)`` and, where the model h
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,7 +32,7 @@ class CostModelError(ValueError):
 class CostModel(Protocol):
     """``step_time`` is required; a model may also define ``gap_before(step) -> float``: engine
     time spent before scheduling ``step`` once there is work (the simulator waits it out), or
-    ``host_gap(previous_spans)`` and ``intake_delay`` (TimedModel)."""
+    ``host_gap(previous_spans)``, ``intake_delay`` and ``with_step_budget`` (TimedModel)."""
 
     def step_time(self, step: int, spans: list[Span]) -> float:
         """Seconds that step ``step`` with these spans takes."""
@@ -79,7 +80,7 @@ class TimedModel:
     ranges: FeatureRanges | None = None
     decode_splits: DecodeSplits | None = None  # the decode kernel's split policy (longest_program)
     # the padding of the fitted logs' prefill steps (None: not padded) and the one in effect: a
-    # simulation pads to its own step budget's captured counts (``set_step_budget``)
+    # simulation pads to its own step budget's captured counts (``with_step_budget``)
     step_padding: StepPadding | None = None
     padding: StepPadding | None = None
     intake_delay: float = 0.0
@@ -156,11 +157,21 @@ class TimedModel:
         self.decode_splits = splits
 
     def set_step_padding(self, padding: StepPadding | None) -> None:
-        """The fitted steps' padding, in effect until ``set_step_budget``."""
+        """The fitted steps' padding (in effect unless a view for another budget is taken)."""
         self.step_padding = self.padding = padding
 
-    def set_step_budget(self, max_tokens: int) -> None:
-        """Pad prefill steps as an engine of this step budget does (the simulator calls it with the
-        simulated config's): a model fitted on padded steps pads to the budget's captured counts."""
-        if self.step_padding is not None:
-            self.padding = StepPadding(max_tokens)
+    def with_step_budget(self, max_tokens: int) -> TimedModel:
+        """This model as an engine of that step budget runs: a model fitted on padded steps pads
+        prefill steps to the budget's captured counts. A shallow copy when that changes the padding
+        (the model itself unchanged, so simulations of different budgets can share it), else self."""
+        if self.step_padding is None or (self.padding is not None and self.padding.max_tokens == max_tokens):
+            return self
+        view = copy.copy(self)
+        view.padding = StepPadding(max_tokens)
+        return view
+
+
+def for_step_budget(model: Any, max_tokens: int) -> Any:
+    """``model`` for an engine of this step budget (``with_step_budget``; itself without one)."""
+    view = getattr(model, "with_step_budget", None)
+    return model if view is None else view(max_tokens)

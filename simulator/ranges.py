@@ -108,15 +108,21 @@ class RangeTracker:
     """Wraps a cost model with ranges; counts the steps it times that lie outside them. Passes the
     host-timing hooks through, so the simulation runs exactly as with the bare model."""
 
-    def __init__(self, model: Any, ranges: FeatureRanges) -> None:
+    def __init__(self, model: Any, ranges: FeatureRanges, report: RangeReport | None = None) -> None:
         self.model = model
         self.ranges = ranges
-        self.report = RangeReport()
-        for hook in ("gap_before", "host_gap", "intake_delay", "plans_ahead", "launch_time", "set_step_budget"):
+        self.report = RangeReport() if report is None else report
+        for hook in ("gap_before", "host_gap", "intake_delay", "plans_ahead", "launch_time"):
             if hasattr(model, hook):
                 setattr(self, hook, getattr(model, hook))
         if hasattr(model, "decode_durations"):  # the simulator's runs of decode steps (counted by note_decodes)
             self.decode_durations = model.decode_durations
+        if hasattr(model, "with_step_budget"):
+            self.with_step_budget = self._with_step_budget
+
+    def _with_step_budget(self, max_tokens: int) -> RangeTracker:
+        """A tracker of the model's view for that step budget, counting into this one's report."""
+        return RangeTracker(self.model.with_step_budget(max_tokens), self.ranges, self.report)
 
     def step_time(self, step: int, spans: Sequence[Span]) -> float:
         t = self.model.step_time(step, spans)

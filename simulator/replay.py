@@ -23,6 +23,7 @@ import pandas as pd
 
 from runtime.engine.config import EngineConfig
 from simulator.cost_model import CostModel, mape, total_error
+from simulator.model_base import for_step_budget
 from simulator.ranges import track_ranges
 from simulator.sim import SimResult, simulate
 from traces.events import Arrived, Event, Finished, Header, Step
@@ -46,11 +47,11 @@ def timing_replay(events_or_path: str | Path | list[Event], cost_model: CostMode
     cols: dict[str, list] = {k: [] for k in ("step", "recorded", "predicted", "rec_start", "rec_end",
                                              "pred_start", "pred_end", "prefill")}
     prev_rec = prev_pred = -math.inf
-    header_seen = False
-    tracker = track_ranges(cost_model)  # how many steps lie outside the model's fitted shapes
-    step_time = (tracker or cost_model).step_time
+    tracker = step_time = None  # (set by the Header: the model for the log's step budget)
     for ev in events:
         if isinstance(ev, Step):
+            if step_time is None:
+                raise LogError("a log must start with a Header event")
             ready = max((arrival.get(s.request_id, -math.inf) for s in ev.spans), default=-math.inf)
             rec_ready = max(prev_rec, ready)
             gap = max(ev.start - rec_ready, 0.0)  # engine time outside the step, as recorded
@@ -72,11 +73,11 @@ def timing_replay(events_or_path: str | Path | list[Event], cost_model: CostMode
         elif isinstance(ev, Finished):
             finish[ev.request_id] = ev.time
         elif isinstance(ev, Header):
-            header_seen = True
-            budget = getattr(cost_model, "set_step_budget", None)
-            if budget is not None:  # the log's prefill steps padded to its own step budget's counts
-                budget(ev.config["scheduler"]["max_num_batched_tokens"])
-    if not header_seen:
+            # the log's prefill steps padded to its own step budget's counts
+            timed = for_step_budget(cost_model, ev.config["scheduler"]["max_num_batched_tokens"])
+            tracker = track_ranges(timed)  # how many steps lie outside the model's fitted shapes
+            step_time = (tracker or timed).step_time
+    if step_time is None:
         raise LogError("a log must start with a Header event")
     steps = pd.DataFrame(cols)
     rec_end = np.asarray(cols["rec_end"], dtype=float)

@@ -42,7 +42,7 @@ from runtime.engine.config import EngineConfig
 from runtime.engine.core import EngineCore
 from runtime.engine.types import EventSink, StepPlan, StepResult
 from simulator.cost_model import CostModel
-from simulator.model_base import TimedModel
+from simulator.model_base import TimedModel, for_step_budget
 from traces.events import make_header
 from traces.params import InvalidRequest
 from traces.workload import Workload
@@ -87,10 +87,8 @@ class Simulation:
         self.workload = workload
         self.config = config
         self.plain_runs = plain_runs
-        self.cost_model = cost_model
-        budget = getattr(cost_model, "set_step_budget", None)
-        if budget is not None:  # a model of padded prefill steps pads them to this config's captured counts
-            budget(config.scheduler.max_num_batched_tokens)
+        # a model of padded prefill steps pads them to this config's captured counts
+        self.cost_model = for_step_budget(cost_model, config.scheduler.max_num_batched_tokens)
         self.core = EngineCore(config, eos_token_id=None, sink=sink)
         self.token_fn = token_fn
         self.progress = progress  # anything with .update(n): advanced by finished requests

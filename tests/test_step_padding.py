@@ -12,7 +12,7 @@ from simulator.cost_model import LinearCostModel, StepData, load_cost_model
 from simulator.features import EXT_FEATURES, FEATURES, ext_features, step_features
 from simulator.fit import fit_candidate
 from simulator.model_base import CostModelError
-from simulator.sim import simulate
+from simulator.sim import Simulation, simulate
 from tests.sim_helpers import mixed_workload, small_config
 from traces.events import Header, Span, make_header
 from traces.log import LogWriter
@@ -124,16 +124,42 @@ def test_a_log_that_did_not_pad_fits_no_padding(tmp_path):
 def test_a_simulation_pads_to_its_own_budget(tmp_path):
     """A model fitted on steps padded up to 256 tokens, simulating a 512-token budget, pads as an
     engine of that budget does: its steps of 257-512 tokens pay for the padding to 512."""
+    model = _padded()
+    sim = Simulation(mixed_workload(40, seed=1), small_config(budget=512), model)
+    assert sim.cost_model.padding == StepPadding(512) and sim.cost_model.step_padding == StepPadding(256)
+    assert model.padding == StepPadding(256)  # the model itself is left as it was
+    step = [Span(0, 0, 300, False)]
+    assert sim.cost_model.step_time(0, step) == pytest.approx(LinearCostModel(TRUE).step_time(0, step)
+                                                              + 212 * TRUE["padded_tokens"])
+    assert Simulation(mixed_workload(40, seed=1), small_config(budget=256), model).cost_model is model
+    unpadded = LinearCostModel(TRUE)
+    assert Simulation(mixed_workload(40, seed=1), small_config(budget=512), unpadded).cost_model is unpadded
+
+
+def test_one_model_prices_two_budgets_at_once(tmp_path):
+    """Two simulations made from one model before either runs (as a what-if A/B may): each pads to
+    its own budget, and their logs equal those of simulations made and run one at a time. (The
+    1,024-token one first: priced with the 256-token budget's counts, its longer steps would not pad.)"""
+    model = _padded()
+    workload = mixed_workload(60, seed=3)
+    budgets = (1024, 256)
+    logs = {b: (tmp_path / f"{b}_together.jsonl", tmp_path / f"{b}_alone.jsonl") for b in budgets}
+    writers = {b: LogWriter(logs[b][0]) for b in budgets}
+    sims = {b: Simulation(workload, small_config(budget=b), model, sink=writers[b]) for b in budgets}
+    for b in budgets:
+        with writers[b]:
+            sims[b].run()
+        with LogWriter(logs[b][1]) as w:
+            Simulation(workload, small_config(budget=b), _padded(), sink=w).run()
+        assert logs[b][0].read_bytes() == logs[b][1].read_bytes()
+    assert model.padding == StepPadding(256)
+
+
+def _padded() -> LinearCostModel:
+    """The TRUE model, fitted on steps padded up to 256 tokens."""
     model = LinearCostModel(TRUE)
     model.set_step_padding(StepPadding(256))
-    simulate(mixed_workload(40, seed=1), small_config(budget=512), model)
-    assert model.padding == StepPadding(512) and model.step_padding == StepPadding(256)
-    step = [Span(0, 0, 300, False)]
-    assert model.step_time(0, step) == pytest.approx(LinearCostModel(TRUE).step_time(0, step)
-                                                     + 212 * TRUE["padded_tokens"])
-    unpadded = LinearCostModel(TRUE)
-    simulate(mixed_workload(40, seed=1), small_config(budget=512), unpadded)
-    assert unpadded.padding is None  # a model that never padded does not start
+    return model
 
 
 def test_the_simulated_log_carries_the_padding_cost(tmp_path):
