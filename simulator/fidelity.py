@@ -124,12 +124,37 @@ def sensitivity(live_log: str | Path, model: Any, config: EngineConfig, pct: flo
     return out
 
 
+def by_arrival(live: RequestTimes, sim: RequestTimes, windows: int) -> list[dict[str, Any]]:
+    """The requests split by arrival time into ``windows`` equal spans (from each run's first
+    arrival): per span, their count and TTFT and queueing p50/p90, live and simulated. A tail
+    percentile is often set by one stretch of a run (a queue that builds near its end): this says
+    which stretch, and whether the simulation diverges before it."""
+    runs = {}
+    for label, times in (("live", live), ("sim", sim)):
+        arrival, ttft, queue = times.by_request()
+        runs[label] = (arrival - arrival[0] if len(arrival) else arrival, ttft, queue)
+    span = max((float(a[-1]) for a, _, _ in runs.values() if len(a)), default=0.0)
+    edges = np.linspace(0.0, span, windows + 1)
+    rows = []
+    for i in range(windows):
+        row: dict[str, Any] = {"from_s": float(edges[i]), "to_s": float(edges[i + 1])}
+        for label, (arrival, ttft, queue) in runs.items():
+            inside = (arrival >= edges[i]) & ((arrival < edges[i + 1]) if i < windows - 1 else (arrival <= span))
+            row[label] = {"requests": int(inside.sum())}
+            for m, values in (("ttft", ttft[inside]), ("queue", queue[inside])):
+                st = stats(values[np.isfinite(values)])
+                row[label].update({f"{m}_p50": st["p50"], f"{m}_p90": st["p90"]})
+        rows.append(row)
+    return rows
+
+
 def fidelity(live_log: str | Path, model: Any, *, config: EngineConfig | None = None, overrides: list[str] = (),
              what_if_live: str | Path | None = None, replay: bool = True,
-             sensitivity_pct: float | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+             sensitivity_pct: float | None = None, arrival_windows: int | None = None,
+             ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(report, distributions): the JSON-ready report and, per run label, the raw metric values
     (for a CDF plot). ``sensitivity_pct``: also the latencies' elasticity to the step time
-    (``sensitivity``)."""
+    (``sensitivity``); ``arrival_windows``: also TTFT and queueing by arrival time (``by_arrival``)."""
     header, log_cfg = log_config(live_log)
     config = config or log_cfg
     notes = _match_overlap(live_log, model)
@@ -158,6 +183,8 @@ def fidelity(live_log: str | Path, model: Any, *, config: EngineConfig | None = 
                             "by_kind": s["by_kind"]}
     if sensitivity_pct is not None:
         report["sensitivity"] = sensitivity(live_log, model, config, sensitivity_pct)
+    if arrival_windows is not None:
+        report["by_arrival"] = by_arrival(live, sim, arrival_windows)
     dists = {"live": live_v, "sim": sim_v}
     if overrides:
         report["what_if"], extra = _what_if(live_log, model, config, list(overrides), sim_v, live_v, what_if_live)

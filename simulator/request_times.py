@@ -82,6 +82,15 @@ class RequestTimes:
         out["itl"] = [g for g, rid in zip(self.itl, self.itl_owner) if rid not in self.aborted]
         return {k: np.asarray(v, dtype=float) for k, v in out.items()}
 
+    def by_request(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per request, in arrival order: arrival time, TTFT and queueing time (NaN where it never
+        got a first token or was never admitted); aborted requests left out, as in ``values``."""
+        ids = sorted((rid for rid in self.arrival if rid not in self.aborted), key=self.arrival.__getitem__)
+        arrival = np.asarray([self.arrival[rid] for rid in ids], dtype=float)
+        first = np.asarray([self.first.get(rid, np.nan) for rid in ids], dtype=float)
+        admitted = np.asarray([self.admitted.get(rid, np.nan) for rid in ids], dtype=float)
+        return arrival, first - arrival, admitted - arrival
+
     @property
     def makespan(self) -> float:
         """Last step end - first arrival (analysis.metrics' definition)."""

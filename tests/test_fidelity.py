@@ -12,7 +12,7 @@ from analysis.frames import load_frames
 from analysis.metrics import latencies
 from runtime.cli import main
 from simulator.cost_model import LinearCostModel, RecordedCostModel
-from simulator.fidelity import check, fidelity
+from simulator.fidelity import check, fidelity, times_of_log
 from simulator.request_times import RequestTimes
 from tests.sim_helpers import (
     VARYING_TRUTH,
@@ -163,3 +163,36 @@ def test_cli_sensitivity_says_how_close_the_steps_must_be(logs, tmp_path, capsys
         main(["fidelity", str(on), "--cost-model", "recorded", "--sensitivity", "50"])
     assert exit_.value.code == 2
     assert "--sensitivity: must be < 50, got 50" in capsys.readouterr().err
+
+
+def test_by_arrival_windows_count_every_request_once_and_show_where_a_slow_model_diverges(logs):
+    """Recorded durations give the live numbers in every window; a model 3× too slow diverges, and
+    most in the last windows, where its queue has built up."""
+    on, _ = logs
+    report, _ = fidelity(on, RecordedCostModel.from_log(on), replay=False, arrival_windows=4)
+    rows = report["by_arrival"]
+    arrival = times_of_log(on).by_request()[0]
+    assert len(rows) == 4 and rows[0]["from_s"] == 0 and rows[-1]["to_s"] == pytest.approx(arrival[-1] - arrival[0])
+    assert sum(r["live"]["requests"] for r in rows) == report["live"]["requests"]
+    for r in rows:
+        assert r["live"]["requests"] == r["sim"]["requests"]
+        for key in ("ttft_p50", "ttft_p90", "queue_p50", "queue_p90"):
+            assert r["sim"][key] == pytest.approx(r["live"][key], abs=1e-9, nan_ok=True), (r, key)
+    slow = LinearCostModel({k: 3 * v for k, v in TRUTH.items()})
+    rows = fidelity(on, slow, replay=False, arrival_windows=4)[0]["by_arrival"]
+    excess = [r["sim"]["ttft_p90"] - r["live"]["ttft_p90"] for r in rows]
+    assert all(e > 0 for e in excess) and excess[-1] > excess[0]
+
+
+def test_cli_by_arrival_prints_the_windows(logs, tmp_path, capsys):
+    on, _ = logs
+    js = tmp_path / "f.json"
+    assert main(["fidelity", str(on), "--cost-model", "recorded", "--by-arrival", "3", "--no-replay",
+                 "--plot", str(tmp_path / "c.png"), "--json", str(js)]) == 0
+    out = capsys.readouterr().out
+    assert "by arrival time" in out and out.count(" → ") >= 9
+    assert len(json.loads(js.read_text())["by_arrival"]) == 3
+    with pytest.raises(SystemExit):
+        main(["fidelity", str(on), "--cost-model", "recorded", "--by-arrival", "0"])
+    assert "--by-arrival: must be >= 1" in capsys.readouterr().err
+

@@ -9,7 +9,8 @@ TTFT, TPOT or E2E at p50/p90, or the makespan, is off by more. ``--what-if FIELD
 the predicted difference; ``--what-if-live LOG`` (the live run of that config) checks it.
 ``--sensitivity PCT`` re-simulates with every step PCT % shorter and longer and prints how far each
 checked latency moves per 1 % of step time, and so how close the step model must be for the
-tolerance.
+tolerance. ``--by-arrival N`` splits the requests by arrival time into N windows and prints TTFT
+and queueing per window, live and simulated: where in the run a tail comes from.
 """
 
 from __future__ import annotations
@@ -70,6 +71,17 @@ def render_sensitivity(sens: dict | None, tolerance: float | None) -> str:
     if tolerance is not None:
         need = [f"{name} {tolerance / abs(e):.2g}%" for name, e in cells if math.isfinite(e) and e]
         lines.append(f"for ±{tolerance:g}% the step times must be within: " + ", ".join(need))
+    return "\n".join(lines)
+
+
+def render_by_arrival(rows: list[dict]) -> str:
+    lines = ["by arrival time (s from the first): requests, TTFT p50 / p90 and queue p90 in ms, live → sim",
+             f"{'window':<15}{'requests':>9}{'TTFT p50':>18}{'TTFT p90':>18}{'queue p90':>18}"]
+    for r in rows:
+        live, sim = r["live"], r["sim"]
+        cells = [f"{_ms(live[k])} → {_ms(sim[k])}" for k in ("ttft_p50", "ttft_p90", "queue_p90")]
+        window = f"{r['from_s']:>6.1f}–{r['to_s']:<7.1f}"
+        lines.append(f"{window}{live['requests']:>9,}" + "".join(f"{c:>18}" for c in cells))
     return "\n".join(lines)
 
 
@@ -137,7 +149,8 @@ def _run(args: argparse.Namespace) -> int:
     model = cost_models.load(args.cost_model, log=args.log)
     try:
         report, dists = fidelity(args.log, model, overrides=args.what_if or [], what_if_live=args.what_if_live,
-                                 replay=not args.no_replay, sensitivity_pct=args.sensitivity)
+                                 replay=not args.no_replay, sensitivity_pct=args.sensitivity,
+                                 arrival_windows=args.by_arrival)
     except ValueError as e:
         if str(e).startswith("--what-if"):
             raise CLIError(str(e)) from None
@@ -153,6 +166,8 @@ def _run(args: argparse.Namespace) -> int:
     print(render(report))
     if "sensitivity" in report:
         print(render_sensitivity(report["sensitivity"], args.tolerance))
+    if "by_arrival" in report:
+        print(render_by_arrival(report["by_arrival"]))
     if "what_if" in report:
         print(render_what_if(report["what_if"]))
     stem = Path(args.log).name.split(".")[0]
@@ -197,6 +212,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sensitivity", type=float, metavar="PCT", action=Bounded, above=0, below=50,
                    help="also re-simulate with every step PCT %% shorter and longer: how far each latency moves "
                         "per 1 %% of step time (two more simulations)")
+    p.add_argument("--by-arrival", type=int, metavar="N", action=Bounded, at_least=1, below=1001,
+                   help="also split the requests by arrival time into N equal windows: TTFT and queueing per "
+                        "window, live and simulated (where in the run a tail comes from)")
     p.add_argument("--json", metavar="PATH", help="write the report as JSON")
     p.add_argument("--plot", metavar="PNG", help="CDF plot path (default: next to LIVE_LOG, *_fidelity.png)")
     p.add_argument("--no-replay", action="store_true", help="skip the timing-replay (per-step MAPE)")
