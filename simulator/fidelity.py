@@ -134,6 +134,8 @@ def by_arrival(live: RequestTimes, sim: RequestTimes, windows: int) -> list[dict
         arrival, ttft, queue = times.by_request()
         runs[label] = (arrival - arrival[0] if len(arrival) else arrival, ttft, queue)
     span = max((float(a[-1]) for a, _, _ in runs.values() if len(a)), default=0.0)
+    if span == 0:  # every request at once (an offline batch): one window
+        windows = 1
     edges = np.linspace(0.0, span, windows + 1)
     rows = []
     for i in range(windows):

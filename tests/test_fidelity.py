@@ -196,3 +196,14 @@ def test_cli_by_arrival_prints_the_windows(logs, tmp_path, capsys):
         main(["fidelity", str(on), "--cost-model", "recorded", "--by-arrival", "0"])
     assert "--by-arrival: must be >= 1" in capsys.readouterr().err
 
+
+
+def test_by_arrival_puts_requests_that_arrive_at_once_in_one_window():
+    from simulator.fidelity import by_arrival
+
+    live = RequestTimes(arrival={0: 1.0, 1: 1.0}, first={0: 1.5, 1: 2.0}, admitted={0: 1.0, 1: 1.25})
+    sim = RequestTimes(arrival={0: 1.0, 1: 1.0}, first={0: 1.5})  # request 1 got no first token
+    (row,) = by_arrival(live, sim, 5)
+    assert row["live"]["requests"] == row["sim"]["requests"] == 2
+    assert row["live"]["ttft_p50"] == pytest.approx(0.75) and row["sim"]["ttft_p50"] == pytest.approx(0.5)
+    assert row["live"]["queue_p90"] == pytest.approx(0.225) and math.isnan(row["sim"]["queue_p50"])
