@@ -9,6 +9,8 @@ ON_LOG's workload under OFF_LOG's config (the Headers' differences become ``--wh
 and checks it against OFF_LOG, signs of the differences included. The model is loaded afresh for
 each row (``fidelity`` adapts its overlap to the log). Prints the markdown tables. ``--sensitivity PCT``
 adds, per run, each metric's elasticity to the step time and the step-time error its error amounts to.
+``--repeat A_LOG:B_LOG`` (two live runs of one config; repeatable) measures the run-to-run spread per
+metric (the largest over the repeats) and counts, beside every sign, those of live differences beyond it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simulator.cost_model import load_cost_model  # noqa: E402
-from simulator.fidelity_table import kind_table, markdown, pair_row, run_row, sensitivity_table, sign_table  # noqa: E402
+from simulator.fidelity_table import (  # noqa: E402
+    kind_table,
+    markdown,
+    pair_row,
+    repeat_spread,
+    run_row,
+    sensitivity_table,
+    sign_table,
+    signs_beyond,
+)
 
 
 def _split(spec: str, parts: int) -> list[str]:
@@ -32,6 +43,13 @@ def _split(spec: str, parts: int) -> list[str]:
     return [role, *fields]
 
 
+def _two_logs(spec: str) -> tuple[str, str]:
+    a, _, b = spec.rpartition(":")
+    if not a or not b:
+        raise SystemExit(f"--repeat: expected A_LOG:B_LOG, got {spec!r}")
+    return a, b
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cost-model", required=True, help="cost-model JSON or a shipped name")
@@ -39,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pair", action="append", default=[], metavar="ROLE:ON_LOG:OFF_LOG")
     p.add_argument("--sensitivity", type=float, metavar="PCT",
                    help="per run, also re-simulate with every step PCT %% shorter and longer (elasticities)")
+    p.add_argument("--repeat", action="append", default=[], metavar="A_LOG:B_LOG",
+                   help="two live runs of one config: their spread per metric (the largest over the repeats) "
+                        "decides which on → off signs are judged beside all of them")
     p.add_argument("--json", metavar="PATH", help="write the rows as JSON")
     args = p.parse_args(argv)
     rows = []
@@ -55,16 +76,31 @@ def main(argv: list[str] | None = None) -> int:
     if args.sensitivity is not None:
         print("\nelasticity to the step time / the step-time error the run's error amounts to\n")
         print(sensitivity_table(rows))
-    if any(r["kind"] == "what-if" for r in rows):
+    spread = None
+    if args.repeat:
+        spreads = [repeat_spread(*_two_logs(spec)) for spec in args.repeat]
+        spread = {k: max(s[k] for s in spreads) for k in spreads[0]}
+        print("\nrun-to-run spread of the live repeats (largest |b / a − 1|): "
+              + ", ".join(f"{k} {v:.1f}%" for k, v in spread.items()))
+    whatifs = [r for r in rows if r["kind"] == "what-if"]
+    if whatifs:
         print("\npredicted / live change, on → off (✗: wrong sign)\n")
         print(sign_table(rows))
+        if spread is not None:
+            for r in whatifs:
+                r["signs_beyond_spread"] = signs_beyond(r, spread)
+            judged = [ok for r in whatifs for ok in r["signs_beyond_spread"].values()]
+            every = [ok for r in whatifs for ok in r["signs"].values()]
+            print(f"\nsigns right: {sum(judged)}/{len(judged)} of the live differences beyond the spread "
+                  f"({sum(every)}/{len(every)} of all)")
     for r in rows:
         if r["kind"] == "what-if":
             print(f"{r['run']}: overrides {' '.join(r['overrides'])}")
         for note in r["notes"]:
             print(f"{r['run']}: note: {note}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"cost_model": args.cost_model, "rows": rows}, indent=2) + "\n")
+        doc = {"cost_model": args.cost_model, "rows": rows} | ({"repeat_spread": spread} if spread else {})
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     return 0
 
 

@@ -9,7 +9,10 @@ for the makespan. ``markdown`` renders the rows; ``within`` says which goals a r
 ``kind_table`` gives each run's step-time error by kind of step (decode-only, with prefill).
 ``run_row(..., sensitivity_pct=p)`` adds each metric's elasticity to the step time
 (``simulator.fidelity.sensitivity``); ``sensitivity_table`` shows it with the step-time error each
-run's latency errors amount to (error ÷ elasticity).
+run's latency errors amount to (error ÷ elasticity). ``repeat_spread(a_log, b_log)``: how far two
+live runs of one config differ per metric; a live on → off difference within that spread can
+change sign from one pair of runs to the next, so ``signs_beyond(row, spread)`` judges only the
+others.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.config_diff import flat
-from simulator.fidelity import CHECKED, fidelity, rel_error
+from simulator.fidelity import CHECKED, fidelity, rel_error, stats, times_of_log
 from simulator.replay import log_config
 
 COLUMNS = tuple((m, p) for m, ps in CHECKED.items() for p in ps)  # (ttft, p50), (ttft, p90), ...
@@ -80,6 +83,22 @@ def pair_row(on_log: str | Path, off_log: str | Path, model: Any, role: str = ""
             | {"makespan": actual},
             "predicted_change": {f"{m}_{p}": w["predicted_change"][m][p]["predicted_pct"] for m, p in COLUMNS}
             | {"makespan": predicted}}
+
+
+def repeat_spread(a_log: str | Path, b_log: str | Path) -> dict[str, float]:
+    """|b / a − 1| in % per column and for the makespan: two live runs of one config, the noise
+    a what-if's live difference must exceed before its sign says anything."""
+    a, b = times_of_log(a_log), times_of_log(b_log)
+    va, vb = a.values(), b.values()
+    spread = {f"{m}_{p}": abs(rel_error(stats(vb[m])[p], stats(va[m])[p])) for m, p in COLUMNS}
+    return spread | {"makespan": abs(rel_error(b.makespan, a.makespan))}
+
+
+def signs_beyond(row: dict[str, Any], spread: dict[str, float]) -> dict[str, bool]:
+    """The what-if ``row``'s signs of the live differences larger than ``spread`` (a metric the
+    spread does not name, or names as NaN, is judged)."""
+    return {k: ok for k, ok in row["signs"].items()
+            if not abs(row["live_change"][k]) <= spread.get(k, math.nan)}
 
 
 def within(row: dict[str, Any]) -> list[str]:

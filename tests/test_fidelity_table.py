@@ -15,9 +15,11 @@ from simulator.fidelity_table import (
     markdown,
     overrides_between,
     pair_row,
+    repeat_spread,
     run_row,
     sensitivity_table,
     sign_table,
+    signs_beyond,
     within,
 )
 from simulator.fit import decode_steps, fit_cost_model
@@ -122,3 +124,35 @@ def test_sensitivity_rows_divide_each_error_by_its_elasticity(logs):
         err = row["makespan"] if key == "makespan" else row["errors"][key]
         assert cell == f"{e:.2f} / {err / e:+.1f}%"
     assert "elasticity" not in run_row(on, slow) and sensitivity_table([run_row(on, slow)]).count("\n") == 1
+
+
+def test_a_sign_is_judged_only_beyond_the_repeat_spread(logs):
+    """Two runs of one config span nothing; the on/off pair's own difference is its spread; a sign
+    is judged where the live difference is larger than the spread (or the spread is unknown)."""
+    on, off = logs
+    assert set(repeat_spread(on, on).values()) == {0.0}
+    row = pair_row(on, off, LinearCostModel(TRUTH), "what-if")
+    spread = repeat_spread(on, off)
+    for key, change in row["live_change"].items():
+        assert spread[key] == pytest.approx(abs(change), nan_ok=True)
+    assert signs_beyond(row, spread) == {}  # no difference exceeds itself
+    judged = signs_beyond(row, {k: 0.0 for k in spread})
+    assert judged == {k: ok for k, ok in row["signs"].items() if row["live_change"][k] != 0}
+    assert signs_beyond(row, {}) == row["signs"] and signs_beyond(row, {"makespan": math.nan}) == row["signs"]
+    half = {k: abs(v) / 2 for k, v in row["live_change"].items()}
+    assert signs_beyond(row, half) == judged
+
+
+def test_script_counts_the_signs_beyond_the_repeats(logs, tmp_path, capsys):
+    from scripts.fidelity_table import main
+
+    on, off = logs
+    out = tmp_path / "t.json"
+    assert main(["--cost-model", "recorded:" + str(on), "--pair", f"what-if:{on}:{off}", "--repeat", f"{on}:{on}",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "run-to-run spread of the live repeats" in text and "of the live differences beyond the spread" in text
+    doc = json.loads(out.read_text())
+    assert set(doc["repeat_spread"].values()) == {0.0} and "signs_beyond_spread" in doc["rows"][0]
+    with pytest.raises(SystemExit, match="A_LOG:B_LOG"):
+        main(["--cost-model", "recorded:" + str(on), "--repeat", str(on)])
