@@ -244,3 +244,21 @@ def test_calibration_takes_the_shape_from_the_profile_and_the_level_from_live_ru
     back = load_cost_model(path)
     spans = [Span(i, 100, 1, True) for i in range(8)]
     assert back.step_time(0, spans) == pytest.approx(model.step_time(0, spans))
+
+
+def test_the_range_tracker_of_a_padded_model_counts_its_budget_view_into_one_report():
+    """A simulation of another step budget prices with a view of the model (padded to that budget);
+    the tracker's view counts every step into the tracker the caller holds."""
+    from simulator.sim import simulate
+    from tests.sim_helpers import mixed_workload, small_config
+    from traces.step_padding import StepPadding
+
+    model = LinearCostModel({"const": 1e-3, "prefill_tokens": 1e-5, "padded_tokens": 1e-6})
+    model.set_step_padding(StepPadding(256))
+    ranges = FeatureRanges.from_ext(np.array([[1, 64, 2080, 0, 0, 1, 1, 0, 0, 64, 1, 64]], dtype=float))
+    tracker = RangeTracker(model, ranges)
+    view = tracker.with_step_budget(512)
+    assert view.report is tracker.report and view.model.padding == StepPadding(512)
+    assert model.padding == StepPadding(256)
+    result = simulate(mixed_workload(30, seed=4), small_config(budget=512), tracker)
+    assert tracker.report.steps == result.num_steps > 0 and tracker.warning() is not None
