@@ -128,6 +128,14 @@ class StepData:
                         None if self.extra is None else self.extra[mask], self.decode_splits,
                         None if self.next_extra is None else self.next_extra[mask], self.step_padding)
 
+    def weighted(self, weights: dict[int, int]) -> StepData:
+        """These steps with log ``i``'s rows counted ``weights[i]`` times in all (repeated rows: an
+        integer weight in every fit, the log's index kept)."""
+        rows = [np.arange(len(self.durations))]
+        for log, times in weights.items():
+            rows += [np.flatnonzero(self.log_index == log)] * (times - 1)
+        return self.subset(np.concatenate(rows))
+
     @classmethod
     def concat(cls, parts: Sequence[StepData]) -> StepData:
         """Steps of several sets (log indices renumbered after each other's logs)."""

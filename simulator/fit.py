@@ -159,7 +159,7 @@ def decode_steps(logs: list[str]) -> StepData:
 def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout_every: int = 5,
                    holdout_block: int = HOLDOUT_BLOCK, kind: str = "auto", meta: dict[str, Any] | None = None,
                    calibrate_on: list[str] | None = None, decode_steps_of: list[str] | None = None,
-                   eager_launch: bool = False):
+                   eager_launch: bool = False, weights: dict[str, int] | None = None):
     """The model for ``logs``: every candidate (``kind="auto"``) or one, fitted on the training
     steps; held-out error on ``holdout`` logs or every ``holdout_every``-th block of
     ``holdout_block`` steps; host timing from the training logs' gaps; the ranges of the training
@@ -167,7 +167,8 @@ def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout
     ``decode_steps_of``: logs of which only the pure-decode steps join the training data (a
     profile whose prefill steps an engine change made stale, still covering large batches).
     ``eager_launch``: with overlapped logs, fit the host time to launch a step that carries prefill
-    too (simulator/launch.py)."""
+    too (simulator/launch.py). ``weights``: a log of ``logs`` → how many times its training steps
+    count (a profile sweep's few steps against many live ones); its held-out steps count once."""
     data = StepData.from_logs(logs)
     if decode_steps_of:
         data = StepData.concat([data, decode_steps(decode_steps_of)])
@@ -177,9 +178,13 @@ def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout
         if holdout_every < 2:
             raise CostModelError(f"holdout_every must be >= 2, got {holdout_every}")
         train, held = data.split(holdout_every, holdout_block)
+    if weights:
+        train = train.weighted({list(map(str, logs)).index(str(log)): times for log, times in weights.items()})
     candidates = CANDIDATES if kind == "auto" else (kind,)
     selection = select_model(train, held, candidates, meta, keep=EXTRAPOLATING if kind == "auto" else None)
     model = selection.model
+    if weights:
+        model.meta["training"]["weights"] = {str(log): times for log, times in weights.items()}
     model.meta["heldout"] = evaluate(model, held)
     if not holdout:
         block = max(1, min(holdout_block, len(data.durations) // (4 * holdout_every)))

@@ -262,3 +262,30 @@ def test_the_range_tracker_of_a_padded_model_counts_its_budget_view_into_one_rep
     assert model.padding == StepPadding(256)
     result = simulate(mixed_workload(30, seed=4), small_config(budget=512), tracker)
     assert tracker.report.steps == result.num_steps > 0 and tracker.warning() is not None
+
+
+def test_a_weighted_log_counts_its_training_steps_that_many_times(padded_logs, tmp_path, capsys):
+    from simulator.cost_model import StepData
+
+    train, _ = padded_logs
+    data = StepData.from_logs(train)
+    heavy = data.weighted({1: 3})
+    ones = int((data.log_index == 1).sum())
+    assert len(heavy.durations) == len(data.durations) + 2 * ones
+    assert (heavy.log_index == 1).sum() == 3 * ones and (heavy.log_index == 0).sum() == (data.log_index == 0).sum()
+    assert np.array_equal(heavy.features[len(data.durations):], np.vstack([data.features[data.log_index == 1]] * 2))
+    out = tmp_path / "w.json"
+    assert main(["cost-model", "fit", *map(str, train), "--kind", "linear-absolute", "--weight", f"{train[1]}=3",
+                 "--out", str(out)]) == 0
+    plain = tmp_path / "p.json"
+    assert main(["cost-model", "fit", *map(str, train), "--kind", "linear-absolute", "--out", str(plain)]) == 0
+    doc, base = json.loads(out.read_text()), json.loads(plain.read_text())
+    assert doc["training"]["weights"] == {str(train[1]): 3}
+    extra = doc["training"]["steps"] - base["training"]["steps"]  # twice the weighted log's training rows
+    assert extra > 0 and extra % 2 == 0 and doc["heldout"]["steps"] == base["heldout"]["steps"]  # held out once
+    capsys.readouterr()
+    for bad, why in ((f"{train[0]}x=2", "is not one of the logs being fitted"), (f"{train[0]}=0", "whole number")):
+        with pytest.raises(SystemExit):
+            main(["cost-model", "fit", *map(str, train), "--weight", bad, "--out", str(out)])
+        err = capsys.readouterr().err
+        assert f"--weight {bad}" in err and why in err

@@ -26,7 +26,8 @@ def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every
              holdout_block: int = 32, kind: str = "auto", weighting: str | None = None,
              model_identity: str | None = None, hardware: str | None = None, dtype: str | None = None,
              command: str | None = None, calibrate_on: list[str] | None = None,
-             decode_steps_of: list[str] | None = None, eager_launch: bool = False):
+             decode_steps_of: list[str] | None = None, eager_launch: bool = False,
+             weights: dict[str, int] | None = None):
     """Fit a cost model on ``logs`` (simulator.fit.fit_cost_model); its error on ``holdout`` logs,
     or on every ``holdout_every``-th step held out of the fit, goes to ``meta["heldout"]``.
     ``weighting`` (relative | absolute) is the older way to ask for one linear fit."""
@@ -52,7 +53,7 @@ def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every
     try:
         return fit_cost_model(logs, holdout=holdout, holdout_every=holdout_every, holdout_block=holdout_block,
                               kind=kind, meta=meta, calibrate_on=calibrate_on, decode_steps_of=decode_steps_of,
-                              eager_launch=eager_launch)
+                              eager_launch=eager_launch, weights=weights)
     except CostModelError as e:
         raise CLIError(str(e)) from None
 
@@ -100,12 +101,28 @@ def print_fit(model, out: str) -> None:
     print(f"wrote {out}")
 
 
+def _weights(specs: list[str] | None, logs: list[str]) -> dict[str, int] | None:
+    """``--weight LOG=N`` (repeatable) as {LOG: N}; LOG must be one of the fitted logs."""
+    if not specs:
+        return None
+    out = {}
+    for spec in specs:
+        log, _, times = spec.rpartition("=")
+        if log not in logs:
+            raise CLIError(f"--weight {spec}: {log or spec!r} is not one of the logs being fitted")
+        if not times.isdigit() or int(times) < 1:
+            raise CLIError(f"--weight {spec}: the weight must be a whole number >= 1")
+        out[log] = int(times)
+    return out
+
+
 def _fit(args: argparse.Namespace) -> int:
     for path in [*args.logs, *(args.holdout or []), *(args.calibrate or []), *(args.decode_steps_of or [])]:
         require_file(path, "log")
+    weights = _weights(args.weight, args.logs)
     model = fit_logs(args.logs, holdout=args.holdout, holdout_every=args.holdout_every,
                      holdout_block=args.holdout_block, kind=args.kind, calibrate_on=args.calibrate,
-                     decode_steps_of=args.decode_steps_of, eager_launch=args.eager_launch,
+                     decode_steps_of=args.decode_steps_of, eager_launch=args.eager_launch, weights=weights,
                      weighting=args.weighting, model_identity=args.model_identity, hardware=args.hardware,
                      dtype=args.dtype)
     model.save(args.out)
@@ -166,6 +183,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "holds back the step before it (simulator/launch.py; on the H200 logs of docs/BENCHMARKS.md "
                         "it fixes the TTFT p50 bias by load but not the cell count on an unseen machine) "
                         "(default: off)")
+    f.add_argument("--weight", action="append", metavar="LOG=N",
+                   help="count the training steps of LOG (one of the fitted logs) N times: a profile sweep's few "
+                        "steps of every shape against many live ones; its held-out steps count once (repeatable) "
+                        "(default: every step once)")
     f.add_argument("--kind", choices=["auto", *CANDIDATES], default="auto",
                    help="the model to fit; auto: every candidate scored, the lowest held-out MAPE + |total-time "
                         "error| among those with a linear part kept (trees alone cannot extrapolate to "
