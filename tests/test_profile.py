@@ -27,6 +27,7 @@ from simulator.fit import CANDIDATES, EXTRAPOLATING
 from tests.model_helpers import make_tiny, one_thread
 from traces.events import Finished, Header, Span, Step
 from traces.log import LogWriter, fold, read_log
+from traces.step_padding import StepPadding
 
 pytestmark = pytest.mark.usefixtures(one_thread.__name__)
 
@@ -121,6 +122,9 @@ def test_cuda_default_sweep_is_feasible_and_short(tmp_path):
     assert max(c.batch for c in plan if isinstance(c, DecodeCase)) == 256
     # whole prompts beyond the budget, up to max_model_len; decode batch x context up to the KV pool
     assert max(c.chunk for c in plan if isinstance(c, PrefillCase)) == max_len - 1
+    # ... at sizes the piecewise graphs pad by several amounts (the padded token's cost, fitted)
+    whole = [c.chunk for c in plan if isinstance(c, PrefillCase) and c.chunk > 2048]
+    assert len({StepPadding(max_len - 1).padding(n) for n in whole}) >= 3, whole
     assert max(c.batch * c.context for c in plan if isinstance(c, DecodeCase)) > limits.max_kv_tokens
     executor = _ZeroCost()
     run_sweep(ShapeSweep(EngineCore(config), executor, vocab_size=151_936), warmup_plan(plan, limits),

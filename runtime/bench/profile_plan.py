@@ -6,7 +6,10 @@ own scheduler produces the step shapes the cost model needs (simulator/cost_mode
                                   (a shared prefix): Σ chunk × context
   PrefillCase(chunk > budget)     a whole prompt longer than the live budget in one step: what a
                                   chunked-off what-if runs (up to ``max_prefill``, default
-                                  max_model_len; the profiled engine's budget is raised to it)
+                                  max_model_len; the profiled engine's budget is raised to it), at
+                                  1.3, 1.6 and 2 times each power-of-two multiple of the budget, so
+                                  that the piecewise graphs pad them by many amounts (the padded
+                                  token's cost rests on more than a couple of steps)
   DecodeCase(batch, context)      ``batch`` prompts of ``context`` tokens; while they prefill, the
                                   early ones decode (mixed steps); then ``steps`` pure decode
                                   steps; then one fresh prompt per ``mixed_chunks`` entry joins
@@ -136,8 +139,8 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
 
     prefill = [PrefillCase(c, 0, repeats) for c in chunks]
     if lim.max_prefill > lim.budget:  # whole prompts beyond the live budget (chunked-off what-ifs)
-        longer = [lim.max_prefill] if quick else _with_top(_geometric(2 * top_chunk, lim.max_prefill, 2),
-                                                           lim.max_prefill)
+        sizes = {int(x * f) for x in _geometric(top_chunk, lim.max_prefill, 2) for f in (1.3, 1.6, 2)}
+        longer = [lim.max_prefill] if quick else _with_top(sorted(sizes), lim.max_prefill)
         prefill += [PrefillCase(c, 0, min(repeats, 2)) for c in longer if c > top_chunk]
     on_context = [PrefillCase(c, ctx, max(1, repeats - 1)) for ctx in contexts for c in ctx_chunks
                   if 2 <= c <= min(lim.budget, lim.max_context - ctx)]
