@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.config_diff import flat
-from simulator.fidelity import CHECKED, fidelity, rel_error, stats, times_of_log
+from simulator.fidelity import CHECKED, compare, fidelity, rel_error, times_of_log
 from simulator.replay import log_config
 
 COLUMNS = tuple((m, p) for m, ps in CHECKED.items() for p in ps)  # (ttft, p50), (ttft, p90), ...
@@ -89,8 +89,8 @@ def repeat_spread(a_log: str | Path, b_log: str | Path) -> dict[str, float]:
     """|b / a − 1| in % per column and for the makespan: two live runs of one config, the noise
     a what-if's live difference must exceed before its sign says anything."""
     a, b = times_of_log(a_log), times_of_log(b_log)
-    va, vb = a.values(), b.values()
-    spread = {f"{m}_{p}": abs(rel_error(stats(vb[m])[p], stats(va[m])[p])) for m, p in COLUMNS}
+    metrics = compare(a.values(), b.values())  # (b's "error" against a)
+    spread = {f"{m}_{p}": abs(metrics[m][p]["error_pct"]) for m, p in COLUMNS}
     return spread | {"makespan": abs(rel_error(b.makespan, a.makespan))}
 
 

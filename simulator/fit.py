@@ -66,10 +66,11 @@ def fit_candidate(name: str, train: StepData, meta: dict[str, Any] | None = None
         model = LinearCostModel.fit(train, weighting=weighting, meta={**meta, "weighting": weighting})
     elif name in ("gbm", "forest", "linear+gbm"):
         data = train.subset(keep)
-        X, y = data.ext, data.durations
+        ext, y = data.ext, data.durations
         # the trees never split on the padding: the line carries it (simulator/padding_cost.py). Its
         # range follows the step budget (at most 511 at 2,048, up to 2,047 at 8,192): a split learned
         # at one budget would be a cliff at another
+        X = ext.copy()
         X[:, PADDED] = 0
         coefficients = dict.fromkeys(FEATURES, 0.0)
         unfitted: list[str] = []
@@ -82,7 +83,7 @@ def fit_candidate(name: str, train: StepData, meta: dict[str, Any] | None = None
         model = TreeCostModel(coefficients, TreeEnsemble.from_sklearn(est),
                               {**meta, "estimator": name, "unfitted_features": unfitted},
                               floor=float(data.durations.min()) / 2)
-        pred = model.predict_ext(data.ext)
+        pred = model.predict_ext(ext)
         model.meta["training"] = {"logs": train.logs, "steps": int(len(y)), "mape": mape(pred, data.durations)}
     else:
         raise CostModelError(f"unknown cost-model candidate {name!r}; known: {', '.join(CANDIDATES)}")
