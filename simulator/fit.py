@@ -30,7 +30,7 @@ from simulator.cost_model import LinearCostModel, StepData, TreeCostModel
 from simulator.features import FEATURES, PADDED
 from simulator.host_timing import fit_host_timing
 from simulator.intake import fit_intake_delay
-from simulator.launch import held_back_excess, set_eager_launch
+from simulator.launch import held_back_excess, launch_pairs, set_eager_launch
 from simulator.model_base import CostModelError, mape
 from simulator.ranges import FeatureRanges
 from simulator.trees import TreeEnsemble
@@ -136,6 +136,8 @@ def calibrate(model, logs: list[str]) -> dict[str, Any]:
     intake delay is the one whose re-simulation of ``logs`` has their TTFT p50
     (simulator/intake.py). Returns what it did."""
     data = StepData.from_logs(logs)
+    if model.launch_time is not None:  # the level from steps whose logged time is their device time
+        data = data.subset(~launch_pairs(data))
     before = evaluate(model, data)
     factor = 1.0 / (1.0 + before["total_error"] / 100)
     model.scale(factor)
@@ -173,12 +175,19 @@ def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout
     data = StepData.from_logs(logs)
     if decode_steps_of:
         data = StepData.concat([data, decode_steps(decode_steps_of)])
+    host = fit_host_timing(logs)
+    # with the launch modelled, the step model learns device times only: not the steps it moves
+    clean = eager_launch and host.overlap
+    steps = data.subset(~launch_pairs(data)) if clean else data
     if holdout:
-        train, held = data, StepData.from_logs(holdout)
+        held = StepData.from_logs(holdout)
+        train, held = steps, held.subset(~launch_pairs(held)) if clean else held
     else:
         if holdout_every < 2:
             raise CostModelError(f"holdout_every must be >= 2, got {holdout_every}")
-        train, held = data.split(holdout_every, holdout_block)
+        # a profile sweep has each step shape once or a few times: a held-out block of it would
+        # take shapes (the largest prefills, the widest padding) out of the fit altogether
+        train, held = steps.split(holdout_every, holdout_block, keep=steps.sweep_rows())
     if weights:
         train = train.weighted({list(map(str, logs)).index(str(log)): times for log, times in weights.items()})
     candidates = CANDIDATES if kind == "auto" else (kind,)
@@ -188,13 +197,12 @@ def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout
         model.meta["training"]["weights"] = {str(log): times for log, times in weights.items()}
     model.meta["heldout"] = evaluate(model, held)
     if not holdout:
-        block = max(1, min(holdout_block, len(data.durations) // (4 * holdout_every)))
+        block = max(1, min(holdout_block, len(steps.durations) // (4 * holdout_every)))
         model.meta["heldout"]["kind"] = (f"every {holdout_every}th step of the training logs" if block == 1 else
                                          f"every {holdout_every}th block of {block} steps of the training logs")
     by = "held-out MAPE + |total-time error| (%)" + (", among " + ", ".join(EXTRAPOLATING) if kind == "auto" else "")
     model.meta["selection"] = {"chosen": selection.best, "by": by,
                                "candidates": selection.scores}
-    host = fit_host_timing(logs)
     if host.overlap:
         device = model.predict_steps(data)
         model.meta["before_prefill"] = held_back_excess(data, device)

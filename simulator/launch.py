@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from simulator.features import FEATURES
+
 MIN_STEPS = 10  # steps followed by a prefill step needed to fit the launch
 
 
@@ -50,6 +52,18 @@ def fit_eager_launch(data: Any, device: np.ndarray) -> dict[str, Any] | None:
     bound = c[0] + c[1] * x > dev
     return {"eager_launch": float(c[0]), "eager_launch_per_token": float(c[1]),
             "steps_followed_by_prefill": int(rows.sum()), "launch_bound_share": float(bound.mean())}
+
+
+def launch_pairs(data: Any) -> np.ndarray:
+    """The steps whose logged durations a launch moves, as a mask over ``data``'s rows: a decode-only
+    step whose next step (tiled) carries prefill is logged until that step's launch ends, and the
+    prefill step after it short by as much (its kernels ran as they were launched). Neither logged
+    duration is the step's device time; with the launch modelled, the step model leaves them out."""
+    nxt = data.next_extra
+    if nxt is None:
+        return np.zeros(len(data.durations), dtype=bool)
+    held = (data.features[:, FEATURES.index("prefill_tokens")] == 0) & (nxt > 0)
+    return held | np.r_[False, held[:-1]]
 
 
 def held_back_excess(data: Any, device: np.ndarray) -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ from runtime.engine.config import CacheConfig, EngineConfig
 from simulator.cost_model import LinearCostModel, StepData
 from simulator.fit import fit_cost_model
 from simulator.host_timing import HostTiming
-from simulator.launch import fit_eager_launch
+from simulator.launch import fit_eager_launch, launch_pairs
 from simulator.replay import resimulate
 from simulator.sim import simulate
 from traces.events import Step
@@ -117,3 +117,21 @@ def test_cost_model_fit_eager_launch_flag_writes_and_reads_the_launch(tmp_path, 
     text = capsys.readouterr().out
     assert "steps followed by a prefill step are logged" in text and "--eager-launch models it" in text
     assert load_cost_model(out).launch_time is None
+
+
+def test_with_the_launch_the_step_model_leaves_out_the_steps_it_moves():
+    """A decode step held back by the next step's launch is logged long and that prefill step short:
+    neither is a device time. With ``eager_launch`` the step model is fitted without both, so it
+    prices the other decode steps by their own durations (fitted on all steps, it spreads the
+    held-back time over every decode step)."""
+    data = StepData.from_logs([H_LOG])
+    pairs = launch_pairs(data)
+    held = (data.features[:, 1] == 0) & (data.next_extra > 0)
+    assert held.sum() > 50 and pairs.sum() == 2 * held.sum()
+    clean = fit_cost_model([str(H_LOG)], kind="linear-absolute", eager_launch=True)
+    assert clean.meta["training"]["steps"] + clean.meta["heldout"]["steps"] == len(data.durations) - pairs.sum()
+    spread = fit_cost_model([str(H_LOG)], kind="linear-absolute")
+    plain = ~pairs & (data.features[:, 1] == 0)
+    live = data.durations[plain].sum()
+    errors = {name: abs(m.predict_steps(data)[plain].sum() / live - 1) for name, m in (("clean", clean), ("spread", spread))}
+    assert errors["clean"] < 0.01 < errors["spread"], errors
