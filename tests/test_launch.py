@@ -133,5 +133,6 @@ def test_with_the_launch_the_step_model_leaves_out_the_steps_it_moves():
     spread = fit_cost_model([str(H_LOG)], kind="linear-absolute")
     plain = ~pairs & (data.features[:, 1] == 0)
     live = data.durations[plain].sum()
-    errors = {name: abs(m.predict_steps(data)[plain].sum() / live - 1) for name, m in (("clean", clean), ("spread", spread))}
+    errors = {name: abs(m.predict_steps(data)[plain].sum() / live - 1)
+              for name, m in (("clean", clean), ("spread", spread))}
     assert errors["clean"] < 0.01 < errors["spread"], errors
