@@ -47,7 +47,7 @@ from simulator.padding_cost import padding_cost
 from simulator.tree_model import TreeCostModel
 from traces.decode_splits import DecodeSplits
 from traces.events import Header, Span, Step
-from traces.log import read_header, read_log
+from traces.log import read_log
 from traces.step_padding import StepPadding
 
 __all__ = ["EXT_FEATURES", "FEATURES", "FEATURE_DOC", "FORMAT", "MISSING_COEFFICIENT", "CostModel", "CostModelError",
@@ -152,23 +152,15 @@ class StepData:
                    np.concatenate(idx), extra, one_policy({p.decode_splits: p.logs[0] for p in parts if p.logs}), nxt,
                    padding)
 
-    def split(self, holdout_every: int, block: int = 1, keep: np.ndarray | None = None) -> tuple[StepData, StepData]:
+    def split(self, holdout_every: int, block: int = 1) -> tuple[StepData, StepData]:
         """Deterministic split: every ``holdout_every``-th block of ``block`` consecutive steps held
         out. Neighbouring steps of a run are near copies of each other (the same batch one token
         on), so single held-out steps flatter a model that memorizes; blocks test it on stretches
-        it has not seen. The block shrinks so that at least 4 blocks of each kind remain. Rows
-        where ``keep`` is true are never held out."""
+        it has not seen. The block shrinks so that at least 4 blocks of each kind remain."""
         n = len(self.durations)
         block = max(1, min(block, n // (4 * holdout_every)))
         mask = (np.arange(n) // block) % holdout_every == holdout_every - 1
-        if keep is not None:
-            mask &= ~keep
         return self.subset(~mask), self.subset(mask)
-
-    def sweep_rows(self) -> np.ndarray:
-        """Rows from profile sweeps (``minivllm profile``: the header's ``extra.profile``)."""
-        sweeps = [i for i, log in enumerate(self.logs) if "profile" in (read_header(log).extra or {})]
-        return np.zeros(len(self.durations), bool) if self.log_index is None else np.isin(self.log_index, sweeps)
 
 
 class LinearCostModel(TimedModel):

@@ -185,9 +185,7 @@ def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout
     else:
         if holdout_every < 2:
             raise CostModelError(f"holdout_every must be >= 2, got {holdout_every}")
-        # a profile sweep has each step shape once or a few times: a held-out block of it would
-        # take shapes (the largest prefills, the widest padding) out of the fit altogether
-        train, held = steps.split(holdout_every, holdout_block, keep=steps.sweep_rows())
+        train, held = steps.split(holdout_every, holdout_block)
     if weights:
         train = train.weighted({list(map(str, logs)).index(str(log)): times for log, times in weights.items()})
     candidates = CANDIDATES if kind == "auto" else (kind,)

@@ -154,30 +154,6 @@ def test_fit_with_noise_is_nonnegative_and_reports_heldout_error(tmp_path):
     assert ev["mape"] < 6 and set(ev["per_log"]) == {str(p) for p in logs}
 
 
-def test_a_profile_sweeps_steps_are_never_held_out(tmp_path):
-    """A sweep has each step shape once or a few times: a held-out block of it would take shapes out
-    of the fit altogether, so only the live logs' steps are held out."""
-    from simulator.fit import HOLDOUT_BLOCK, fit_cost_model
-
-    truth = LinearCostModel(TRUE)
-    live = _log_with(tmp_path, truth, "live.jsonl", 1)
-    sweep = tmp_path / "sweep.jsonl"
-    with LogWriter(sweep) as w:
-        simulate(mixed_workload(120, seed=2, rate=60), small_config(), truth, sink=w,
-                 header_extra={"profile": {"cases": {"decode": 1}}})
-    data = StepData.from_logs([live, sweep])
-    kept = data.sweep_rows()
-    assert kept.sum() == (data.log_index == 1).sum() > 0
-    train, held = data.split(5, HOLDOUT_BLOCK, keep=kept)
-    assert len(held.durations) > 0 and (held.log_index == 0).all()
-    assert len(train.durations) + len(held.durations) == len(data.durations)
-    _, unkept = data.split(5, HOLDOUT_BLOCK)
-    assert (unkept.log_index == 1).any()  # without keep, the sweep would lose steps
-    model = fit_cost_model([str(live), str(sweep)], kind="linear-absolute")
-    assert model.meta["heldout"]["steps"] == len(held.durations)
-    assert model.meta["training"]["steps"] == len(train.durations)
-
-
 def test_unexercised_features_are_reported_not_invented(tmp_path):
     from traces.events import Header, Step
 

@@ -180,9 +180,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "steps an engine change made stale, still covering the large batches) (default: none)")
     f.add_argument("--eager-launch", action="store_true",
                    help="with overlapped logs: also fit the host time to launch a step that carries prefill, which "
-                        "holds back the step before it (simulator/launch.py; on the H200 logs of docs/BENCHMARKS.md "
-                        "it fixes the TTFT p50 bias by load but not the cell count on an unseen machine) "
-                        "(default: off)")
+                        "holds back the step before it; the step model then leaves out the steps a launch moves "
+                        "(simulator/launch.py; on the H200 logs of docs/BENCHMARKS.md it fixes the TTFT p50 bias by "
+                        "load but not the cell count on an unseen machine) (default: off)")
     f.add_argument("--weight", action="append", metavar="LOG=N",
                    help="count the training steps of LOG (one of the fitted logs) N times: a profile sweep's few "
                         "steps of every shape against many live ones; its held-out steps count once (repeatable) "
