@@ -147,9 +147,12 @@ def calibrate(model, logs: list[str]) -> dict[str, Any]:
            "mape_before": before["mape"], "mape_after": after["mape"], "total_error_before": before["total_error"]}
     if host.overlap and model.launch_time is not None:
         out["launch"] = set_eager_launch(host, data, model.predict_steps(data))
+    delay = model.intake_delay
     model.set_host(host)
     if model.host.overlap and model.host.fitted_from.get("requests"):
         out["intake"] = fit_intake_delay(model, logs)
+        if not out["intake"]["logs"]:  # every log queue-bound: the delay stays the model's
+            host.intake_delay = model.intake_delay = delay
     return out
 
 

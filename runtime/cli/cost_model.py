@@ -86,19 +86,26 @@ def print_fit(model, out: str) -> None:
             print(f"  note: the {held['steps']:,} steps followed by a prefill step are logged "
                   f"{(held['excess_s'] - held['others_excess_s']) * 1e3:.2f} ms longer than the others, beyond the "
                   "model: the host launching that step holds them back (--eager-launch models it)")
-    cal = model.meta.get("calibration")
-    if cal:
-        print(f"  calibrated on {cal['steps']:,} live steps: × {cal['factor']:.3f} (their total step time was "
-              f"{cal['total_error_before']:+.1f}%; MAPE {cal['mape_before']:.1f}% → {cal['mape_after']:.1f}%)")
-        if "intake" in cal:
-            i = cal["intake"]
-            print(f"  intake delay by re-simulation: {i['intake_delay_s'] * 1e3:.2f} ms (live TTFT p50 "
-                  + ", ".join(f"{t * 1e3:.1f}" for t in i["live_ttft_p50_s"]) + " ms; simulated "
-                  + ", ".join(f"{t * 1e3:.1f}" for t in i["sim_ttft_p50_s_after"]) + " ms)")
+    print_calibration(model.meta.get("calibration"))
     if model.meta["unfitted_features"]:
         print(f"warning: no training step exercised {', '.join(model.meta['unfitted_features'])}: "
               "their coefficients are 0")
     print(f"wrote {out}")
+
+
+def print_calibration(cal: dict | None) -> None:
+    if not cal:
+        return
+    print(f"  calibrated on {cal['steps']:,} live steps: × {cal['factor']:.4f} (their total step time was "
+          f"{cal['total_error_before']:+.2f}%; MAPE {cal['mape_before']:.1f}% → {cal['mape_after']:.1f}%)")
+    i = cal.get("intake")
+    if i and i["logs"]:
+        print(f"  intake delay by re-simulation: {i['intake_delay_s'] * 1e3:.2f} ms (live TTFT p50 "
+              + ", ".join(f"{t * 1e3:.1f}" for t in i["live_ttft_p50_s"]) + " ms; simulated "
+              + ", ".join(f"{t * 1e3:.1f}" for t in i["sim_ttft_p50_s_after"]) + " ms)")
+    if i and i.get("left_out"):
+        print(f"  intake delay not fitted on {len(i['left_out'])} log(s) whose TTFT p50 is mostly queueing"
+              + ("" if i["logs"] else " (kept as it was)"))
 
 
 def _weights(specs: list[str] | None, logs: list[str]) -> dict[str, int] | None:
@@ -143,6 +150,28 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"{log}: MAPE {err:.2f}%")
     print(f"per-step MAPE over {result['steps']:,} steps: {result['mape']:.2f}%; total step time "
           f"{result['total_error']:+.2f}%")
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from simulator.fit import calibrate
+
+    for path in args.logs:
+        require_file(path, "log")
+    model = cost_models.load(args.model, flag=None)
+    if not hasattr(model, "scale") or not hasattr(model, "set_host"):
+        raise CLIError(f"{args.model}: not a fitted cost model (only a fitted model's level can be calibrated)")
+    try:
+        cal = calibrate(model, args.logs)
+    except (ValueError, RuntimeError) as e:  # CostModelError, a log that can't be re-simulated
+        raise CLIError(str(e)) from None
+    model.meta["calibration"] = cal
+    model.meta["calibrated_from"] = str(args.model)
+    model.save(args.out)
+    print(f"{args.model}, host timing from {len(args.logs)} live log(s): intake delay "
+          f"{model.host.intake_delay * 1e3:.2f} ms" + (", steps overlap" if model.host.overlap else ""))
+    print_calibration(cal)
+    print(f"wrote {args.out}")
     return 0
 
 
@@ -203,6 +232,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("model", metavar="M", help="cost-model JSON or a shipped name (e.g. qwen3-0.6b-h200)")
     e.add_argument("logs", nargs="+", metavar="LOG", help="event logs whose step times to predict")
     e.set_defaults(func=_eval)
+
+    c = kinds.add_parser("calibrate", help="a fitted model brought to this machine by live runs of it",
+                         description="Scales a fitted model so its total step time on LIVE_LOG... matches theirs, "
+                                     "and takes its host timing and front-door delay from them: the shape of the "
+                                     "step cost stays the fit's, the level is this machine's (H200 leases differ "
+                                     "by up to 1.6 %%, which moves TPOT and E2E by 2-4 %%).")
+    c.add_argument("model", metavar="M", help="cost-model JSON or a shipped name (e.g. qwen3-0.6b-h200)")
+    c.add_argument("logs", nargs="+", metavar="LIVE_LOG", help="logs of live runs on the target machine")
+    c.add_argument("--out", required=True, metavar="M.json", help="calibrated cost-model JSON to write")
+    c.set_defaults(func=_calibrate)
 
     a = kinds.add_parser("analytic", help="roofline model for a preset (model shape × hardware)")
     a.add_argument("preset", help="e.g. qwen3-0.6b-h200")
