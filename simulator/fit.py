@@ -133,17 +133,18 @@ def calibrate(model, logs: list[str]) -> dict[str, Any]:
     cost from a profile sweep, its level from live runs (another load on a shared CPU, the live
     engine's own overheads). Host timing then comes from ``logs`` too (and the eager launch, when
     the model has one: simulator/launch.py); where their steps overlap (gaps show no intake), the
-    intake delay is the one whose re-simulation of ``logs`` has their TTFT p50
-    (simulator/intake.py). Returns what it did."""
+    intake delay is the one whose re-simulation of ``logs`` has their TTFT p50 (simulator/intake.py;
+    logs whose TTFT is mostly queueing are left out, and with only those the delay stays the
+    model's). Returns what it did."""
     data = StepData.from_logs(logs)
-    if model.launch_time is not None:  # the level from steps whose logged time is their device time
-        data = data.subset(~launch_pairs(data))
-    before = evaluate(model, data)
+    # with a launch, the level from the steps whose logged time is their device time
+    level = data.subset(~launch_pairs(data)) if model.launch_time is not None else data
+    before = evaluate(model, level)
     factor = 1.0 / (1.0 + before["total_error"] / 100)
     model.scale(factor)
-    after = evaluate(model, data)
+    after = evaluate(model, level)
     host = fit_host_timing(logs)
-    out = {"logs": [str(p) for p in logs], "steps": int(len(data.durations)), "factor": factor,
+    out = {"logs": [str(p) for p in logs], "steps": int(len(level.durations)), "factor": factor,
            "mape_before": before["mape"], "mape_after": after["mape"], "total_error_before": before["total_error"]}
     if host.overlap and model.launch_time is not None:
         out["launch"] = set_eager_launch(host, data, model.predict_steps(data))

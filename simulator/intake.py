@@ -37,10 +37,10 @@ def live_ttft_p50(path: str | Path) -> float:
     return _ttft_p50(_live_times(path))
 
 
-def _queue_bound(path: str | Path) -> bool:
-    """Most of the log's median TTFT is queueing (queue p50 at least half the TTFT p50)."""
-    v = _live_times(path).values()
-    return len(v["ttft"]) > 0 and float(np.percentile(v["queue"], 50)) >= 0.5 * float(np.percentile(v["ttft"], 50))
+def _queue_bound(times: RequestTimes) -> bool:
+    """Most of the run's median TTFT is queueing (queue p50 at least half the TTFT p50)."""
+    v = times.values()
+    return len(v["ttft"]) > 0 and float(np.percentile(v["queue"], 50)) >= 0.5 * _ttft_p50(times)
 
 
 def simulated_ttft_p50(model: Any, path: str | Path, delay: float) -> float:
@@ -54,13 +54,15 @@ def fit_intake_delay(model: Any, logs: Sequence[str | Path], *, iterations: int 
     """Set ``model.intake_delay`` (and its host timing's) to the delay whose simulation of ``logs``
     has their TTFT p50: the summed relative error is 0 (bisection on its sign; 0 when the
     simulation is already slow). Relative, so that a log whose TTFT is seconds of queueing does not
-    outweigh one whose TTFT is a few steps. Returns what it found."""
-    queued = [p for p in logs if _queue_bound(p)]
-    if queued:  # their TTFT p50 is seconds of queueing: a step-time error of 0.1 % moves it more than the door
-        logs = [p for p in logs if p not in queued]
-        if not logs:
-            return {"logs": [], "left_out": [str(p) for p in queued]}
-    live = [live_ttft_p50(p) for p in logs]
+    outweigh one whose TTFT is a few steps. A log whose TTFT is mostly queueing is left out: there a
+    0.1 % step-time error moves the TTFT more than the front door does; with only such logs the delay
+    stays as it is. Returns what it found."""
+    times = {p: _live_times(p) for p in logs}
+    queued = [str(p) for p in logs if _queue_bound(times[p])]
+    logs = [p for p in logs if str(p) not in queued]
+    if not logs:
+        return {"logs": [], "left_out": queued}
+    live = [_ttft_p50(times[p]) for p in logs]
 
     def excess(delay: float) -> float:
         return sum(simulated_ttft_p50(model, p, delay) / t - 1 for p, t in zip(logs, live) if t > 0)
@@ -86,5 +88,5 @@ def fit_intake_delay(model: Any, logs: Sequence[str | Path], *, iterations: int 
     out = {"logs": [str(p) for p in logs], "intake_delay_s": delay, "live_ttft_p50_s": live,
            "ttft_p50_relative_excess_before": before / len(logs), "sim_ttft_p50_s_after": after}
     if queued:
-        out["left_out"] = [str(p) for p in queued]
+        out["left_out"] = queued
     return out

@@ -136,3 +136,8 @@ def test_with_the_launch_the_step_model_leaves_out_the_steps_it_moves():
     errors = {name: abs(m.predict_steps(data)[plain].sum() / live - 1)
               for name, m in (("clean", clean), ("spread", spread))}
     assert errors["clean"] < 0.01 < errors["spread"], errors
+    # calibrated on the same run: the level from the unmoved steps, the launch from every step before a prefill
+    calibrated = fit_cost_model([str(H_LOG)], kind="linear-absolute", eager_launch=True, calibrate_on=[str(H_LOG)])
+    cal = calibrated.meta["calibration"]
+    assert cal["steps"] == len(data.durations) - pairs.sum() and abs(cal["factor"] - 1) < 0.01
+    assert cal["launch"]["steps_followed_by_prefill"] == (data.next_extra > 0).sum()
