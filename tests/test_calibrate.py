@@ -48,3 +48,15 @@ def test_calibrate_refuses_what_it_cannot_calibrate(tmp_path, capsys, argv, mess
         main(["cost-model", "calibrate", *argv, "--out", str(tmp_path / "m.json")])
     assert e.value.code == 2 and message in capsys.readouterr().err
     assert not (tmp_path / "m.json").exists()
+
+
+def test_calibrate_warns_when_the_log_is_another_model_or_far_off(tmp_path, capsys):
+    """A calibration is for another machine of the same kind: a log of another model, or a level
+    far from the model's, is said, not silently scaled into the model."""
+    golden = Path(__file__).resolve().parent / "data" / "golden" / "burst_chunked_on.jsonl.gz"
+    assert main(["cost-model", "calibrate", "qwen3-0.6b-h200", str(golden), "--out", str(tmp_path / "m.json")]) == 0
+    err = capsys.readouterr().err
+    assert "ran SmolLM2-135M" in err and "the cost model is for random:qwen3-0.6b" in err
+    assert "another model, device or dtype?" in err
+    main(["cost-model", "calibrate", "qwen3-0.6b-h200", str(CONV), "--out", str(tmp_path / "m2.json")])
+    assert "warning" not in capsys.readouterr().err

@@ -11,6 +11,7 @@ the host timing of the logs' gaps and the ranges of the fitted steps.
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import datetime, timezone
 
 from runtime.cli import cost_models
@@ -168,11 +169,26 @@ def _calibrate(args: argparse.Namespace) -> int:
     model.meta["calibration"] = cal
     model.meta["calibrated_from"] = str(args.model)
     model.save(args.out)
+    _warn_mismatch(model, args.logs, cal["factor"])
     print(f"{args.model}, host timing from {len(args.logs)} live log(s): intake delay "
           f"{model.host.intake_delay * 1e3:.2f} ms" + (", steps overlap" if model.host.overlap else ""))
     print_calibration(cal)
     print(f"wrote {args.out}")
     return 0
+
+
+def _warn_mismatch(model, logs: list[str], factor: float) -> None:
+    """A calibration is for another machine of the same kind, not another model or device."""
+    from traces.log import read_header
+
+    identity = model.meta.get("model_identity")
+    for log in logs:
+        logged = read_header(log).model_identity
+        if identity and logged and logged != identity:
+            print(f"warning: {log} ran {logged}, the cost model is for {identity}", file=sys.stderr)
+    if not 0.5 <= factor <= 2:
+        print(f"warning: the live steps take {factor:.2f}× the model's: another model, device or dtype? "
+              "(machines of one kind differ by a few %)", file=sys.stderr)
 
 
 def _analytic(args: argparse.Namespace) -> int:
