@@ -28,8 +28,7 @@ from simulator.config_diff import config_changes, what_if
 from simulator.host_timing import log_overlaps
 from simulator.ranges import track_ranges
 from simulator.replay import log_config, resimulate, timing_replay
-from simulator.request_times import METRICS, RequestTimes
-from traces.log import read_log
+from simulator.request_times import METRICS, RequestTimes, times_of_log
 
 STATS = ("mean", "p50", "p90", "p99")
 # what --tolerance checks: the goal (TTFT, TPOT, E2E at p50 and p90; makespan)
@@ -57,13 +56,6 @@ def compare(live: dict[str, np.ndarray], sim: dict[str, np.ndarray]) -> dict[str
         out[m] = {"n_live": a["n"], "n_sim": b["n"],
                   **{s: {"live": a[s], "sim": b[s], "error_pct": rel_error(b[s], a[s])} for s in STATS}}
     return out
-
-
-def times_of_log(path: str | Path) -> RequestTimes:
-    times = RequestTimes()
-    for ev in read_log(path):
-        times(ev)
-    return times
 
 
 def simulate_times(log: str | Path, model: Any, config: EngineConfig) -> tuple[RequestTimes, Any, Any]:

@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 
 from simulator.replay import resimulate
-from simulator.request_times import RequestTimes
-from traces.log import read_log
+from simulator.request_times import RequestTimes, times_of_log
 
 
 def _ttft_p50(times: RequestTimes) -> float:
@@ -26,15 +25,8 @@ def _ttft_p50(times: RequestTimes) -> float:
     return float(np.percentile(v, 50)) if len(v) else float("nan")
 
 
-def _live_times(path: str | Path) -> RequestTimes:
-    times = RequestTimes()
-    for ev in read_log(path):
-        times(ev)
-    return times
-
-
 def live_ttft_p50(path: str | Path) -> float:
-    return _ttft_p50(_live_times(path))
+    return _ttft_p50(times_of_log(path))
 
 
 def _queue_bound(times: RequestTimes) -> bool:
@@ -57,7 +49,7 @@ def fit_intake_delay(model: Any, logs: Sequence[str | Path], *, iterations: int 
     outweigh one whose TTFT is a few steps. A log whose TTFT is mostly queueing is left out: there a
     0.1 % step-time error moves the TTFT more than the front door does; with only such logs the delay
     stays as it is. Returns what it found."""
-    times = {p: _live_times(p) for p in logs}
+    times = {p: times_of_log(p) for p in logs}
     queued = [str(p) for p in logs if _queue_bound(times[p])]
     logs = [p for p in logs if str(p) not in queued]
     if not logs:

@@ -12,10 +12,12 @@ Aborted requests are left out (a re-simulated workload leaves them out too).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from traces.events import Aborted, Admitted, Arrived, Event, Finished, Step
+from traces.log import read_log
 
 METRICS = ("ttft", "tpot", "itl", "e2e", "queue")
 
@@ -102,3 +104,11 @@ class RequestTimes:
     @property
     def requests(self) -> int:
         return len(self.arrival) - len(self.aborted & set(self.arrival))
+
+
+def times_of_log(path: str | Path) -> RequestTimes:
+    """The per-request times of a recorded log."""
+    times = RequestTimes()
+    for ev in read_log(path):
+        times(ev)
+    return times
