@@ -11,6 +11,8 @@
 #   costmodel  minivllm profile: step-shape sweep + fitted H200 cost model
 #   kernel     bench decode-kernel
 #   probe      torch-profiler table of one 2048-token prefill step
+#   launch     scripts/launch_probe.py: the host's launch of a prefill step while a decode step runs, by
+#              prompt size (what holds a decode step back before a prefill; simulator/launch.py)
 #   serve      the OpenAI server on Qwen3-0.6B shapes (random weights, SmolLM2's tokenizer from .gpu/tokenizer):
 #              bench serve of 800 Azure conv requests (arrivals 6x compressed), 3 s idle, a second burst;
 #              then bench live (the same 800 in process); .gpu/ holds the tokenizer and the trace slice
@@ -63,6 +65,7 @@ for stage in "$@"; do
                  --fit "$OUT/qwen3-0.6b-h200.json" ;;
     kernel) minivllm bench decode-kernel --json "$OUT/decode_kernel.json" ;;
     probe) python3 -m runtime.bench.prefill_probe ;;
+    launch) python3 scripts/launch_probe.py --json "$OUT/launch_probe.json" --trace "${TRACE_TOKENS:-8000}" ;;
     serve) # ENGINE_FLAGS: both the server and bench live (e.g. chunked off); SERVE_FLAGS: the server only
            SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16
                 --max-model-len 8192 ${ENGINE_FLAGS:-})

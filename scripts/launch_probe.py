@@ -1,0 +1,128 @@
+"""How long the host takes to launch a prefill step while a decode step runs, by prompt size (CUDA).
+
+The served engine overlaps: step k+1 is planned and launched while step k runs, and step k is
+collected after that launch. A decode step followed by a prefill step is therefore logged until the
+prefill's launch ends (simulator/launch.py). Live chunked-off logs hold such decode steps longer
+before long prompts than a launch fitted on 2,048-token chunks says; this measures it directly.
+
+For each prompt size P: 64 requests decode; after a few decode steps one P-token prompt arrives.
+Printed per P (medians over the repeats): the decode steps before (device-bound), the decode step
+held back by the prefill's launch, the prefill step, the host time of the prefill's launch, and the
+same launch with the device idle (synchronised first). With ``--trace P`` a torch profiler table of
+the host calls in one busy launch of a P-token prefill is printed too.
+
+    python scripts/launch_probe.py --sizes 512,2048,4096,8000 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from runtime.engine.step_loop import StepLoop
+from runtime.executor.setup import build_engine
+from traces.params import SamplingParams
+
+
+class TimedLaunches:
+    """The runner, its ``launch`` host time noted per launched plan."""
+
+    def __init__(self, runner, sync_first: bool = False) -> None:
+        self.runner, self.sync_first = runner, sync_first
+        self.launches: list[tuple[int, float]] = []  # (tokens beyond one per span, host seconds)
+        self.profile_next_prefill = False
+        self.profile_table = ""
+
+    def launch(self, plan, requests):
+        extra = plan.num_scheduled_tokens - len(plan.spans)
+        if self.sync_first and extra and torch.cuda.is_available():
+            torch.cuda.synchronize()
+        if self.profile_next_prefill and extra:
+            self.profile_next_prefill = False
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]) as prof:
+                t = time.perf_counter()
+                handle = self.runner.launch(plan, requests)
+                self.launches.append((extra, time.perf_counter() - t))
+            self.profile_table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+            return handle
+        t = time.perf_counter()
+        handle = self.runner.launch(plan, requests)
+        self.launches.append((extra, time.perf_counter() - t))
+        return handle
+
+    def collect(self, handle):
+        return self.runner.collect(handle)
+
+
+def one_case(parts, size: int, vocab: int, seed: int, sync_first: bool, profile: bool) -> dict:
+    parts.runner.reset()
+    core = parts.core()
+    timed = TimedLaunches(parts.runner, sync_first)
+    timed.profile_next_prefill = profile
+    loop = StepLoop(core, timed, time.perf_counter, overlap=True)
+    g = torch.Generator().manual_seed(seed)
+    decode = SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True)
+    for _ in range(64):
+        core.add_request(torch.randint(0, vocab, (200,), generator=g).tolist(), decode, 0.0)
+    steps = []
+    while len(steps) < 40:  # prompts in, then plain decode steps
+        steps.extend(loop.step())
+    core.add_request(torch.randint(0, vocab, (size,), generator=g).tolist(),
+                     SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True), 0.0)
+    after = []
+    while len(after) < 4:
+        after.extend(loop.step())
+    loop.drain()
+    for rid in list(core.requests):
+        core.abort(rid, 0.0)
+    prefill = next(i for i, o in enumerate(after) if o.plan.num_scheduled_tokens > len(o.plan.spans))
+    held = after[prefill - 1] if prefill else steps[-1]
+    launch = next(s for e, s in timed.launches if e >= size - 1)
+    return {"decode_ms": statistics.median(o.result.duration for o in steps[-10:]) * 1e3,
+            "held_ms": held.result.duration * 1e3, "prefill_ms": after[prefill].result.duration * 1e3,
+            "launch_ms": launch * 1e3, "profile": timed.profile_table}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model-shape", default="qwen3-0.6b")
+    p.add_argument("--sizes", default="256,1024,2048,3072,4096,6144,8000")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--max-model-len", type=int, default=8192)
+    p.add_argument("--trace", type=int, default=None, help="profile the host calls of one busy P-token launch")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    parts = build_engine(f"random:{args.model_shape}", device=args.device, dtype="bfloat16" if args.device == "cuda" else "float32",
+                         max_model_len=args.max_model_len, max_num_batched_tokens=args.max_model_len,
+                         enable_chunked_prefill=False)
+    vocab = parts.loaded.spec.vocab_size
+    sizes = [int(s) for s in args.sizes.split(",")]
+    for size in sizes:  # warm-up: every size once (kernel compilation, allocator growth)
+        one_case(parts, size, vocab, 999, False, False)
+    rows = []
+    print("| prompt | decode ms | held-back decode ms | prefill ms | launch ms (busy) | launch ms (idle) |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for size in sizes:
+        busy = [one_case(parts, size, vocab, r, False, False) for r in range(args.repeats)]
+        idle = [one_case(parts, size, vocab, r, True, False) for r in range(args.repeats)]
+        med = {k: statistics.median(c[k] for c in busy) for k in ("decode_ms", "held_ms", "prefill_ms", "launch_ms")}
+        med["idle_launch_ms"] = statistics.median(c["launch_ms"] for c in idle)
+        rows.append({"prompt": size, **med})
+        print(f"| {size} | {med['decode_ms']:.2f} | {med['held_ms']:.2f} | {med['prefill_ms']:.2f} | "
+              f"{med['launch_ms']:.2f} | {med['idle_launch_ms']:.2f} |", flush=True)
+    if args.trace:
+        print(one_case(parts, args.trace, vocab, 7, False, True)["profile"])
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name() if args.device == "cuda" else args.device,
+                       "rows": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
