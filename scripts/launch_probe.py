@@ -58,7 +58,8 @@ class TimedLaunches:
         return self.runner.collect(handle)
 
 
-def one_case(parts, size: int, vocab: int, seed: int, sync_first: bool, profile: bool) -> dict:
+def one_case(parts, size: int, vocab: int, seed: int, sync_first: bool, profile: bool, decodes: int = 64,
+             context: int = 200) -> dict:
     parts.runner.reset()
     core = parts.core()
     timed = TimedLaunches(parts.runner, sync_first)
@@ -66,10 +67,10 @@ def one_case(parts, size: int, vocab: int, seed: int, sync_first: bool, profile:
     loop = StepLoop(core, timed, time.perf_counter, overlap=True)
     g = torch.Generator().manual_seed(seed)
     decode = SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True)
-    for _ in range(64):
-        core.add_request(torch.randint(0, vocab, (200,), generator=g).tolist(), decode, 0.0)
+    for _ in range(decodes):
+        core.add_request(torch.randint(0, vocab, (context,), generator=g).tolist(), decode, 0.0)
     steps = []
-    while len(steps) < 40:  # prompts in, then plain decode steps
+    while len(steps) < 40 + decodes // 8:  # prompts in, then plain decode steps
         steps.extend(loop.step())
     core.add_request(torch.randint(0, vocab, (size,), generator=g).tolist(),
                      SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True), 0.0)
@@ -92,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model-shape", default="qwen3-0.6b")
     p.add_argument("--sizes", default="256,1024,2048,3072,4096,6144,8000")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--decodes", type=int, default=64, help="requests decoding when the prompt arrives")
+    p.add_argument("--context", type=int, default=200, help="their prompt length")
     p.add_argument("--max-model-len", type=int, default=8192)
     p.add_argument("--trace", type=int, default=None, help="profile the host calls of one busy P-token launch")
     p.add_argument("--device", default="cuda")
@@ -103,13 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     vocab = parts.loaded.spec.vocab_size
     sizes = [int(s) for s in args.sizes.split(",")]
     for size in sizes:  # warm-up: every size once (kernel compilation, allocator growth)
-        one_case(parts, size, vocab, 999, False, False)
+        one_case(parts, size, vocab, 999, False, False, args.decodes, args.context)
     rows = []
     print("| prompt | decode ms | held-back decode ms | prefill ms | launch ms (busy) | launch ms (idle) |")
     print("|---:|---:|---:|---:|---:|---:|")
     for size in sizes:
-        busy = [one_case(parts, size, vocab, r, False, False) for r in range(args.repeats)]
-        idle = [one_case(parts, size, vocab, r, True, False) for r in range(args.repeats)]
+        busy = [one_case(parts, size, vocab, r, False, False, args.decodes, args.context) for r in range(args.repeats)]
+        idle = [one_case(parts, size, vocab, r, True, False, args.decodes, args.context) for r in range(args.repeats)]
         med = {k: statistics.median(c[k] for c in busy) for k in ("decode_ms", "held_ms", "prefill_ms", "launch_ms")}
         med["idle_launch_ms"] = statistics.median(c["launch_ms"] for c in idle)
         rows.append({"prompt": size, **med})
