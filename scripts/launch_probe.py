@@ -43,7 +43,9 @@ class TimedLaunches:
             torch.cuda.synchronize()
         if self.profile_next_prefill and extra:
             self.profile_next_prefill = False
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]) as prof:
+            # (the profiler's start synchronises the device: the table's cudaDeviceSynchronize is its own)
+            activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+            with torch.profiler.profile(activities=activities) as prof:
                 t = time.perf_counter()
                 handle = self.runner.launch(plan, requests)
                 self.launches.append((extra, time.perf_counter() - t))
@@ -100,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    parts = build_engine(f"random:{args.model_shape}", device=args.device, dtype="bfloat16" if args.device == "cuda" else "float32",
+    dtype = "bfloat16" if args.device == "cuda" else "float32"
+    parts = build_engine(f"random:{args.model_shape}", device=args.device, dtype=dtype,
                          max_model_len=args.max_model_len, max_num_batched_tokens=args.max_model_len,
                          enable_chunked_prefill=False)
     vocab = parts.loaded.spec.vocab_size
