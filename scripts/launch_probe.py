@@ -43,7 +43,7 @@ class TimedLaunches:
             torch.cuda.synchronize()
         if self.profile_next_prefill and extra:
             self.profile_next_prefill = False
-            # (the profiler's start synchronises the device: the table's cudaDeviceSynchronize is its own)
+            # (a cudaDeviceSynchronize in the table may be the profiler's own: compare the unprofiled launches)
             activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
             with torch.profiler.profile(activities=activities) as prof:
                 t = time.perf_counter()
