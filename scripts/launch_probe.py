@@ -60,8 +60,10 @@ class TimedLaunches:
         return self.runner.collect(handle)
 
 
-def one_case(parts, size: int, vocab: int, seed: int, sync_first: bool, profile: bool, decodes: int = 64,
-             context: int = 200) -> dict:
+def one_case(parts, size: int, seed: int, *, decodes: int, context: int, sync_first: bool = False,
+             profile: bool = False) -> dict:
+    """One P-token prompt arriving while ``decodes`` requests of ``context`` prompt tokens decode."""
+    vocab = parts.loaded.spec.vocab_size
     parts.runner.reset()
     core = parts.core()
     timed = TimedLaunches(parts.runner, sync_first)
@@ -76,6 +78,7 @@ def one_case(parts, size: int, vocab: int, seed: int, sync_first: bool, profile:
         steps.extend(loop.step())
     core.add_request(torch.randint(0, vocab, (size,), generator=g).tolist(),
                      SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True), 0.0)
+    launched_before = len(timed.launches)  # (the first prompts' prefill steps are launches too)
     after = []
     while len(after) < 4:
         after.extend(loop.step())
@@ -84,7 +87,7 @@ def one_case(parts, size: int, vocab: int, seed: int, sync_first: bool, profile:
         core.abort(rid, 0.0)
     prefill = next(i for i, o in enumerate(after) if o.plan.num_scheduled_tokens > len(o.plan.spans))
     held = after[prefill - 1] if prefill else steps[-1]
-    launch = next(s for e, s in timed.launches if e >= size - 1)
+    launch = next(s for e, s in timed.launches[launched_before:] if e >= size - 1)
     return {"decode_ms": statistics.median(o.result.duration for o in steps[-10:]) * 1e3,
             "held_ms": held.result.duration * 1e3, "prefill_ms": after[prefill].result.duration * 1e3,
             "launch_ms": launch * 1e3, "profile": timed.profile_table}
@@ -106,23 +109,23 @@ def main(argv: list[str] | None = None) -> int:
     parts = build_engine(f"random:{args.model_shape}", device=args.device, dtype=dtype,
                          max_model_len=args.max_model_len, max_num_batched_tokens=args.max_model_len,
                          enable_chunked_prefill=False)
-    vocab = parts.loaded.spec.vocab_size
+    batch = {"decodes": args.decodes, "context": args.context}
     sizes = [int(s) for s in args.sizes.split(",")]
     for size in sizes:  # warm-up: every size once (kernel compilation, allocator growth)
-        one_case(parts, size, vocab, 999, False, False, args.decodes, args.context)
+        one_case(parts, size, 999, **batch)
     rows = []
     print("| prompt | decode ms | held-back decode ms | prefill ms | launch ms (busy) | launch ms (idle) |")
     print("|---:|---:|---:|---:|---:|---:|")
     for size in sizes:
-        busy = [one_case(parts, size, vocab, r, False, False, args.decodes, args.context) for r in range(args.repeats)]
-        idle = [one_case(parts, size, vocab, r, True, False, args.decodes, args.context) for r in range(args.repeats)]
+        busy = [one_case(parts, size, r, **batch) for r in range(args.repeats)]
+        idle = [one_case(parts, size, r, **batch, sync_first=True) for r in range(args.repeats)]
         med = {k: statistics.median(c[k] for c in busy) for k in ("decode_ms", "held_ms", "prefill_ms", "launch_ms")}
         med["idle_launch_ms"] = statistics.median(c["launch_ms"] for c in idle)
         rows.append({"prompt": size, **med})
         print(f"| {size} | {med['decode_ms']:.2f} | {med['held_ms']:.2f} | {med['prefill_ms']:.2f} | "
               f"{med['launch_ms']:.2f} | {med['idle_launch_ms']:.2f} |", flush=True)
     if args.trace:
-        print(one_case(parts, args.trace, vocab, 7, False, True)["profile"])
+        print(one_case(parts, args.trace, 7, **batch, profile=True)["profile"])
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name() if args.device == "cuda" else args.device,
