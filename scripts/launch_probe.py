@@ -17,6 +17,7 @@ the host calls in one busy launch of a P-token prefill is printed too.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import time
@@ -29,31 +30,28 @@ from traces.params import SamplingParams
 
 
 class TimedLaunches:
-    """The runner, its ``launch`` host time noted per launched plan."""
+    """The runner, its ``launch`` host time noted per launched plan; ``profile``: the torch profiler
+    over the first prefill launch."""
 
-    def __init__(self, runner, sync_first: bool = False) -> None:
-        self.runner, self.sync_first = runner, sync_first
+    def __init__(self, runner, sync_first: bool = False, profile: bool = False) -> None:
+        self.runner, self.sync_first, self.profile_next_prefill = runner, sync_first, profile
         self.launches: list[tuple[int, float]] = []  # (tokens beyond one per span, host seconds)
-        self.profile_next_prefill = False
         self.profile_table = ""
 
     def launch(self, plan, requests):
         extra = plan.num_scheduled_tokens - len(plan.spans)
         if self.sync_first and extra and torch.cuda.is_available():
             torch.cuda.synchronize()
-        if self.profile_next_prefill and extra:
+        profiling = bool(self.profile_next_prefill and extra)
+        if profiling:  # (a cudaDeviceSynchronize in the table may be the profiler's own)
             self.profile_next_prefill = False
-            # (a cudaDeviceSynchronize in the table may be the profiler's own: compare the unprofiled launches)
             activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-            with torch.profiler.profile(activities=activities) as prof:
-                t = time.perf_counter()
-                handle = self.runner.launch(plan, requests)
-                self.launches.append((extra, time.perf_counter() - t))
+        with torch.profiler.profile(activities=activities) if profiling else contextlib.nullcontext() as prof:
+            t = time.perf_counter()
+            handle = self.runner.launch(plan, requests)
+            self.launches.append((extra, time.perf_counter() - t))
+        if profiling:
             self.profile_table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
-            return handle
-        t = time.perf_counter()
-        handle = self.runner.launch(plan, requests)
-        self.launches.append((extra, time.perf_counter() - t))
         return handle
 
     def collect(self, handle):
@@ -66,8 +64,7 @@ def one_case(parts, size: int, seed: int, *, decodes: int, context: int, sync_fi
     vocab = parts.loaded.spec.vocab_size
     parts.runner.reset()
     core = parts.core()
-    timed = TimedLaunches(parts.runner, sync_first)
-    timed.profile_next_prefill = profile
+    timed = TimedLaunches(parts.runner, sync_first, profile)
     loop = StepLoop(core, timed, time.perf_counter, overlap=True)
     g = torch.Generator().manual_seed(seed)
     decode = SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True)
