@@ -21,7 +21,7 @@ from traces.prompt import PromptIds, PromptSynthetic
 from traces.workload import RequestSpec, Workload
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_TRACES = REPO.parent / "shared" / "traces"
+TRACES = REPO / "data" / "traces"  # the public traces the repository carries
 DATA = Path(__file__).resolve().parent / "data"
 
 

@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from tests.sim_helpers import DATA, SHARED_TRACES, VaryingDurationExecutor, record_live, small_config
+from tests.sim_helpers import DATA, TRACES, VaryingDurationExecutor, record_live, small_config
 from traces.events import Aborted, Arrived
 from traces.formats import detect_format, load_workload
 from traces.importers.azure import read_azure_csv
@@ -18,19 +18,17 @@ from traces.params import SamplingParams
 from traces.prompt import PromptIds, PromptSynthetic, materialize
 from traces.workload import RequestSpec, Workload, WorkloadError
 
-# row counts from ../shared/traces/SOURCES.md
-SHARED = {
+# row counts from data/traces/SOURCES.md
+PUBLIC_TRACES = {
     "AzureLLMInferenceTrace_code.csv": 8_819,
     "AzureLLMInferenceTrace_conv.csv": 19_366,
     "synthetic_trace.jsonl": 3_993,
 }
 
 
-@pytest.mark.parametrize("name,rows", list(SHARED.items()))
-def test_shared_trace_files_import_every_row(name, rows):
-    path = SHARED_TRACES / name
-    if not path.exists():
-        pytest.skip(f"{path} not present (the shared traces live next to the repo, ../shared/traces)")
+@pytest.mark.parametrize("name,rows", list(PUBLIC_TRACES.items()))
+def test_public_trace_files_import_every_row(name, rows):
+    path = TRACES / name
     wl = load_workload(path)
     assert len(wl) == rows
     assert wl.requests[0].arrival == 0.0

@@ -45,13 +45,14 @@ class SimBenchResult:
     preemptions: int
 
 
+TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"  # the public traces the repository carries
+
+
 def find_trace(name: str = DEFAULT_TRACE) -> Path:
-    """A shared trace: ``../shared/traces`` next to the repo (or the working directory)."""
-    repo = Path(__file__).resolve().parent.parent
-    for base in (repo.parent / "shared" / "traces", Path.cwd().parent / "shared" / "traces"):
-        if (base / name).exists():
-            return base / name
-    raise FileNotFoundError(f"{name}: not found in ../shared/traces (pass --trace PATH)")
+    """A public trace the repository carries (data/traces), by file name."""
+    if not (TRACES / name).exists():
+        raise FileNotFoundError(f"{name}: not found in {TRACES} (pass --trace PATH)")
+    return TRACES / name
 
 
 def bench_config(chunked: bool, max_model_len: int = 16384) -> EngineConfig:
