@@ -11,8 +11,8 @@ from runtime.cli import main
 from simulator.cost_model import StepData, load_cost_model
 from simulator.intake import fit_intake_delay
 
-H = Path(__file__).resolve().parents[1] / "docs" / "gpu_runs" / "2026-12-01-s6"
-CONV, CODE = H / "conv_serve_on_0.7.jsonl.gz", H / "code_serve_on_0.7.jsonl.gz"
+H = Path(__file__).resolve().parent / "data" / "h200"
+CONV, CODE = H / "heldout_conv_on_0.7.jsonl.gz", H / "heldout_code_on_0.7.jsonl.gz"
 
 
 def test_intake_delay_is_not_fitted_on_a_log_whose_ttft_is_queueing():

@@ -219,7 +219,7 @@ def test_recorded_model_returns_logged_durations(tmp_path):
 
 
 def test_shipped_h200_model_is_a_fit_with_its_held_out_error():
-    """Fitted in the live regime (issue 12): served runs (overlapped steps, piecewise CUDA graphs for
+    """Fitted in the live regime: served runs (overlapped steps, piecewise CUDA graphs for
     prefill) of two workloads plus a profile sweep; host timing and intake from the served runs."""
     assert "qwen3-0.6b-h200" in shipped_cost_models()
     m = load_cost_model("qwen3-0.6b-h200")
@@ -227,10 +227,10 @@ def test_shipped_h200_model_is_a_fit_with_its_held_out_error():
                       ).read_text())
     assert doc["provenance"] == "fit" and doc["hardware"] == "NVIDIA H200" and doc["dtype"] == "bfloat16"
     assert doc["heldout"]["steps"] > 100 and 0 < doc["heldout"]["mape"] < 20  # 9.1%
-    assert doc["candidate"] == "linear+gbm" and "profile_h200" in doc["command"]
+    assert doc["candidate"] == "linear+gbm" and "fit_profile" in doc["command"]
     assert all(v >= 0 for v in m.coefficients.values()) and m.coefficients["const"] > 0
     assert set(doc["coefficients"]) == set(FEATURES) and doc["tree_features"] == list(EXT_FEATURES)
-    assert doc["software"]["torch"] and any("profile_h200" in log for log in doc["training"]["logs"])
+    assert doc["software"]["torch"] and any("fit_profile" in log for log in doc["training"]["logs"])
     assert m.host.overlap and 0.001 < m.intake_delay < 0.05 and "intake" in doc["calibration"]
     # ranges keep the profile's (decode batches up to 256, whole prompts to 8,191) and the live runs'
     assert doc["ranges"]["seqs"][1] >= 256 and doc["ranges"]["prefill_tokens"][1] >= 8000
@@ -246,7 +246,7 @@ def test_shipped_h200_model_is_a_fit_with_its_held_out_error():
 
 
 def test_shipped_h200_fit_reproduces_from_its_logs():
-    """The shipped coefficients are what the recorded command gives on its logs (in docs/gpu_runs)."""
+    """The shipped coefficients are what the recorded command gives on its logs (tests/data/h200/fit_*)."""
     from runtime.cli.cost_model import fit_logs
 
     shipped = load_cost_model("qwen3-0.6b-h200")

@@ -21,7 +21,7 @@ from traces.params import SamplingParams
 from traces.prompt import PromptSynthetic
 from traces.workload import RequestSpec, Workload
 
-H_LOG = Path(__file__).resolve().parents[1] / "docs" / "gpu_runs" / "2026-12-01-s6" / "conv_serve_on_0.7.jsonl.gz"
+H_LOG = Path(__file__).resolve().parent / "data" / "h200" / "heldout_conv_on_0.7.jsonl.gz"
 
 
 def _decode_then_prefill(steps: list[Step]) -> tuple[float, float]:

@@ -122,6 +122,17 @@ class EngineCore:
         self.sink(Rejected(time=now, num_prompt_tokens=num_tokens, params=params, reason=reason, priority=priority,
                            prompt=record if keep else None))
 
+    def recorded_prompt(self, request_id: int, prompt: Prompt, params: SamplingParams,
+                        cache_salt: str | None = None) -> Prompt:
+        """What this engine's log keeps of a request's prompt (``trace_prompts``), without adding the
+        request: how a log recorded with token ids is redacted afterwards (``minivllm log redact``)."""
+        req = Request(request_id, materialize(prompt), params, 0.0, self.config.scheduler.max_model_len, 0,
+                      self.eos_token_id, cache_salt)
+        try:
+            return self._recorded(prompt, req)
+        finally:
+            self.block_manager.forget(req)
+
     def _recorded(self, record: Prompt, req: Request) -> Prompt:
         """What the log keeps of a prompt (``trace_prompts``)."""
         mode = self.trace_prompts
