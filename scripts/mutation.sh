@@ -2,7 +2,7 @@
 # Mutation testing of the engine core (runtime/engine) with mutmut, on demand (not in CI).
 # Configuration: [tool.mutmut] in pyproject.toml; what the results mean: docs/MUTATION.md.
 #
-#   scripts/mutation.sh                          every file of runtime/engine (25-35 min on one core)
+#   scripts/mutation.sh                          every file of runtime/engine (~90 min with one worker)
 #   scripts/mutation.sh scheduler block_manager  only these files' mutants
 #   scripts/mutation.sh --summary                only print the summary of the last run
 #
