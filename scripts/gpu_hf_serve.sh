@@ -29,10 +29,10 @@ READY_S="${READY_S:-150}" PORT="${PORT:-8012}" CKPT="${CKPT:-/tmp/hf_qwen3-0.6b}
 DTYPE="${DTYPE:-bfloat16}"
 mkdir -p "$OUT"
 for need in .gpu/tokenizer/tokenizer.json .gpu/conv_head1200.csv; do
-  [ -e "$need" ] || { echo "hf_serve: $need missing (run scripts/gpu_wheels.sh here and carry .gpu)"; exit 1; }
+  [ -e "$need" ] || { echo "hf_serve: $need missing (run scripts/gpu_wheels.sh first and copy .gpu to this machine)"; exit 1; }
 done
 python3 -c "from transformers.utils.import_utils import is_serve_available as ok; import sys; sys.exit(not ok())" ||
-  { echo "hf_serve: transformers serve's packages are missing (openai, fastapi, uvicorn, pydantic: carry .whl)"; exit 1; }
+  { echo "hf_serve: transformers serve's packages are missing (openai, fastapi, uvicorn, pydantic: copy .whl from scripts/gpu_wheels.sh)"; exit 1; }
 python3 -c "import transformers; print('hf_serve: transformers', transformers.__version__)"
 
 if [ ! -f "$CKPT/model.safetensors" ]; then

@@ -16,10 +16,10 @@
 #   serve      the OpenAI server on Qwen3-0.6B shapes (random weights, SmolLM2's tokenizer from .gpu/tokenizer):
 #              bench serve of 800 Azure conv requests (arrivals 6x compressed), 3 s idle, a second burst;
 #              then bench live (the same 800 in process); .gpu/ holds the tokenizer and the trace slice
-#              (scripts/gpu_wheels.sh makes it) and travels with carry
+#              (scripts/gpu_wheels.sh makes it) and goes to the GPU machine with the tree
 #   matrix     scripts/serve_matrix.py: capacity in process, then bench serve (--launch) and bench live at
 #              LOADS (default 0.5,0.8,1.1 of capacity) x CHUNKED (default on,off); served logs gzipped into
-#              $OUT (the device returns 8 files: one CHUNKED mode per call); WORKLOAD=conv|code (.gpu/*_head1200.csv,
+#              $OUT (8 files for one CHUNKED mode); WORKLOAD=conv|code (.gpu/*_head1200.csv,
 #              Azure 2023), SKIP_LIVE=1: no in-process run beside each served one
 #   prefix     shared-prefix workload (a 7,680-token document, 40 questions of 64 tokens, 2/s) against the
 #              server with prefix caching off (every request cold) and on (the first cold, the rest warm)
@@ -27,7 +27,7 @@
 #   hfserve    scripts/gpu_hf_serve.sh: HF transformers' own server (continuous batching) under bench serve
 #   machine    which machine this is (GPU UUID, host), for runs compared across machines
 # The packages the machine lacks travel as wheels in .whl/: run scripts/gpu_wheels.sh here first and
-# carry .whl in the device call.
+# copy .whl to the GPU machine with the tree.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -97,7 +97,7 @@ for _ in range(900):
               ${SKIP_LIVE:+--no-live} --out /tmp/matrix -- \
               --model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-model-len 8192 \
               ${ENGINE_FLAGS:-}
-            tag=${WORKLOAD}_$(echo "${CHUNKED:-on,off}" | tr , _)  # no commas: the device does not return such names
+            tag=${WORKLOAD}_$(echo "${CHUNKED:-on,off}" | tr , _)  # no commas in file names
             cp /tmp/matrix/summary.json "$OUT/matrix_$tag.json"
             for f in /tmp/matrix/serve_*.jsonl; do gzip -c "$f" > "$OUT/${WORKLOAD}_$(basename "$f").gz"; done
             tar czf "$OUT/matrix_${tag}_runs.tgz" -C /tmp/matrix $(cd /tmp/matrix && ls *.json *.log)

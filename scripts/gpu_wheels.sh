@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Wheels for the packages the GPU machine lacks (it has torch, triton, transformers, numpy, pandas,
 # prometheus-client, ...; nothing can be fetched there). Run here, before scripts/gpu_run.sh travels:
-# they land in .whl/ (git-ignored; name it in the device call's carry list) for CPython 3.10-3.13,
+# they land in .whl/ (git-ignored; copy it to the GPU machine with the tree) for CPython 3.10-3.13,
 # and gpu_run.sh installs the ones that fit its python.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -6,7 +6,7 @@ prefill on and off.
     python scripts/record_golden.py --only burst    # one scenario, both modes
     python scripts/record_golden.py --check         # re-check the stored logs, record nothing
 
-Scenarios (the seed project's scheduler benchmark, made small: a few dozen requests, short
+Scenarios (the classic scheduler stress cases, made small: a few dozen requests, short
 greedy ``ignore_eos`` answers, token-id prompts so execute-replay can run them):
 
   long_during_decode  12 short requests decoding when three 320-token prompts arrive

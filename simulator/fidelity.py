@@ -31,7 +31,7 @@ from simulator.replay import log_config, resimulate, timing_replay
 from simulator.request_times import METRICS, RequestTimes, times_of_log
 
 STATS = ("mean", "p50", "p90", "p99")
-# what --tolerance checks: the issue's goal (TTFT, TPOT, E2E at p50 and p90; makespan)
+# what --tolerance checks: the fidelity goal's metrics (TTFT, TPOT, E2E at p50 and p90; makespan)
 CHECKED = {"ttft": ("p50", "p90"), "tpot": ("p50", "p90"), "e2e": ("p50", "p90")}
 
 
@@ -92,7 +92,7 @@ def sensitivity(live_log: str | Path, model: Any, config: EngineConfig, pct: flo
     step ``pct`` % shorter and ``pct`` % longer, the elasticity d ln(metric) / d ln(step time) per
     metric and percentile (and the makespan). The arrivals stay fixed, so a longer step also means
     larger batches and longer queues: on a busy engine a 1 % step-time error moves TPOT and E2E by
-    2-3 % and a tail TTFT near saturation by far more (docs/BENCHMARKS.md, session 9). A goal of
+    2-3 % and a tail TTFT near saturation by far more (docs/BENCHMARKS.md, "Simulator fidelity"). A goal of
     ±g % on a metric of elasticity e therefore needs the step model within g / e %. None when the
     model cannot be scaled (``recorded``)."""
     if not hasattr(model, "scale"):

@@ -1,4 +1,4 @@
-"""Fidelity of one cost model over several live runs, as one table (issue 12's goal).
+"""Fidelity of one cost model over several live runs, as one table (runs within 5 %, what-if within 10 %).
 
 ``run_row(log, model)``: the run re-simulated under its own config; signed errors of TTFT, TPOT
 and E2E at p50 and p90 and of the makespan. ``pair_row(on_log, off_log, model)``: the what-if —

@@ -137,7 +137,7 @@ def calibrate(model, logs: list[str]) -> dict[str, Any]:
     logs whose TTFT is mostly queueing are left out, and with only those the delay stays the
     model's). Returns what it did."""
     data = StepData.from_logs(logs)
-    # with a launch, the level from the steps whose logged time is their device time
+    # with a launch, the level from the steps whose logged time is their GPU time
     level = data.subset(~launch_pairs(data)) if model.launch_time is not None else data
     before = evaluate(model, level)
     factor = 1.0 / (1.0 + before["total_error"] / 100)
@@ -180,7 +180,7 @@ def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout
     if decode_steps_of:
         data = StepData.concat([data, decode_steps(decode_steps_of)])
     host = fit_host_timing(logs)
-    # with the launch modelled, the step model learns device times only: not the steps it moves
+    # with the launch modelled, the step model learns GPU times only: not the steps it moves
     clean = eager_launch and host.overlap
     steps = data.subset(~launch_pairs(data)) if clean else data
     if holdout:

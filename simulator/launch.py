@@ -7,16 +7,17 @@ more than a decode step's device work (2-4 ms). So a decode step followed by a p
 logged about that long, and the prefill step after it short (its kernels ran as they were
 launched). A cost model fitted on logged durations charges that to the wrong steps, and a
 simulation without it misses how long an arrival during decode waits for its first step
-(docs/BENCHMARKS.md, session 7: sim TTFT p50 +6 % at higher loads with a constant intake delay).
+(with a constant intake delay instead, the simulated conv TTFT p50 comes out ~6 % long at higher
+loads on the H200).
 
 The model (HostTiming.eager_launch, simulator/sim.py): planning and launching a step that carries
 prefill takes ``eager_launch + eager_launch_per_token · extra tokens`` (tokens beyond one per
 span); the step in flight ends no earlier than that launch; the launched step's device work follows
 the step before's and its own last launch. Fitted here from the logs: a step followed by a prefill
-step lasts ``max(device time, launch of the next)``, the device time being the step model's.
+step lasts ``max(GPU time, launch of the next)``, the GPU time being the step model's.
 
 Opt-in (``cost-model fit --eager-launch``): on the H200 logs it removes the TTFT p50 bias by load,
-but on a machine nothing was chosen on it scored 2 cells lower than the shipped model (the launch
+but on a machine it was not fitted on it scores 2 cells lower than the shipped model (the launch
 differs by machine and load: 5.5-8.8 ms), so no shipped model has one.
 """
 
@@ -33,7 +34,7 @@ MIN_STEPS = 10  # steps followed by a prefill step needed to fit the launch
 
 def fit_eager_launch(data: Any, device: np.ndarray) -> dict[str, Any] | None:
     """``eager_launch`` and ``eager_launch_per_token`` from the steps of ``data`` followed by a prefill
-    step (``data.next_extra`` > 0) whose device times the step model puts at
+    step (``data.next_extra`` > 0) whose GPU times the step model puts at
     ``device``: least squares of ``duration − max(device, launch)`` (a step whose device work outlasts
     the launch says only that the launch was shorter). None when no step was followed by one."""
     from scipy.optimize import least_squares
@@ -58,7 +59,7 @@ def launch_pairs(data: Any) -> np.ndarray:
     """The steps whose logged durations a launch moves, as a mask over ``data``'s rows: a decode-only
     step whose next step (tiled) carries prefill is logged until that step's launch ends, and the
     prefill step after it short by as much (its kernels ran as they were launched). Neither logged
-    duration is the step's device time; with the launch modelled, the step model leaves them out."""
+    duration is the step's GPU time; with the launch modelled, the step model leaves them out."""
     nxt = data.next_extra
     if nxt is None:
         return np.zeros(len(data.durations), dtype=bool)

@@ -2,10 +2,10 @@
 
 A fit over all steps cannot find it: a log's padding is fixed by its own mix of step sizes (a
 code run's mixed steps are full 2,048-token chunks, a conv run's are not), so across logs it is
-confounded with their levels. On the H200 fit set (lease E) the least-squares fit of every step
-gives it 0, although within each conv run a padded token costs 0.6–1.3 µs (docs/BENCHMARKS.md,
-session 10). So it is estimated within logs: least squares over the steps that carry prefill, one
-intercept per log, beside the features that vary among those steps. The step models then take it
+confounded with their levels. On the H200 fit set (one machine's served runs) the least-squares
+fit of every step gives it 0, although within each conv run a padded token costs 0.6–1.3 µs. So it
+is estimated within logs: least squares over the steps that carry prefill, one intercept per log,
+beside the features that vary among those steps. The step models then take it
 as given (LinearCostModel.fit) and the trees never split on it (simulator/fit.py).
 """
 

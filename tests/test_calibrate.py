@@ -16,7 +16,7 @@ CONV, CODE = H / "heldout_conv_on_0.7.jsonl.gz", H / "heldout_code_on_0.7.jsonl.
 
 
 def test_intake_delay_is_not_fitted_on_a_log_whose_ttft_is_queueing():
-    """Lease H's code run queues for seconds: its TTFT p50 moves with a 0.1 % step-time error more
+    """The held-out H200 code run queues for seconds: its TTFT p50 moves with a 0.1 % step-time error more
     than with the front door, so only the conv run sets the delay; alone, it leaves the delay as it was."""
     model = load_cost_model("qwen3-0.6b-h200")
     before = model.intake_delay

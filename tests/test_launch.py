@@ -80,7 +80,7 @@ def test_a_prefill_launch_holds_back_the_decode_step_before_it():
 
 
 def test_fitted_launch_reproduces_the_held_back_decode_steps_of_a_served_log():
-    """Lease H conv at 0.7 load (Qwen3-0.6B shapes on an H200): decode steps followed by a prefill step
+    """A held-out H200 conv run at 0.7 load (Qwen3-0.6B shapes): decode steps followed by a prefill step
     are logged ~4 ms longer than the others. A model fitted with the launch simulates that within
     15 %; without it the simulated difference is a third of it."""
     live = [e for e in read_log(H_LOG) if isinstance(e, Step)]
@@ -121,7 +121,7 @@ def test_cost_model_fit_eager_launch_flag_writes_and_reads_the_launch(tmp_path, 
 
 def test_with_the_launch_the_step_model_leaves_out_the_steps_it_moves():
     """A decode step held back by the next step's launch is logged long and that prefill step short:
-    neither is a device time. With ``eager_launch`` the step model is fitted without both, so it
+    neither is a GPU time. With ``eager_launch`` the step model is fitted without both, so it
     prices the other decode steps by their own durations (fitted on all steps, it spreads the
     held-back time over every decode step)."""
     data = StepData.from_logs([H_LOG])

@@ -1,4 +1,4 @@
-"""Issue 10, point 5: the server stamps a request's arrival when it receives it, so the log's
+"""The server stamps a request's arrival when it receives it, so the log's
 Arrived time (and TTFT) is what the client saw, not when the engine got to it — the engine in
 this process or in its own."""
 

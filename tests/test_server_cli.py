@@ -1,6 +1,5 @@
-"""``minivllm serve``: every flag's help shows its default (issue 10, point 10); the server flags
-reach the app and the engine (--api-key, --max-request-bytes, --trace-prompts, --trace-if-exists:
-point 9), on a tiny real model."""
+"""``minivllm serve``: every flag's help shows its default; the server flags reach the app and the
+engine (--api-key, --max-request-bytes, --trace-prompts, --trace-if-exists), on a tiny real model."""
 
 from __future__ import annotations
 

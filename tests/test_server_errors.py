@@ -1,4 +1,4 @@
-"""Issue 10, points 1, 2 and 7: no request gets a plain-text 5xx; unsupported content and
+"""No request gets a plain-text 5xx; unsupported content and
 non-finite numbers are 400s naming the field; ``top_k: -1`` means off. Every test ends with the
 server still serving and no KV block leaked."""
 

@@ -1,4 +1,4 @@
-"""Issue 10, point 11: fuzz the HTTP API from its own OpenAPI schema (schemathesis: valid and
+"""Fuzz the HTTP API from its own OpenAPI schema (schemathesis: valid and
 invalid bodies, a fixed seed, a bounded number of examples) against a live server with the fake
 executor and the real SmolLM2 tokenizer, recording its log. No answer may be a 5xx, every error
 is an OpenAI error body, and afterwards the server still serves with no KV block held."""

@@ -1,4 +1,4 @@
-"""Issue 10, point 3: slow work stays off the event loop, oversized bodies get 413, overlong
+"""Slow work stays off the event loop, oversized bodies get 413, overlong
 prompts are refused early and the error names the right field. Every test ends with the server
 still serving and no KV block leaked."""
 

@@ -1,4 +1,4 @@
-"""Issue 10, point 6: /metrics exports the vLLM names dashboards read, with vLLM's meaning and a
+"""/metrics exports the vLLM names dashboards read, with vLLM's meaning and a
 ``model_name`` label, next to the minivllm_* ones; abort counters agree with the log's Aborted
 events, even for streams cut before the engine took them in."""
 

@@ -1,4 +1,4 @@
-"""Issue 10, point 9: an API key on /v1/* (probes and scrapers stay open), a per-request
+"""An API key on /v1/* (probes and scrapers stay open), a per-request
 ``cache_salt`` reaching the engine, and no prompt text in anything the server writes or answers
 with errors. (``--trace-prompts`` / ``--trace-if-exists``: tests/test_server_cli.py.)"""
 

@@ -1,4 +1,4 @@
-"""Issue 11: the served engine under load with overlapped (async) scheduling, where step n+1 is
+"""The served engine under load with overlapped (async) scheduling, where step n+1 is
 planned and launched while step n runs.
 
 Each test runs the real ``minivllm serve`` (its own process, the engine in a spawned one, a tiny

@@ -3,7 +3,7 @@
 On CUDA with the Triton backend and graphs on, a step with a prefill chunk replays graphs captured
 for a few token counts (runtime/executor/piecewise_graphs.py): its GEMMs run on the next captured
 count, so a 1,100-token step costs what a 1,536-token one does outside attention. On the H200 a
-padded token costs about 1.2–1.8 µs of a Qwen3-0.6B step (docs/BENCHMARKS.md, session 9).
+padded token costs about 1.2–1.8 µs of a Qwen3-0.6B step in the live runs' mixed steps.
 
 A log's header says whether its steps were padded and up to what (``extra.piecewise_tokens``, the
 largest captured count; 0: eager). A log recorded before headers carried it ran on CUDA with the
