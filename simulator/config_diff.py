@@ -1,8 +1,9 @@
 """What-if configs and the differences they make, stated rather than implied.
 
 An A/B between two simulated runs is only as honest as the list of what differs between them:
-turning chunked prefill off also needs a step budget that holds a whole prompt, and the tools
-raise it — that is a second change, and ``config_changes`` names it with its reason.
+turning chunked prefill off also changes a step budget that isn't given, to one that holds a whole
+prompt (``SchedulerConfig.replace``, runtime/engine/config.py) — that is a second change, and
+``config_changes`` names it with its reason.
 """
 
 from __future__ import annotations
@@ -49,16 +50,6 @@ def config_changes(base: EngineConfig, new: EngineConfig) -> list[str]:
     return lines
 
 
-def with_prompt_budget(config: EngineConfig, explicit: set[str]) -> EngineConfig:
-    """Without chunking a whole prompt must fit one step's budget: raise it to max_model_len
-    unless the budget was given (``explicit`` holds the dotted names the user set)."""
-    sched = config.scheduler
-    too_small = sched.max_num_batched_tokens < sched.max_model_len
-    if not sched.enable_chunked_prefill and BUDGET not in explicit and too_small:
-        return config.replace(**{BUDGET: sched.max_model_len})
-    return config
-
-
 def parse_override(text: str, config: EngineConfig) -> tuple[str, Any]:
     """``scheduler.enable_chunked_prefill=false`` -> (dotted name, typed value)."""
     key, sep, raw = text.partition("=")
@@ -84,11 +75,11 @@ def parse_override(text: str, config: EngineConfig) -> tuple[str, Any]:
 
 
 def what_if(config: EngineConfig, overrides: list[str]) -> EngineConfig:
-    """``config`` with ``overrides`` (FIELD=VALUE) applied, and the prompt budget rule after them."""
+    """``config`` with ``overrides`` (FIELD=VALUE) applied; a budget they don't give follows chunked
+    prefill (``SchedulerConfig.replace``)."""
     changes = dict(parse_override(o, config) for o in overrides)
     try:
-        new = config.replace(**changes)
+        return config.replace(**changes)
     except (TypeError, ValueError) as e:
         raise ValueError(f"--what-if: {e}") from None
-    return with_prompt_budget(new, set(changes))
 

@@ -7,7 +7,7 @@ metrics are then computed from the written log (timed separately).
 Engine for the default H200 / Qwen3-0.6B run: 65,536 blocks of 16 tokens (about the KV an H200
 holds beside 1.2 GB of weights at 0.9 memory utilization, 112 KiB of KV per token), 256
 sequences, max_model_len 16,384 (the conversation trace's longest request is 14,089 tokens);
-budget 2,048 tokens with chunked prefill, max_model_len without.
+the default budget (runtime/engine/config.py): 2,048 tokens with chunked prefill, max_model_len without.
 """
 
 from __future__ import annotations
@@ -58,8 +58,7 @@ def find_trace(name: str = DEFAULT_TRACE) -> Path:
 def bench_config(chunked: bool, max_model_len: int = 16384) -> EngineConfig:
     return EngineConfig(
         cache=CacheConfig(block_size=16, num_blocks=65536),
-        scheduler=SchedulerConfig(max_num_batched_tokens=2048 if chunked else max_model_len, max_num_seqs=256,
-                                  enable_chunked_prefill=chunked, max_model_len=max_model_len),
+        scheduler=SchedulerConfig(max_num_seqs=256, enable_chunked_prefill=chunked, max_model_len=max_model_len),
         model_identity="Qwen3-0.6B")
 
 

@@ -57,7 +57,7 @@ def add_config_flags(parser: argparse.ArgumentParser, groups: Iterable[str], *, 
     for dotted, f, kind in _flag_fields(groups):
         flag = "--" + f.name.replace("_", "-")
         dest = PREFIX + dotted
-        shown = (defaults or {}).get(dotted)
+        shown = (defaults or {}).get(dotted) or f.metadata.get("shown")
         if kind is bool:
             shown = shown or ("on" if f.default else "off")
             help_text = f"{f.metadata['help']} (default: {shown})"

@@ -76,7 +76,7 @@ def _quiet_wait(args: argparse.Namespace) -> float:
 def _engine(args: argparse.Namespace):
     """The engine to profile, and the sweep limits for it (device defaults unless given)."""
     from runtime.bench.profile_plan import DECODE_HEADROOM, derive_limits
-    from runtime.engine.config import ConfigError, SchedulerConfig
+    from runtime.engine.config import ConfigError, default_batched_tokens
     from runtime.executor.model.loader import load_model
     from runtime.executor.model.spec import ModelLoadError
     from runtime.executor.setup import build_engine
@@ -93,10 +93,12 @@ def _engine(args: argparse.Namespace):
     max_context = args.max_context or default_ctx
     # room for the longest prompt plus what its requests decode while the rest of the batch prefills
     opts.setdefault("max_model_len", min(loaded.model.rotary.max_positions, max_context + DECODE_HEADROOM))
-    # the chunk ladder stops at the live budget; whole prompts beyond it need an engine whose budget holds them
-    budget = opts.get("max_num_batched_tokens") or SchedulerConfig().max_num_batched_tokens
+    # the chunk ladder stops at the live budget (the one the engine would get: runtime/engine/config.py);
+    # whole prompts beyond it need an engine whose budget holds them
+    chunked = opts.get("enable_chunked_prefill", True)
+    budget = opts.get("max_num_batched_tokens") or default_batched_tokens(chunked, opts["max_model_len"])
     max_prefill = opts["max_model_len"] - 1 if args.max_prefill is None else args.max_prefill
-    if max_prefill > budget and opts.get("enable_chunked_prefill", True) is not False:
+    if max_prefill > budget and chunked:
         opts["max_num_batched_tokens"] = max_prefill
     try:
         parts = build_engine(args.model, loaded=loaded, sync_timing=True, **opts)

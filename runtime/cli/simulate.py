@@ -25,24 +25,21 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     add_config_flags(p, ("cache", "scheduler", ""), title="engine (default: the log's config for a log, "
                      "else the engine defaults)", defaults={
                          "cache.num_blocks": f"{DEFAULT_NUM_BLOCKS} for a trace",
-                         "scheduler.max_num_batched_tokens": "2048; with chunked prefill off, max_model_len",
                          "scheduler.max_model_len": "long enough for the workload's longest request",
                          "seed": "0; it also seeds synthetic trace prompts"})
 
 
 def engine_config(args: argparse.Namespace, workload, base=None, model_identity: str = ""):
-    """The engine config: ``base`` (a log's) or defaults, then the flags."""
+    """The engine config: ``base`` (a log's) or defaults, then the flags. A budget the flags don't
+    give follows chunked prefill (``SchedulerConfig.replace``): ``--chunked off`` alone gives the
+    budget of a whole prompt."""
     from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 
     if base is None:
         base = EngineConfig(cache=CacheConfig(num_blocks=DEFAULT_NUM_BLOCKS),
                             scheduler=SchedulerConfig(max_model_len=max(4096, workload.max_request_tokens())),
                             model_identity=model_identity or "unknown")
-    from simulator.config_diff import with_prompt_budget
-
-    changes = config_options(args)
-    # without chunking a whole prompt must fit one step's budget
-    return with_prompt_budget(base.replace(**changes), set(changes))
+    return base.replace(**config_options(args))
 
 
 def print_config_changes(base, config, what: str) -> list[str]:

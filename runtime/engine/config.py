@@ -19,11 +19,12 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field."""
 
 
-def option(default: Any, help: str, *, aliases: tuple[str, ...] = (), cli: bool = True) -> Any:
+def option(default: Any, help: str, *, aliases: tuple[str, ...] = (), cli: bool = True, shown: str = "") -> Any:
     """A config field with its CLI help; its flag is ``--field-name`` (``--no-field-name`` too for a
     bool). ``aliases``: more spellings (a bool's ``no-…`` alias turns it off, any other takes
-    ``on|off``); ``cli=False``: not a flag."""
-    return field(default=default, metadata={"help": help, "aliases": aliases, "cli": cli})
+    ``on|off``); ``cli=False``: not a flag; ``shown``: the default as the help states it, where
+    the field derives it."""
+    return field(default=default, metadata={"help": help, "aliases": aliases, "cli": cli, "shown": shown})
 
 
 def _check(cond: bool, name: str, value: Any, rule: str) -> None:
@@ -55,9 +56,25 @@ class CacheConfig:
         _check(isinstance(self.hash_salt, str), "cache.hash_salt", self.hash_salt, "must be a string")
 
 
+DEFAULT_BATCHED_TOKENS = 2048
+
+
+def default_batched_tokens(enable_chunked_prefill: bool, max_model_len: int) -> int:
+    """The step token budget when none is given, as in vLLM: 2048 with chunked prefill; without it a
+    whole prompt must fit one step, so ``max(max_model_len, 2048)``."""
+    if enable_chunked_prefill:
+        return DEFAULT_BATCHED_TOKENS
+    return max(max_model_len, DEFAULT_BATCHED_TOKENS)
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
-    max_num_batched_tokens: int = option(2048, "token budget of one step (decode tokens + prefill chunks)")
+    """``max_num_batched_tokens=None`` (the default): ``default_batched_tokens`` of the other fields,
+    filled in at construction, so a built config always holds a number."""
+
+    max_num_batched_tokens: int | None = option(
+        None, "token budget of one step (decode tokens + prefill chunks)",
+        shown=f"{DEFAULT_BATCHED_TOKENS}; with chunked prefill off, max(max_model_len, {DEFAULT_BATCHED_TOKENS})")
     max_num_seqs: int = option(256, "most requests running at once")
     enable_chunked_prefill: bool = option(True, "split long prompts over steps so decodes never wait for a "
                                           "whole prompt", aliases=("chunked", "no-chunked-prefill"))
@@ -68,14 +85,29 @@ class SchedulerConfig:
     max_model_len: int = option(4096, "longest prompt + output a request may have")
 
     def __post_init__(self) -> None:
-        _positive_int("scheduler.max_num_batched_tokens", self.max_num_batched_tokens)
         _positive_int("scheduler.max_num_seqs", self.max_num_seqs)
         _positive_int("scheduler.max_model_len", self.max_model_len)
         for name in ("enable_chunked_prefill", "reserve_full_prompt"):
             value = getattr(self, name)
             _check(isinstance(value, bool), f"scheduler.{name}", value, "must be a bool")
+        if self.max_num_batched_tokens is None:
+            object.__setattr__(self, "max_num_batched_tokens",
+                               default_batched_tokens(self.enable_chunked_prefill, self.max_model_len))
+        _positive_int("scheduler.max_num_batched_tokens", self.max_num_batched_tokens)
         _check(self.policy in POLICIES, "scheduler.policy", self.policy,
                f"must be one of {', '.join(map(repr, POLICIES))}")
+
+    def replace(self, **changes: Any) -> SchedulerConfig:
+        """A copy with ``changes``. The budget goes with chunked prefill: where the changes turn it
+        on or off, or change max_model_len while it is off, and don't give the budget, the copy's
+        budget is the default for its fields (``default_batched_tokens``), as if it had never been
+        set; otherwise it stays as it is."""
+        chunked = changes.get("enable_chunked_prefill", self.enable_chunked_prefill)
+        toggled = chunked != self.enable_chunked_prefill
+        resized = not chunked and changes.get("max_model_len", self.max_model_len) != self.max_model_len
+        if "max_num_batched_tokens" not in changes and (toggled or resized):
+            changes = {**changes, "max_num_batched_tokens": None}
+        return dataclasses.replace(self, **changes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,13 +136,14 @@ class EngineConfig:
         return cls(cache=cache, scheduler=scheduler, **data)
 
     def replace(self, **changes: Any) -> EngineConfig:
-        """Copy with changes; nested fields by dotted name, e.g. ``{"scheduler.max_num_seqs": 8}``."""
+        """Copy with changes; nested fields by dotted name, e.g. ``{"scheduler.max_num_seqs": 8}``
+        (the scheduler's by ``SchedulerConfig.replace``: the budget follows chunked prefill)."""
         cache = {k.split(".", 1)[1]: v for k, v in changes.items() if k.startswith("cache.")}
         sched = {k.split(".", 1)[1]: v for k, v in changes.items() if k.startswith("scheduler.")}
         top = {k: v for k, v in changes.items() if "." not in k}
         return dataclasses.replace(
             self,
             cache=dataclasses.replace(self.cache, **cache),
-            scheduler=dataclasses.replace(self.scheduler, **sched),
+            scheduler=self.scheduler.replace(**sched),
             **top,
         )
