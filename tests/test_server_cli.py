@@ -42,7 +42,7 @@ def test_every_serve_flag_has_help_showing_its_default():
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
             continue
-        label = max(action.option_strings, key=len)
+        label = max(action.option_strings, key=len) if action.option_strings else action.metavar
         text = " ".join(formatter._expand_help(action).split())
         shown = _shown(action.default)
         if shown is not None:

@@ -21,10 +21,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     from runtime.serving.server.app import DEFAULT_MAX_REQUEST_BYTES
 
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (completions, chat, SSE, /metrics)")
+    p.add_argument("model_arg", nargs="?", metavar="MODEL",
+                   help="the model, as with --model (`vllm serve MODEL`) (default: --model's)")
     add_engine_args(p)
     g = p.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    g.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
+    g.add_argument("--port", type=int, default=8000, action=Bounded, at_least=0, below=65536,
+                   help="port to listen on; 0: any free one (default: %(default)s)")
     g.add_argument("--served-model-name", help="model id clients send (default: the model file's name)")
     g.add_argument("--api-key", default=None,
                    help=f"require 'Authorization: Bearer KEY' on /v1/* (/health, /ready, /metrics stay open) "
@@ -120,22 +123,43 @@ def _stop(signum: int, frame) -> None:
     raise SystemExit(0)
 
 
+def resolve_model(args: argparse.Namespace) -> str | None:
+    """The model: MODEL or --model (vLLM takes either); both is an error."""
+    if args.model_arg is not None and args.model is not None:
+        raise CLIError(f"--model: the model is given twice, as MODEL ({args.model_arg}) and as --model "
+                       f"({args.model}); give one")
+    return args.model_arg if args.model_arg is not None else args.model
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from runtime.cli.listen import bind
+
+    args.model = resolve_model(args)
+    sock = bind(args.host, args.port)  # before the model loads: a taken port is an error at once
     # SIGTERM is a request to stop: uvicorn shuts down gracefully, then raises the signal again
     # under the handler it found, this one, so the engine is stopped (its log closed) below
     signal.signal(signal.SIGTERM, _stop)
-    app, engine, close = build_app(args)
+    try:
+        app, engine, close = build_app(args)
+    except BaseException:
+        sock.close()
+        raise
     gc.collect()  # the start-up heap (tokenizer, FastAPI, pydantic): exempt from collections while serving
     gc.freeze()
+    port = sock.getsockname()[1]
     # the model name and the log's path only: never a prompt
-    print(f"minivllm: serving {app.state.server.model_name!r} on http://{args.host}:{args.port}/v1"
+    print(f"minivllm: serving {app.state.server.model_name!r} on http://{args.host}:{port}/v1"
           + (f"; recording {args.trace} (prompts: {args.trace_prompts})" if args.trace else "")
           + ("; API key required" if app.state.api_key_required else ""), file=sys.stderr)
+    # no access log: it is off at "warning" anyway, and a request line is nothing we need to keep
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=port, log_level="warning", access_log=False))
     try:
-        # no access log: it is off at "warning" anyway, and a request line is nothing we need to keep
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+        server.run(sockets=[sock])  # as uvicorn.run, on the socket bound above
+    except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down; so does the engine, below
+        pass
     finally:
         close()
-    return 0
+        sock.close()
+    return 0 if server.started else 3  # 3: uvicorn's exit status for a server that never started

@@ -1,0 +1,31 @@
+"""``serve``'s listening socket, bound before the model loads.
+
+A port that is taken or not ours to use, or a host that is not this machine's, is a one-line error
+naming the flag at once, not after the model has loaded (and with no event log left behind); the
+bound socket is then handed to uvicorn, so nothing can take the port in between.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+from runtime.cli.errors import CLIError
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (port 0: any free one), not listening yet. Bound as uvicorn
+    binds (IPv6 for a host with a colon; SO_REUSEADDR, so a port left in TIME_WAIT is no obstacle)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        reason = e.strerror or str(e)
+        if e.errno == errno.EADDRINUSE:
+            raise CLIError(f"--port: {host}:{port} is already in use (choose another --port)") from None
+        if e.errno == errno.EACCES:
+            raise CLIError(f"--port: not allowed to listen on {host}:{port} ({reason})") from None
+        raise CLIError(f"--host: cannot listen on {host}:{port} ({reason})") from None
+    return sock
