@@ -142,3 +142,91 @@ def test_text_prompts_and_folded_ids():
     ids = serve_client.request_bodies(wl, "m", vocab=50)
     assert all(isinstance(b["prompt"], str) and len(b["prompt"].split()) == 6 for b in text)
     assert all(max(b["prompt"]) < 50 and b["stream"] and b["ignore_eos"] for b in ids)
+
+
+@pytest.mark.parametrize("url", ["http://h:8000", "http://h:8000/", "http://h:8000/v1", "http://h:8000/v1/",
+                                 " http://h:8000/v1 "])
+def test_the_api_base_takes_the_address_with_or_without_v1(url):
+    from runtime.bench.server_probe import api_base
+
+    assert api_base(url) == "http://h:8000/v1"
+
+
+def test_bench_serve_reaches_the_server_at_its_address_with_or_without_v1(smollm2_tokenizer, capsys):
+    from runtime.cli import main
+
+    engine = AsyncLLMEngine(LLMEngine.from_core(make_core(), Overlapping(), smollm2_tokenizer, overlap=True))
+    engine.start()
+    flags = ["bench", "serve", "--synthetic", "3", "--rate", "50", "--input-len", "fixed:8", "--output-len",
+             "fixed:2", "--no-progress"]
+    try:
+        with ServerThread(create_app(engine, smollm2_tokenizer, "m")) as http:
+            for url in (http.url, http.url + "/", http.url + "/v1/"):
+                assert main([*flags, "--url", url]) == 0
+                assert "3/3 requests" in capsys.readouterr().out
+    finally:
+        engine.shutdown()
+
+
+class _NotOpenAI:
+    """A plain HTTP server in a thread answering every GET with ``status`` and ``body``."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (the stdlib's name)
+                self.send_response(status)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _bench_serve_fails(url: str, capsys, *flags: str) -> str:
+    from runtime.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "serve", "--synthetic", "2", "--no-progress", "--url", url, *flags])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+def test_bench_serve_says_why_a_url_is_no_server_it_can_use(capsys):
+    import socket
+
+    with socket.socket() as closed:  # bound, never listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        err = _bench_serve_fails(url, capsys)
+        assert err.startswith(f"minivllm: error: --url: no server answers at {url}/v1 (") and "is it running?" in err
+        assert _bench_serve_fails(url, capsys, "--served-model-name", "m").startswith(
+            "minivllm: error: --url: no server answers")
+    with _NotOpenAI(404, b"not here") as web:
+        err = _bench_serve_fails(web.url, capsys)
+        assert err == (f"minivllm: error: --url: {web.url}/v1/models answered HTTP 404: not an OpenAI-compatible "
+                       "server at that address (its API base is usually http://HOST:PORT/v1)")
+    with _NotOpenAI(200, b"<html>hello</html>") as web:
+        err = _bench_serve_fails(web.url + "/v1", capsys)
+        assert err.startswith(f"minivllm: error: --url: {web.url}/v1/models answered, but not with an OpenAI "
+                              "model list")
+    with _NotOpenAI(401, b"{}") as web:
+        assert "the server wants an API key (--api-key)" in _bench_serve_fails(web.url, capsys)
+    assert _bench_serve_fails("127.0.0.1:8000", capsys) == (
+        "minivllm: error: --url: expected http://HOST:PORT (optionally ending in /v1), got '127.0.0.1:8000'")

@@ -80,16 +80,21 @@ def _text_decoder(source: str):
     return lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
 
 
-def _model_name(url: str, api_key: str | None) -> str:
-    import httpx
+def _server(url: str, api_key: str | None, served_model_name: str | None) -> tuple[str, str]:
+    """(the API base, the model to send): a server must answer at ``url``; without
+    --served-model-name, its first /v1/models entry."""
+    from runtime.bench.server_probe import NoModelList, ProbeError, api_base, served_models
 
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        models = httpx.get(url.rstrip("/") + "/models", headers=headers, timeout=10).json()["data"]
-        return models[0]["id"]
-    except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
-        raise CLIError(f"--url: cannot list the server's models at {url}/models ({type(e).__name__}); "
-                       "is it running? (or pass --served-model-name)") from None
+        base = api_base(url)
+        models = served_models(base, api_key)  # with --served-model-name too: a server must answer
+    except NoModelList as e:
+        if served_model_name:  # something answers there, and the model is named: the list is not needed
+            return base, served_model_name
+        raise CLIError(f"--url: {e}") from None
+    except ProbeError as e:
+        raise CLIError(f"--url: {e}") from None
+    return base, served_model_name or models[0]
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -123,7 +128,7 @@ def _serve(args: argparse.Namespace) -> int:
             except RuntimeError as e:
                 raise CLIError(f"--launch: {e}; see {args.server_log}") from None
     try:
-        model = args.served_model_name or _model_name(url, args.api_key)
+        url, model = _server(url, args.api_key, args.served_model_name)
         print(f"replaying {len(wl):,} requests ({wl.duration:,.1f} s of arrivals) against {url} ({model})",
               file=sys.stderr)
         bar = tqdm(total=len(wl), unit="req", desc="bench serve", disable=args.no_progress, mininterval=0.5)
@@ -212,7 +217,8 @@ def add_parsers(kinds: argparse._SubParsersAction) -> None:
                                         "client TTFT/TPOT/ITL, goodput", description=__doc__.split("\n\n")[0])
     _add_workload_source(sv)
     g = sv.add_argument_group("server")
-    g.add_argument("--url", default="http://127.0.0.1:8000/v1", help="the server's /v1 base (default: %(default)s)")
+    g.add_argument("--url", default="http://127.0.0.1:8000/v1",
+                   help="the server: http://HOST:PORT, with or without /v1 (default: %(default)s)")
     g.add_argument("--served-model-name", help="model id to send (default: the server's first /v1/models entry)")
     g.add_argument("--api-key", help="bearer token (default: none)")
     g.add_argument("--launch", nargs=argparse.REMAINDER, metavar="ENGINE_FLAGS",
