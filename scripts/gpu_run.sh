@@ -17,7 +17,7 @@
 #              bench serve of 800 Azure conv requests (arrivals 6x compressed), 3 s idle, a second burst;
 #              then bench live (the same 800 in process); .gpu/ holds the tokenizer and the trace slice
 #              (scripts/gpu_wheels.sh makes it) and goes to the GPU machine with the tree
-#   matrix     scripts/serve_matrix.py: capacity in process, then bench serve (--launch) and bench live at
+#   matrix     minivllm bench matrix: capacity in process, then bench serve (--launch) and bench live at
 #              LOADS (default 0.5,0.8,1.1 of capacity) x CHUNKED (default on,off); served logs gzipped into
 #              $OUT (8 files for one CHUNKED mode); WORKLOAD=conv|code (.gpu/*_head1200.csv,
 #              Azure 2023), SKIP_LIVE=1: no in-process run beside each served one
@@ -92,9 +92,9 @@ for _ in range(900):
              --trace "$OUT/live_inproc.jsonl" --json "$OUT/live_inproc.json"
            python3 -m runtime.bench.step_times "$OUT/live_inproc.jsonl" ;;
     matrix) WORKLOAD="${WORKLOAD:-conv}"
-            python3 scripts/serve_matrix.py ".gpu/${WORKLOAD}_head1200.csv" --limit "${LIMIT:-800}" --loads "${LOADS:-0.5,0.8,1.1}" \
+            minivllm bench matrix ".gpu/${WORKLOAD}_head1200.csv" --limit "${LIMIT:-800}" --loads "${LOADS:-0.5,0.8,1.1}" \
               --chunked "${CHUNKED:-on,off}" ${CAPACITY:+--capacity $CAPACITY} --client-processes "${CLIENT_PROCS:-4}" \
-              ${SKIP_LIVE:+--no-live} --out /tmp/matrix -- \
+              ${SKIP_LIVE:+--no-live} --out /tmp/matrix --launch \
               --model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-model-len 8192 \
               ${ENGINE_FLAGS:-}
             tag=${WORKLOAD}_$(echo "${CHUNKED:-on,off}" | tr , _)  # no commas in file names

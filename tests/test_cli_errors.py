@@ -71,6 +71,13 @@ COMMANDS = {
         ("--client-processes", "0")]),
     "demo": (["demo", "--out", "/dev/null"], (), [("--requests", "0"), ("--rate", "0"),
                                                    ("--max-num-batched-tokens", "0")]),
+    "fidelity-table": (["fidelity-table", "--cost-model", "smollm2-135m-cpu", "--run", f"fit:{AZURE}"], (), [
+        ("--sensitivity", "0"), ("--cost-model", "nope"), ("--run", AZURE), ("--pair", f"a:{AZURE}"),
+        ("--repeat", AZURE)]),
+    "bench matrix": (["bench", "matrix", AZURE, "--out", "/dev/null"], (), [
+        ("--loads", "0.5,x"), ("--loads", "0"), ("--chunked", "sometimes"), ("--slo", "ttft=1"), ("--limit", "1"),
+        ("--capacity", "0"), ("--client-processes", "0")]),
+    "serve": (["serve"], (), [("--port", "65536"), ("--port", "-1"), ("--model", "random:b random:a")]),
 }
 CASES = [pytest.param(argv, flag, value, id=f"{name} {flag} {value}")
          for name, (argv, groups, own) in COMMANDS.items()

@@ -1,4 +1,4 @@
-"""The fidelity table over several runs (simulator/fidelity_table.py, scripts/fidelity_table.py),
+"""The fidelity table over several runs (simulator/fidelity_table.py, ``minivllm fidelity-table``),
 the intake delay fitted by re-simulation (simulator/intake.py) and decode-only training steps."""
 
 from __future__ import annotations
@@ -94,14 +94,14 @@ def test_decode_steps_of_a_log_join_the_fit(logs, tmp_path):
     assert model.meta["training"]["steps"] + model.meta["heldout"]["steps"] == n_on + len(dec.durations)
 
 
-def test_script_writes_tables_and_json(logs, tmp_path, capsys):
-    from scripts.fidelity_table import main
+def test_command_writes_tables_and_json(logs, tmp_path, capsys):
+    from runtime.cli import main
 
     on, off = logs
     model = tmp_path / "m.json"
     LinearCostModel(TRUTH).save(model)
     out = tmp_path / "t.json"
-    assert main(["--cost-model", str(model), "--run", f"fit:{on}", "--pair", f"what-if:{on}:{off}",
+    assert main(["fidelity-table", "--cost-model", str(model), "--run", f"fit:{on}", "--pair", f"what-if:{on}:{off}",
                  "--sensitivity", "2", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "elasticity to the step time" in text and re.search(r"\| on \| -?\d+\.\d\d / [+-]\d", text)
@@ -143,16 +143,25 @@ def test_a_sign_is_judged_only_beyond_the_repeat_spread(logs):
     assert signs_beyond(row, half) == judged
 
 
-def test_script_counts_the_signs_beyond_the_repeats(logs, tmp_path, capsys):
-    from scripts.fidelity_table import main
+def test_command_counts_the_signs_beyond_the_repeats(logs, tmp_path, capsys):
+    from runtime.cli import main
 
     on, off = logs
     out = tmp_path / "t.json"
-    assert main(["--cost-model", "recorded:" + str(on), "--pair", f"what-if:{on}:{off}", "--repeat", f"{on}:{on}",
-                 "--json", str(out)]) == 0
+    assert main(["fidelity-table", "--cost-model", "recorded:" + str(on), "--pair", f"what-if:{on}:{off}",
+                 "--repeat", f"{on}:{on}", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "run-to-run spread of the live repeats" in text and "of the live differences beyond the spread" in text
     doc = json.loads(out.read_text())
     assert set(doc["repeat_spread"].values()) == {0.0} and "signs_beyond_spread" in doc["rows"][0]
-    with pytest.raises(SystemExit, match="A_LOG:B_LOG"):
-        main(["--cost-model", "recorded:" + str(on), "--repeat", str(on)])
+    capsys.readouterr()
+    for argv, message in (
+            (["--pair", f"w:{on}:{off}", "--repeat", str(on)], f"--repeat: expected A_LOG:B_LOG, got '{on}'"),
+            (["--run", str(on)], f"--run: expected ROLE:LOG, got '{on}'"),
+            (["--pair", f"w:{on}"], f"--pair: expected ROLE:ON_LOG:OFF_LOG, got 'w:{on}'"),
+            (["--run", f"fit:{tmp_path}/none.jsonl"], f"{tmp_path}/none.jsonl: no such log"),
+            (["--repeat", f"{on}:{on}"], "--run: give at least one --run ROLE:LOG or --pair ROLE:ON_LOG:OFF_LOG")):
+        with pytest.raises(SystemExit) as exc:
+            main(["fidelity-table", "--cost-model", "recorded:" + str(on), *argv])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and err == f"minivllm: error: {message}\n", err

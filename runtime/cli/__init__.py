@@ -31,6 +31,7 @@ COMMAND_MODULES = [
     "runtime.cli.cost_model",
     "runtime.cli.profile",
     "runtime.cli.fidelity",
+    "runtime.cli.fidelity_table",
     "runtime.cli.analyze",
     "runtime.cli.regress",
     "runtime.cli.log",

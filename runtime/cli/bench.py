@@ -9,6 +9,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from runtime.cli.bench_matrix import add_parser as add_matrix_parser
 from runtime.cli.bench_serve import add_parsers as add_serve_parsers
 from runtime.cli.checks import Bounded
 
@@ -179,3 +180,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     dk.add_argument("--json", metavar="PATH", help="also write results as JSON")
     dk.set_defaults(func=_decode_kernel)
     add_serve_parsers(kinds)
+    add_matrix_parser(kinds)
