@@ -22,7 +22,8 @@ import pandas as pd
 
 from analysis.frames import LogFrames
 from analysis.rejected import rejected_summary, render_rejected
-from analysis.stalls import DEFAULT_STALL_S, gap_stats, render_stalls, stalls
+from analysis.stalls import STALL_FACTOR, gap_stats, render_stalls, stalls
+from analysis.text_table import render_plain, table
 
 PERCENTILES = (50, 90, 99)
 
@@ -47,8 +48,9 @@ def percentiles(values: pd.Series, ps: tuple[int, ...] = PERCENTILES) -> dict[st
     return {"mean": float(v.mean()), **{f"p{p}": float(np.percentile(v, p)) for p in ps}, "max": float(v.max())}
 
 
-def summarize(frames: LogFrames, stall_s: float = DEFAULT_STALL_S) -> dict[str, Any]:
-    """Everything the report shows of one log; ``stall_s``: the gap that counts as a decode stall."""
+def summarize(frames: LogFrames, stall_s: float | None = None, stall_factor: float = STALL_FACTOR) -> dict[str, Any]:
+    """Everything the report shows of one log; ``stall_s``: the gap that counts as a decode stall
+    (None: ``stall_factor`` × the run's median decode step, analysis/stalls.py)."""
     r, s = frames.requests, frames.steps
     lat = latencies(r)
     finished = r["status"] == "finished"
@@ -83,60 +85,40 @@ def summarize(frames: LogFrames, stall_s: float = DEFAULT_STALL_S) -> dict[str, 
         "e2e_s": percentiles(lat["e2e"]),
         "queue_s": percentiles(lat["queue"]),
         "itl_s": gap_stats(frames.gaps["gap"]),
-        "stalls": stalls(frames, stall_s),
+        "stalls": stalls(frames, stall_s, factor=stall_factor),
         **rejected_summary(frames),
     }
 
 
 def render_summary(summary: dict[str, Any], title: str = "summary") -> str:
-    """A plain-text table of ``summarize`` output (rich, no colour, so it also goes to files)."""
-    from rich.console import Console
-    from rich.table import Table
-
-    lat = Table()
-    lat.add_column("latency (ms)")
+    """A plain-text table of ``summarize`` output (analysis/text_table.py: also goes to files)."""
     cols = ("mean", *[f"p{p}" for p in PERCENTILES], "max")
-    for col in cols:
-        lat.add_column(col, justify="right")
-    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"),
-                       ("queue_s", "queue")):
-        if key in summary:  # a summary saved before ITL existed
-            lat.add_row(label, *(_num(summary[key].get(c, float("nan")) * 1e3, ",.1f") for c in cols))
-    tot = Table(show_header=False)
-    tot.add_column("metric")
-    tot.add_column("value", justify="right")
+    lat = table(("<latency (ms)", *cols), [
+        (label, *(_num(summary[key].get(c, float("nan")) * 1e3, ",.1f") for c in cols))
+        for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"),
+                           ("queue_s", "queue"))
+        if key in summary])  # a summary saved before ITL existed
     rejected = int(summary.get("rejected", 0))
-    tot.add_row("requests (finished/aborted/unfinished/rejected)",
-                f"{summary['requests'] + rejected:,} ({summary['finished']:,}/{summary['aborted']:,}/"
-                f"{summary['unfinished']:,}/{rejected:,})")
-    tot.add_row("steps", f"{summary['steps']:,}")
-    tot.add_row("makespan", f"{summary['makespan_s']:,.1f} s (engine busy {_num(summary['busy_fraction'], '.0%')})")
-    tot.add_row("output throughput", f"{_num(summary['output_throughput_tok_s'], ',.0f')} tok/s")
-    tot.add_row("total throughput (prompt + output)", f"{_num(summary['total_throughput_tok_s'], ',.0f')} tok/s")
-    tot.add_row("request throughput", f"{_num(summary['request_throughput_req_s'], ',.2f')} req/s")
-    tot.add_row("preemptions", f"{summary['preemptions']:,}")
-    tot.add_row("prefix hit rate", f"{summary['prefix_hit_rate']:.1%}")
-    tot.add_row("mean step", f"{_num(summary['mean_step_s'] * 1e3, ',.2f')} ms, "
-                f"{_num(summary['mean_batch_tokens'], ',.1f')} tokens")
-    console = Console(width=100, record=True, force_terminal=False, color_system=None, file=_Null())
-    console.print(title, markup=False, highlight=False, soft_wrap=True)
-    if rejected and "rejected_share" in summary:  # before any number: those are over the served ones only
-        console.print(render_rejected(summary), markup=False, highlight=False, soft_wrap=True)
-    console.print(lat)
-    console.print(tot)
-    if "stalls" in summary:
-        console.print(render_stalls(summary["stalls"]), markup=False, highlight=False, soft_wrap=True)
-    return console.export_text()
+    tot = table(("<metric", "value"), [
+        ("requests (finished/aborted/unfinished/rejected)",
+         f"{summary['requests'] + rejected:,} ({summary['finished']:,}/{summary['aborted']:,}/"
+         f"{summary['unfinished']:,}/{rejected:,})"),
+        ("steps", f"{summary['steps']:,}"),
+        ("makespan", f"{summary['makespan_s']:,.1f} s (engine busy {_num(summary['busy_fraction'], '.0%')})"),
+        ("output throughput", f"{_num(summary['output_throughput_tok_s'], ',.0f')} tok/s"),
+        ("total throughput (prompt + output)", f"{_num(summary['total_throughput_tok_s'], ',.0f')} tok/s"),
+        ("request throughput", f"{_num(summary['request_throughput_req_s'], ',.2f')} req/s"),
+        ("preemptions", f"{summary['preemptions']:,}"),
+        ("prefix hit rate", f"{summary['prefix_hit_rate']:.1%}"),
+        ("mean step", f"{_num(summary['mean_step_s'] * 1e3, ',.2f')} ms, "
+         f"{_num(summary['mean_batch_tokens'], ',.1f')} tokens"),
+    ], show_header=False)
+    # the rejections before any number: those are over the served ones only
+    head = [render_rejected(summary)] if rejected and "rejected_share" in summary else []
+    tail = [render_stalls(summary["stalls"])] if "stalls" in summary else []
+    return render_plain(title, *head, lat, tot, *tail)
 
 
 def _num(value: float, fmt: str) -> str:
     """``value`` formatted; "-" where it is undefined (NaN: no request got that far)."""
     return "-" if value != value else format(value, fmt)
-
-
-class _Null:
-    def write(self, _: str) -> int:
-        return 0
-
-    def flush(self) -> None:
-        pass

@@ -1,6 +1,8 @@
-"""Inter-token latency and decode stalls: exact on a hand-made log; on a simulated long prompt
-arriving during decodes, chunked prefill off makes a stall in every decoding request and on
-removes it; ``analyze --stall-ms`` reports them with the step that made them."""
+"""Inter-token latency and decode stalls: exact on a hand-made log; a stall is judged against the
+run's own median decode step (a CPU run whose every step is slow is not all stalls), or a fixed
+``--stall-ms``; on a simulated long prompt arriving during decodes, chunked prefill off makes a
+stall in every decoding request and on removes it; ``analyze`` reports them with the step that
+made them and says how it judged them."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import pytest
 
 from analysis.frames import frames_from_events, load_frames
 from analysis.metrics import render_summary, summarize
-from analysis.stalls import stalls
+from analysis.stalls import median_decode_step, stalls
 from simulator.sim import simulate
 from tests.sim_helpers import small_config
 from traces.events import Arrived, Finished, Header, Preempted, Span, Step
@@ -79,8 +81,33 @@ def on_off(tmp_path):
     return _simulate(tmp_path / "off.jsonl", False), _simulate(tmp_path / "on.jsonl", True)
 
 
+class SlowCpuCost:
+    """Every decode step 250 ms, a step with prefill 600 ms (a small model on a CPU)."""
+
+    def step_time(self, step, spans):
+        return 0.6 if any(s.num_tokens > 1 for s in spans) else 0.25
+
+
+def test_the_stall_threshold_is_relative_to_the_runs_own_decode_step(tmp_path):
+    """Every gap of a CPU run exceeds 200 ms: a fixed threshold calls each one a stall; 5 × its
+    median decode step (250 ms) calls none, and says so."""
+    path = tmp_path / "cpu.jsonl"
+    with LogWriter(path) as log:
+        simulate(long_prompt_during_decodes(), small_config(chunked=True, budget=128), SlowCpuCost(), sink=log)
+    frames = load_frames(path)
+    assert median_decode_step(frames.steps) == pytest.approx(0.25)
+    fixed = stalls(frames, 0.2)
+    assert fixed["count"] == len(frames.gaps) and fixed["rule"] == "fixed"
+    relative = stalls(frames)
+    assert relative["threshold_s"] == pytest.approx(1.25) and relative["count"] == 0
+    assert relative["rule"] == "5 × median decode step 250.0 ms" and relative["factor"] == 5
+    assert "decode stalls (gaps > 1,250 ms = 5 × median decode step 250.0 ms): none" in render_summary(
+        summarize(frames))
+    assert stalls(frames, factor=2)["count"] == (frames.gaps["gap"] > 0.5).sum() > 0  # the prefill steps
+
+
 def test_chunked_prefill_off_stalls_every_decode_and_on_does_not(on_off):
-    off, on = (summarize(load_frames(p)) for p in on_off)
+    off, on = (summarize(load_frames(p), stall_s=0.2) for p in on_off)
     st = off["stalls"]
     assert (st["count"], st["requests"]) == (4, 4)
     assert {(w["step_prefill_tokens"], w["step_decode_seqs"]) for w in st["worst"]} == {(900, 4)}
@@ -94,12 +121,14 @@ def test_analyze_reports_stalls_with_a_threshold_flag_and_the_ab_config_differen
     from runtime.cli import main
 
     off, on = on_off
-    assert main(["analyze", str(off), str(on), "--labels", "off,on"]) == 0
+    assert main(["analyze", str(off), str(on), "--labels", "off,on", "--stall-ms", "200"]) == 0
     out = capsys.readouterr().out
     assert "decode stalls (gaps > 200 ms): 4 in 4 requests" in out
     assert "which ran 900 prefill tokens + 4 decodes in 914 ms" in out
     assert "decode stalls (gaps > 200 ms): none" in out  # the chunked run
-    assert "| decode stalls (gaps > 200 ms) | 4 | 0 |" in out
+    assert "| decode stalls (gaps > stall threshold) | 4 | 0 | -100.0% |" in out
+    assert "| stall threshold (ms) | 200.0 | 200.0 | +0.0% |" in out
+    assert "Decode stall: a gap between two tokens of a request longer than 200 ms." in out
     diff = out[out.index("config differences (off → on):"):].splitlines()
     assert diff[1:3] == ["  scheduler.max_num_batched_tokens: 1,024 → 128",
                          "  scheduler.enable_chunked_prefill: off → on"]

@@ -190,7 +190,11 @@ def test_cli_by_arrival_prints_the_windows(logs, tmp_path, capsys):
     assert main(["fidelity", str(on), "--cost-model", "recorded", "--by-arrival", "3", "--no-replay",
                  "--plot", str(tmp_path / "c.png"), "--json", str(js)]) == 0
     out = capsys.readouterr().out
-    assert "by arrival time" in out and out.count(" → ") >= 9
+    assert "by arrival time" in out
+    table = [line for line in out.splitlines() if line[:1] in "│┃"]
+    assert sum(line.startswith("│") for line in table) == 3 and "TTFT p50" in table[0]
+    columns = {tuple(i for i, c in enumerate(line) if c in "│┃") for line in table}
+    assert len(columns) == 1 and len(next(iter(columns))) == 9  # 8 columns, aligned in every row
     assert len(json.loads(js.read_text())["by_arrival"]) == 3
     with pytest.raises(SystemExit):
         main(["fidelity", str(on), "--cost-model", "recorded", "--by-arrival", "0"])

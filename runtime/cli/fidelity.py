@@ -75,14 +75,15 @@ def render_sensitivity(sens: dict | None, tolerance: float | None) -> str:
 
 
 def render_by_arrival(rows: list[dict]) -> str:
-    lines = ["by arrival time (s from the first): requests, TTFT p50 / p90 and queue p90 in ms, live → sim",
-             f"{'window':<15}{'requests':>9}{'TTFT p50':>18}{'TTFT p90':>18}{'queue p90':>18}"]
-    for r in rows:
-        live, sim = r["live"], r["sim"]
-        cells = [f"{_ms(live[k])} → {_ms(sim[k])}" for k in ("ttft_p50", "ttft_p90", "queue_p90")]
-        window = f"{r['from_s']:>6.1f}–{r['to_s']:<7.1f}"
-        lines.append(f"{window}{live['requests']:>9,}" + "".join(f"{c:>18}" for c in cells))
-    return "\n".join(lines)
+    """One row per arrival window, live and simulated side by side (analysis/text_table.py)."""
+    from analysis.text_table import render_plain, table
+
+    keys = (("ttft_p50", "TTFT p50"), ("ttft_p90", "TTFT p90"), ("queue_p90", "queue p90"))
+    columns = ["<window (s)", "requests", *(f"{name}\n{run} ms" for _, name in keys for run in ("live", "sim"))]
+    body = [(f"{r['from_s']:,.1f}–{r['to_s']:,.1f}", f"{r['live']['requests']:,}",
+             *(_ms(r[run][k]) for k, _ in keys for run in ("live", "sim"))) for r in rows]
+    return render_plain("by arrival time (s from the first): requests, TTFT and queueing per window, live and sim",
+                        table(columns, body), width=120).rstrip("\n")
 
 
 def render_what_if(w: dict) -> str:
