@@ -9,6 +9,12 @@ model) is a different experiment; the report lists each such difference before i
 Keys: the engine config's dotted fields (``scheduler.…``, ``cache.…``, ``seed``), then the
 Header's own (``clock``, ``model``, ``eos_token_id``), ``extra.…`` (device, dtype, model path, KV
 geometry, what a simulation used) and ``versions.…``.
+
+A field only some runs record (a live run's device and KV geometry, a simulation's cost model) is
+not a row of "(absent)": the render names such fields once per set of runs that has them, a
+group of them by its prefix (``extra.kv.*``), a single short value with it:
+
+    only in live: extra.model_path, extra.device=cpu, extra.dtype=float32, extra.kv.* (5)
 """
 
 from __future__ import annotations
@@ -86,8 +92,12 @@ def format_value(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
 
 
+SHORT = 40  # a value longer than this is named, not shown, on an "only in" line
+
+
 def render_header_differences(labels: Sequence[str], headers: Sequence[Header | None]) -> str:
-    """Lines ``key: a → b [→ c …]`` under a title naming the runs in order ("" for one run)."""
+    """Lines ``key: a → b [→ c …]`` under a title naming the runs in order ("" for one run), then
+    one ``only in …`` line per set of runs that alone record some fields."""
     if len(headers) < 2:
         return ""
     diffs = header_differences(headers)
@@ -95,5 +105,33 @@ def render_header_differences(labels: Sequence[str], headers: Sequence[Header | 
     if not diffs:
         return f"same config in every run ({order}): no Header field differs\n"
     lines = [f"config differences ({order}):"]
-    lines += [f"  {key}: " + " → ".join(format_value(v) for v in values) for key, values in diffs]
+    only: dict[tuple[bool, ...], list[tuple[str, Any]]] = {}
+    for key, values in diffs:
+        present = tuple(v is not ABSENT for v in values)
+        kept = [v for v in values if v is not ABSENT]
+        if all(present) or any(_same(v, kept[0]) is False for v in kept[1:]):
+            lines.append(f"  {key}: " + " → ".join("–" if v is ABSENT else format_value(v) for v in values))
+        else:  # the runs that record it agree: one mention
+            only.setdefault(present, []).append((key, kept[0]))
+    for present, fields in only.items():
+        who = ", ".join(label for label, p in zip(labels, present) if p)
+        lines.append(f"  only in {who}: " + ", ".join(_compact(fields)))
     return "\n".join(lines) + "\n"
+
+
+def _compact(fields: list[tuple[str, Any]]) -> list[str]:
+    """Keys sharing a nested parent (``extra.kv``, not ``extra``) become ``parent.* (n)``; a lone
+    key shows a short value."""
+    parents: dict[str, list[tuple[str, Any]]] = {}
+    for key, value in fields:
+        parent = key.rpartition(".")[0]
+        parents.setdefault(parent if "." in parent else key, []).append((key, value))
+    out = []
+    for parent, group in parents.items():
+        if len(group) > 1:
+            out.append(f"{parent}.* ({len(group)})")
+        else:
+            key, value = group[0]
+            text = format_value(value)
+            out.append(f"{key}={text}" if len(text) <= SHORT else key)
+    return out

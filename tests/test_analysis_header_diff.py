@@ -1,5 +1,6 @@
 """A/B comparisons state every Header difference: config fields, the Header's own fields, extra
-(device, dtype, model path, ...) and versions; values as a reader wants them (on/off, 2,048)."""
+(device, dtype, model path, ...) and versions; values as a reader wants them (on/off, 2,048); a
+field only some runs record is named once on an "only in" line, not a row of "(absent)"."""
 
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ def test_every_differing_field_is_listed_once_in_header_order():
         "  seed: 0 → 3",
         "  clock: wall → sim",
         "  extra.device: cpu → cuda",
-        "  extra.kv.num_layers: 30 → (absent)",
-        "  extra.cost_model: (absent) → m.json",
+        "  only in on: extra.kv.num_layers=30",
+        "  only in off: extra.cost_model=m.json",
     ]
+    assert "(absent)" not in text
 
 
 def test_the_header_repeats_of_config_fields_are_not_listed_twice():
@@ -48,4 +50,21 @@ def test_three_runs_and_no_difference():
 def test_a_value_of_another_type_is_a_difference():
     a, b = _header(extra={"n": 1}), _header(extra={"n": 1.0, "flag": None})
     lines = render_header_differences(["a", "b"], [a, b]).splitlines()[1:]
-    assert lines == ["  extra.n: 1 → 1.0", "  extra.flag: (absent) → none"]
+    assert lines == ["  extra.n: 1 → 1.0", "  only in b: extra.flag=none"]
+
+
+def test_fields_only_some_runs_record_are_one_compact_line_per_set_of_runs():
+    """A live run's device and KV geometry against two simulations' cost model and workload (the
+    demo): one line each, nested groups as ``prefix.* (n)``, long values named only; a field the
+    runs that record it disagree on is still a row."""
+    live = _header(extra={"model_path": "/a/very/long/path/to/the/model/weights/SmolLM2-135M-Instruct",
+                          "device": "cpu", "kv": {"num_layers": 30, "head_dim": 64}})
+    sims = [_header(clock="sim", extra={"cost_model": m, "workload": {"source": "live.jsonl", "num_requests": 24}})
+            for m in ("m.json", "n.json")]
+    lines = render_header_differences(["live", "on", "off"], [live, *sims]).splitlines()
+    assert lines[1:] == [
+        "  clock: wall → sim → sim",
+        "  extra.cost_model: – → m.json → n.json",
+        "  only in live: extra.model_path, extra.device=cpu, extra.kv.* (2)",
+        "  only in on, off: extra.workload.* (2)",
+    ]
