@@ -6,7 +6,10 @@ sampled its first token), finish (Finished/Aborted time), num_output_tokens, fin
 status (finished | aborted | unfinished), num_preemptions.
 
 ``steps``: step, start, end, duration, num_spans, prefill_tokens (Σ chunk over spans > 1
-token), decode_seqs (spans of 1 token), num_tokens, num_sampled, num_admitted, num_preempted.
+token), decode_seqs (spans of 1 token), num_tokens, num_sampled, max_chunk (longest prefill
+chunk), decode_context (Σ start + 1 over decode spans), prefill_attention (query-key pairs of the
+prefill chunks), num_admitted, num_preempted. The last three shape columns are what a cost
+model's profiled range is stated in (simulator/ranges.py).
 
 ``gaps``: one row per gap between two consecutive token deliveries of a request (a delivery =
 the end of a step that sampled for it; several tokens of one span are one delivery): request_id,
@@ -57,7 +60,8 @@ class FrameBuilder:
         self._req: dict[int, list] = {}
         self._first_token: dict[int, float] = {}
         self._cols: dict[str, list] = {k: [] for k in (
-            "step", "start", "end", "num_spans", "prefill_tokens", "decode_seqs", "num_tokens", "num_sampled")}
+            "step", "start", "end", "num_spans", "prefill_tokens", "decode_seqs", "num_tokens", "num_sampled",
+            "max_chunk", "decode_context", "prefill_attention")}
         self._admitted_per_step: dict[int, int] = {}
         self._preempted_per_step: dict[int, int] = {}
         self._last_token: dict[int, tuple[float, int]] = {}  # unfinished request -> (time, step) of its last delivery
@@ -72,14 +76,18 @@ class FrameBuilder:
             first = self._first_token
             last, g = self._last_token, self._gaps
             end = ev.end
-            pt = ds = nt = sampled = 0
+            pt = ds = nt = sampled = mc = dc = pa = 0
             for s in ev.spans:
                 n = s.num_tokens
                 nt += n
                 if n == 1:
                     ds += 1
+                    dc += s.start + 1
                 else:
                     pt += n
+                    pa += n * s.start + n * (n + 1) // 2
+                    if n > mc:
+                        mc = n
                 if s.sample:
                     sampled += 1
                     rid = s.request_id
@@ -101,6 +109,9 @@ class FrameBuilder:
             c["decode_seqs"].append(ds)
             c["num_tokens"].append(nt)
             c["num_sampled"].append(sampled)
+            c["max_chunk"].append(mc)
+            c["decode_context"].append(dc)
+            c["prefill_attention"].append(pa)
         elif isinstance(ev, Arrived):
             self._req[ev.request_id] = [ev.request_id, ev.time, ev.prompt.num_tokens, ev.params.max_tokens,
                                         ev.priority, _NAN, -1, _NAN, 0, None, "unfinished", 0]

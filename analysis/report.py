@@ -1,8 +1,11 @@
 """Side-by-side report of several logs (e.g. live vs simulated, chunked prefill on vs off).
 
-``write_report`` puts into one folder: report.md (the runs' Header differences, then the
-comparison table), latency_cdf.png, timeline.png, one Chrome trace per run and the per-request,
-per-step and per-gap frames as CSV.
+``write_report`` puts into one folder report.md — a one-line conclusion, the warnings (e.g. a
+simulation outside its cost model's profiled range), the key metrics with each run's change
+against the first, how a stall was judged, the Header fields that differ, the plots, then every
+metric — and latency_cdf.png, timeline.png. The per-request, per-step and per-gap frames as CSV
+(``csv``) and one Chrome trace per run (``chrome_trace``) only when asked: on a million-step log
+they are hundreds of MB.
 """
 
 from __future__ import annotations
@@ -13,80 +16,81 @@ from pathlib import Path
 from typing import Any
 
 from analysis.chrome_trace import write_chrome_trace
+from analysis.comparison import markdown_table
+from analysis.conclusion import conclusion
 from analysis.frames import LogFrames
 from analysis.header_diff import render_header_differences
 from analysis.metrics import summarize
 from analysis.plots import latency_cdfs, timeline
-from analysis.stalls import DEFAULT_STALL_S
-
-# (label, how to read it from summarize(), format)
-ROWS: list[tuple[str, Any, str]] = [
-    ("requests finished", lambda s: s["finished"], "{:,}"),
-    ("requests rejected (never served)", lambda s: s["rejected"], "{:,}"),
-    ("rejected share", lambda s: s["rejected_share"], "{:.1%}"),
-    ("steps", lambda s: s["steps"], "{:,}"),
-    ("makespan (s)", lambda s: s["makespan_s"], "{:,.2f}"),
-    ("output throughput (tok/s)", lambda s: s["output_throughput_tok_s"], "{:,.1f}"),
-    ("TTFT p50 (ms)", lambda s: s["ttft_s"]["p50"] * 1e3, "{:,.1f}"),
-    ("TTFT p90 (ms)", lambda s: s["ttft_s"]["p90"] * 1e3, "{:,.1f}"),
-    ("TTFT p99 (ms)", lambda s: s["ttft_s"]["p99"] * 1e3, "{:,.1f}"),
-    ("TPOT p50 (ms)", lambda s: s["tpot_s"]["p50"] * 1e3, "{:,.1f}"),
-    ("TPOT p90 (ms)", lambda s: s["tpot_s"]["p90"] * 1e3, "{:,.1f}"),
-    ("TPOT p99 (ms)", lambda s: s["tpot_s"]["p99"] * 1e3, "{:,.1f}"),
-    ("ITL p50 (ms)", lambda s: s["itl_s"]["p50"] * 1e3, "{:,.1f}"),
-    ("ITL p99 (ms)", lambda s: s["itl_s"]["p99"] * 1e3, "{:,.1f}"),
-    ("ITL max (ms)", lambda s: s["itl_s"]["max"] * 1e3, "{:,.1f}"),
-    ("decode stalls (gaps > {stall_ms} ms)", lambda s: s["stalls"]["count"], "{:,}"),
-    ("requests with a stall", lambda s: s["stalls"]["requests"], "{:,}"),
-    ("E2E p50 (ms)", lambda s: s["e2e_s"]["p50"] * 1e3, "{:,.1f}"),
-    ("E2E p99 (ms)", lambda s: s["e2e_s"]["p99"] * 1e3, "{:,.1f}"),
-    ("queueing p90 (ms)", lambda s: s["queue_s"]["p90"] * 1e3, "{:,.1f}"),
-    ("preemptions", lambda s: s["preemptions"], "{:,}"),
-    ("prefix hit rate", lambda s: s["prefix_hit_rate"], "{:.1%}"),
-    ("mean tokens per step", lambda s: s["mean_batch_tokens"], "{:,.1f}"),
-    ("mean step (ms)", lambda s: s["mean_step_s"] * 1e3, "{:,.2f}"),
-]
 
 
-def comparison_table(runs: Sequence[tuple[str, LogFrames]], stall_s: float = DEFAULT_STALL_S) -> str:
-    """A markdown table: one column per run, one row per metric (stalls: gaps over ``stall_s``)."""
-    summaries = [summarize(frames, stall_s) for _, frames in runs]
-    lines = ["| metric | " + " | ".join(label for label, _ in runs) + " |",
-             "|---|" + "---:|" * len(runs)]
-    for name, get, fmt in ROWS:
-        name = name.format(stall_ms=f"{stall_s * 1e3:,.0f}")
-        lines.append(f"| {name} | " + " | ".join(_cell(fmt, get(s)) for s in summaries) + " |")
-    return "\n".join(lines) + "\n"
+def comparison_table(runs: Sequence[tuple[str, LogFrames]], stall_s: float | None = None,
+                     summaries: Sequence[dict[str, Any]] | None = None, key: bool = False) -> str:
+    """Markdown: one column per run, one row per metric (``key``: the key rows with Δ columns)."""
+    summaries = summaries or [summarize(frames, stall_s) for _, frames in runs]
+    return markdown_table([label for label, _ in runs], summaries, key=key)
 
 
-def _cell(fmt: str, value: Any) -> str:
-    return "-" if value != value else fmt.format(value)  # NaN: undefined for this run
+def stall_rule(labels: Sequence[str], summaries: Sequence[dict[str, Any]]) -> str:
+    """What Δ is and how a stall was judged (each run's threshold is a row of the key table)."""
+    delta = f"Δ: change against {labels[0]}. " if len(labels) > 1 else ""
+    factor = summaries[0]["stalls"].get("factor")
+    rule = (f"longer than {factor:g} × the run's median decode step (the median duration of its steps that ran "
+            "a decode)" if factor else f"longer than {summaries[0]['stalls']['threshold_s'] * 1e3:,.0f} ms")
+    return f"{delta}Decode stall: a gap between two tokens of a request {rule}."
 
 
 def _slug(label: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_.-]+", "_", label).strip("_") or "run"
 
 
+def _write_frames(label: str, frames: LogFrames, out: Path, csv: bool, chrome_trace: bool) -> list[str]:
+    slug, written = _slug(label), []
+    if chrome_trace:
+        written.append(write_chrome_trace(frames, out / f"{slug}.trace.json").name)
+    if csv:
+        tables = {"requests": frames.requests, "steps": frames.steps, "gaps": frames.gaps}
+        if len(frames.rejected):
+            tables["rejected"] = frames.rejected
+        for name, table in tables.items():
+            table.to_csv(out / f"{slug}.{name}.csv", index=False)
+            written.append(f"{slug}.{name}.csv")
+    return written
+
+
 def write_report(runs: Sequence[tuple[str, LogFrames]], out_dir: str | Path, title: str = "minivllm report",
-                 notes: str = "", stall_s: float = DEFAULT_STALL_S) -> Path:
+                 notes: str = "", stall_s: float | None = None, warnings: Sequence[str] = (),
+                 summaries: Sequence[dict[str, Any]] | None = None, csv: bool = False,
+                 chrome_trace: bool = False) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    diffs = render_header_differences([label for label, _ in runs], [frames.header for _, frames in runs])
-    table = (f"```\n{diffs}```\n\n" if diffs else "") + comparison_table(runs, stall_s)
+    labels = [label for label, _ in runs]
+    summaries = summaries or [summarize(frames, stall_s) for _, frames in runs]
     latency_cdfs(runs, out / "latency_cdf.png")
     timeline(runs, out / "timeline.png")
-    for label, frames in runs:
-        slug = _slug(label)
-        write_chrome_trace(frames, out / f"{slug}.trace.json")
-        frames.requests.to_csv(out / f"{slug}.requests.csv", index=False)
-        frames.steps.to_csv(out / f"{slug}.steps.csv", index=False)
-        frames.gaps.to_csv(out / f"{slug}.gaps.csv", index=False)
-        if len(frames.rejected):
-            frames.rejected.to_csv(out / f"{slug}.rejected.csv", index=False)
-    md = [f"# {title}\n", notes, "\n" if notes else "", table,
-          "\n![latency CDFs](latency_cdf.png)\n\n![timeline](timeline.png)\n",
-          "\nChrome traces (open in https://ui.perfetto.dev): "
-          + ", ".join(f"`{_slug(label)}.trace.json`" for label, _ in runs) + "\n"]
+    files = {label: _write_frames(label, frames, out, csv, chrome_trace) for label, frames in runs}
+    md = [f"# {title}\n\n"]
+    if notes:
+        md.append(f"{notes}\n\n")
+    if len(runs) > 1:
+        md.append(f"**{conclusion(labels, summaries)}.**\n\n")
+    if warnings:  # one quote, a paragraph a warning
+        md.append("> " + "\n>\n> ".join(warnings) + "\n\n")
+    md += [markdown_table(labels, summaries, key=True), f"\n{stall_rule(labels, summaries)}\n\n"]
+    diffs = render_header_differences(labels, [frames.header for _, frames in runs])
+    if diffs:
+        md.append(f"```\n{diffs}```\n\n")
+    md.append("![latency CDFs](latency_cdf.png)\n\n![timeline](timeline.png)\n\n")
+    md += ["## All metrics\n\n", markdown_table(labels, summaries), "\n"]
+    traces = [f"`{name}`" for names in files.values() for name in names if name.endswith(".trace.json")]
+    tables = [f"`{name}`" for names in files.values() for name in names if name.endswith(".csv")]
+    if traces:
+        md.append("Chrome traces (open in https://ui.perfetto.dev): " + ", ".join(traces) + "\n\n")
+    if tables:
+        md.append("CSV: " + ", ".join(tables) + "\n\n")
+    if not (csv and chrome_trace):
+        md.append("(`minivllm analyze --csv` writes the per-request, per-step and per-gap CSVs; "
+                  "`--chrome-trace` a Chrome trace per run.)\n")
     path = out / "report.md"
-    path.write_text("".join(md))
+    path.write_text("".join(md).rstrip("\n") + "\n")
     return path

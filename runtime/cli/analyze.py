@@ -1,4 +1,5 @@
-"""``minivllm analyze LOG [LOG ...]``: summary tables, an A/B comparison, plots and Chrome traces."""
+"""``minivllm analyze LOG [LOG ...]``: summary tables, an A/B comparison, plots; CSVs and Chrome
+traces when asked (``--csv``, ``--chrome-trace``: hundreds of MB on a million-step log)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("analyze", help="latency/throughput report of one or more event logs (A/B)")
     p.add_argument("logs", nargs="+", metavar="LOG", help="event logs (live or simulated)")
     p.add_argument("--labels", help="comma-separated names, one per log (default: file names)")
-    p.add_argument("--out", metavar="DIR", help="write report.md, plots, Chrome traces and CSVs here "
-                   "(default: print the tables only)")
-    p.add_argument("--stall-ms", type=float, default=200.0, action=Bounded, above=0, metavar="MS",
-                   help="a gap between two tokens of a request longer than this is a decode stall "
-                        "(default: %(default)s)")
+    p.add_argument("--out", metavar="DIR", help="write report.md and plots here (default: print the tables only)")
+    p.add_argument("--csv", action="store_true", help="with --out: also the per-request, per-step and per-gap "
+                   "CSVs of each run")
+    p.add_argument("--chrome-trace", action="store_true", help="with --out: also a Chrome trace per run "
+                   "(https://ui.perfetto.dev)")
+    p.add_argument("--stall-factor", type=float, action=Bounded, above=0, metavar="K",
+                   help="a gap between two tokens of a request longer than K × the run's median decode step "
+                        "(of the steps that ran a decode) is a decode stall (default: 5, analysis/stalls.py)")
+    p.add_argument("--stall-ms", type=float, action=Bounded, above=0, metavar="MS",
+                   help="a fixed stall threshold instead, the same for every run")
     p.set_defaults(func=run)
 
 
@@ -38,23 +44,38 @@ def load(path: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    from analysis.comparison import markdown_table
+    from analysis.conclusion import conclusion
     from analysis.header_diff import render_header_differences
     from analysis.metrics import render_summary, summarize
-    from analysis.report import comparison_table, write_report
+    from analysis.report import stall_rule, write_report
+    from analysis.stalls import STALL_FACTOR
+    from runtime.cli.analyze_range import range_warning
 
     labels = args.labels.split(",") if args.labels else [Path(p).name for p in args.logs]
     if len(labels) != len(args.logs):
         raise CLIError(f"--labels: {len(labels)} labels for {len(args.logs)} logs")
+    if (args.csv or args.chrome_trace) and not args.out:
+        raise CLIError("--csv and --chrome-trace write into the --out folder: give --out DIR")
     for path in args.logs:  # every file before the (slow) first read
         if not Path(path).is_file():
             raise CLIError(f"{path}: no such file")
     runs = [(label, load(path)) for label, path in zip(labels, args.logs)]
-    stall_s = args.stall_ms / 1e3
-    for label, frames in runs:
-        print(render_summary(summarize(frames, stall_s), title=label))
+    stall_s = None if args.stall_ms is None else args.stall_ms / 1e3
+    factor = STALL_FACTOR if args.stall_factor is None else args.stall_factor
+    summaries = [summarize(frames, stall_s, factor) for _, frames in runs]
+    warnings = [f"{label}: {w}" for label, frames in runs if (w := range_warning(frames))]
+    for label, summary in zip(labels, summaries):
+        print(render_summary(summary, title=label))
+    for w in warnings:
+        print(w)
     if len(runs) > 1:  # what differs between the runs, before the numbers that compare them
         print(render_header_differences(labels, [frames.header for _, frames in runs]))
-        print(comparison_table(runs, stall_s))
+        print(markdown_table(labels, summaries, key=True))
+        print(stall_rule(labels, summaries))
+        print(f"conclusion: {conclusion(labels, summaries)}")
     if args.out:
-        print(f"wrote {write_report(runs, args.out, stall_s=stall_s)}")
+        path = write_report(runs, args.out, stall_s=stall_s, warnings=warnings, summaries=summaries,
+                            csv=args.csv, chrome_trace=args.chrome_trace)
+        print(f"wrote {path}")
     return 0
