@@ -19,6 +19,7 @@ import sys
 from runtime.cli.config_flags import check_config_flags, flag_error
 from runtime.cli.errors import CLIError
 from runtime.cli.notices import as_notices
+from runtime.executor.cpu_threads import wait_passively
 
 # module name -> subcommand(s) it registers; imported lazily so `minivllm --help` stays fast
 COMMAND_MODULES = [
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    wait_passively()  # before torch loads its OpenMP runtime; engine processes inherit it
     parser = build_parser()
     try:
         args = parser.parse_args(argv)  # a range check on a flag (runtime/cli/checks.py) raises CLIError

@@ -24,6 +24,8 @@ class RunnerConfig:
     enforce_eager: bool = option(False, "no CUDA graphs: every step runs eagerly")
     async_scheduling: bool = option(True, "plan and launch step n+1 while step n runs on the GPU (the log is "
                                     "the same either way)")
+    cpu_threads: int = option(0, "torch threads on the CPU (0: $OMP_NUM_THREADS if set, else the cores other "
+                              "processes leave free, measured at start)")
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -35,6 +37,8 @@ class RunnerConfig:
             raise ConfigError(f"runner.kv_cache_gb must be > 0, got {self.kv_cache_gb!r}")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ConfigError(f"runner.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
+        if not isinstance(self.cpu_threads, int) or isinstance(self.cpu_threads, bool) or self.cpu_threads < 0:
+            raise ConfigError(f"runner.cpu_threads must be an integer >= 0, got {self.cpu_threads!r}")
         for name in ("enforce_eager", "async_scheduling"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"runner.{name} must be a bool, got {getattr(self, name)!r}")

@@ -11,15 +11,20 @@ Options are the config fields by name: ``RunnerConfig``'s (runtime/executor/conf
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 from runtime.engine.config import CacheConfig, ConfigError, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
 from runtime.engine.step_loop import StepLoop
 from runtime.engine.types import EventSink, Executor
 from runtime.executor.config import RunnerConfig
+from runtime.executor.cpu_threads import busy_warning, choose_threads, others_load, usable_cores
 from runtime.executor.kv_cache import plan_num_blocks
 from runtime.executor.model.loader import LoadedModel, load_model, load_tokenizer
 from runtime.executor.model_runner import ModelRunner
@@ -107,8 +112,22 @@ def build_engine(model: str | None = None, *, loaded: LoadedModel | None = None,
         num_blocks = plan_num_blocks(loaded.spec, loaded.dtype, loaded.device, cache.block_size, rc, sched)
         cache = dataclasses.replace(cache, num_blocks=num_blocks)
     config = EngineConfig(cache=cache, scheduler=sched, model_identity=loaded.identity, **top)
+    if loaded.device.type == "cpu":
+        set_cpu_threads(rc.cpu_threads)
     runner = ModelRunner(loaded, rc, config, sync_timing=sync_timing, record_steps=record_steps)
     return EngineParts(loaded, runner, config)
+
+
+def set_cpu_threads(requested: int) -> int:
+    """torch's thread count for a CPU engine (runtime/executor/cpu_threads.py); warns on a busy machine."""
+    if requested == 0 and os.environ.get("OMP_NUM_THREADS"):
+        return torch.get_num_threads()  # the user's choice, which torch took at import
+    cores, busy = usable_cores(), others_load() if requested == 0 else None
+    threads = choose_threads(requested, busy, cores)
+    torch.set_num_threads(threads)
+    if (warning := busy_warning(busy, cores, threads)) is not None:
+        print(f"minivllm: warning: {warning}", file=sys.stderr, flush=True)
+    return threads
 
 
 def replay_executor_factory(model: str | None = None, **runner_options: Any) -> Callable[[Header], Executor]:
