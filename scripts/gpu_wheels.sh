@@ -28,5 +28,5 @@ for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
     if (folder / name).exists():
         shutil.copy(folder / name, ".gpu/tokenizer/")
 PY
-head -n 1201 ../shared/traces/AzureLLMInferenceTrace_conv.csv > .gpu/conv_head1200.csv
-head -n 1201 ../shared/traces/AzureLLMInferenceTrace_code.csv > .gpu/code_head1200.csv
+head -n 1201 data/traces/AzureLLMInferenceTrace_conv.csv > .gpu/conv_head1200.csv
+head -n 1201 data/traces/AzureLLMInferenceTrace_code.csv > .gpu/code_head1200.csv

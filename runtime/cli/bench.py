@@ -148,7 +148,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     core.add_argument("--json", metavar="PATH", help="also write results as JSON")
     core.set_defaults(func=_core)
     sim = kinds.add_parser("sim", help="a whole trace through the simulator (chunked on/off): × real time")
-    sim.add_argument("--trace", help="workload or trace file (default: ../shared/traces/<the Azure conv trace>)")
+    sim.add_argument("--trace", help="workload or trace file (default: data/traces/AzureLLMInferenceTrace_conv.csv)")
     sim.add_argument("--cost-model", default="qwen3-0.6b-h200",
                      help="cost-model JSON or a shipped name (default: %(default)s)")
     sim.add_argument("--chunked", choices=["both", "on", "off"], default="both",
