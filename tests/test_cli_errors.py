@@ -16,7 +16,8 @@ LIVE_GROUPS = ("runner", "cache", "scheduler", "")
 # a bad value for every engine flag that takes one (the bools take none argparse would let through)
 BAD_CONFIG = {
     "runner.device": "tpu", "runner.dtype": "float8", "runner.attention_backend": "flash",
-    "runner.kv_cache_gb": "0", "runner.gpu_memory_utilization": "1.5", "cache.block_size": "12",
+    "runner.kv_cache_gb": "0", "runner.gpu_memory_utilization": "1.5", "runner.cpu_threads": "-1",
+    "cache.block_size": "12",
     "cache.num_blocks": "0", "scheduler.max_num_batched_tokens": "0", "scheduler.max_num_seqs": "-1",
     "scheduler.policy": "lifo", "scheduler.max_model_len": "0",
 }
