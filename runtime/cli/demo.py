@@ -176,7 +176,8 @@ def run_demo(args: argparse.Namespace) -> int:
     if not args.skip_execute:
         _cli(["replay", str(live), "--execute", "--no-progress"])
     _cli(["analyze", str(live), str(sims["on"]), str(sims["off"]),
-          "--labels", "live (chunked on),sim chunked on,sim chunked off", "--chrome-trace", "--out", str(out / "report")])
+          "--labels", "live (chunked on),sim chunked on,sim chunked off", "--chrome-trace",
+          "--out", str(out / "report")])
     print(f"\ndemo done: {out / 'report' / 'report.md'}", file=sys.stderr)
     return 0
 
