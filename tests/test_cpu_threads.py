@@ -1,5 +1,5 @@
-"""CPU threads: as many as other processes leave free (at least one), passive OpenMP waits set
-before torch loads, a warning on a busy machine, and an explicit count kept."""
+"""CPU threads: every core (one left to the front end beyond two), passive OpenMP waits set before
+torch loads, a warning on a busy machine, and an explicit count kept."""
 
 from __future__ import annotations
 
@@ -14,14 +14,13 @@ from runtime.executor.config import RunnerConfig
 from runtime.executor.cpu_threads import busy_warning, choose_threads
 
 
-@pytest.mark.parametrize("busy,cores,threads", [(None, 2, 2), (0.0, 2, 2), (0.4, 2, 2), (0.6, 2, 1), (2.0, 2, 1),
-                                                (5.0, 2, 1), (1.2, 8, 7), (3.0, 8, 5)])
-def test_threads_are_the_cores_left_free(busy, cores, threads):
-    assert choose_threads(0, busy, cores) == threads
+@pytest.mark.parametrize("cores,threads", [(1, 1), (2, 2), (3, 2), (8, 7)])
+def test_threads_are_the_cores_less_one_for_the_front_end_beyond_two(cores, threads):
+    assert choose_threads(0, cores) == threads
 
 
 def test_an_explicit_count_is_kept():
-    assert choose_threads(3, 2.0, 2) == 3
+    assert choose_threads(3, 2) == 3
 
 
 def test_a_busy_machine_is_named_in_a_warning():

@@ -24,8 +24,8 @@ class RunnerConfig:
     enforce_eager: bool = option(False, "no CUDA graphs: every step runs eagerly")
     async_scheduling: bool = option(True, "plan and launch step n+1 while step n runs on the GPU (the log is "
                                     "the same either way)")
-    cpu_threads: int = option(0, "torch threads on the CPU (0: $OMP_NUM_THREADS if set, else the cores other "
-                              "processes leave free, measured at start)")
+    cpu_threads: int = option(0, "torch threads on the CPU (0: $OMP_NUM_THREADS if set, else every core, less "
+                              "one for the front end on machines of more than two)")
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:

@@ -5,8 +5,13 @@ barrier, and a barrier waits out the scheduler slice of whichever thread another
 displaced (a 256-token prefill that takes 0.3 s alone took 10-20 s beside two CPU-bound
 processes on two cores). ``OMP_WAIT_POLICY=PASSIVE`` makes a waiting thread sleep instead; the
 OpenMP runtime reads it once, when it loads (with torch), so the CLI sets it before anything
-imports torch and an engine process it spawns inherits it. The thread count is the cores this
-process may run on less those other processes keep busy (measured over a short window), at least one.
+imports torch and an engine process it spawns inherits it.
+
+The thread count is the cores this process may run on, less one for the front end and the client
+on a machine of more than two. It is not lowered when other processes are busy: the scheduler
+shares a core among runnable threads, so fewer threads only give the engine a smaller share (on
+two cores beside two CPU-bound processes, one thread made decode steps 2.2x slower than on the
+quiet machine, two passive threads 1.2-2.1x). A busy machine is reported instead (``busy_warning``).
 """
 
 from __future__ import annotations
@@ -53,11 +58,11 @@ def others_load(window: float = 0.3) -> float | None:
     return max(0, ticks) / os.sysconf("SC_CLK_TCK") / window
 
 
-def choose_threads(requested: int, busy: float | None, cores: int) -> int:
-    """``requested`` if set (> 0), else the cores left free by ``busy`` other cores, at least one."""
+def choose_threads(requested: int, cores: int) -> int:
+    """``requested`` if set (> 0), else every core, less one for the front end beyond two cores."""
     if requested > 0:
         return requested
-    return max(1, cores - round(busy or 0.0))
+    return cores if cores <= 2 else cores - 1
 
 
 def busy_warning(busy: float | None, cores: int, threads: int) -> str | None:

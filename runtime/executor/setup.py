@@ -122,8 +122,8 @@ def set_cpu_threads(requested: int) -> int:
     """torch's thread count for a CPU engine (runtime/executor/cpu_threads.py); warns on a busy machine."""
     if requested == 0 and os.environ.get("OMP_NUM_THREADS"):
         return torch.get_num_threads()  # the user's choice, which torch took at import
-    cores, busy = usable_cores(), others_load() if requested == 0 else None
-    threads = choose_threads(requested, busy, cores)
+    cores, busy = usable_cores(), others_load()
+    threads = choose_threads(requested, cores)
     torch.set_num_threads(threads)
     if (warning := busy_warning(busy, cores, threads)) is not None:
         print(f"minivllm: warning: {warning}", file=sys.stderr, flush=True)
