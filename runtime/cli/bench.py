@@ -68,7 +68,7 @@ def _throughput(args: argparse.Namespace) -> int:
             bad = [p for p in peers if p not in ("single", "static", "cb")]
             if bad:
                 raise CLIError(f"--hf-peers: unknown peer {bad[0]!r} (single, static, cb)")
-        else:  # CPU: the peers; CUDA: continuous batching + static batches
+        else:  # CPU: HF generate one at a time and in static batches; CUDA: continuous batching + static batches
             import torch
 
             device = engine_options(args).get("device", "auto")
