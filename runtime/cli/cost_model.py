@@ -252,8 +252,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     c = kinds.add_parser("calibrate", help="a fitted model brought to this machine by live runs of it",
                          description="Scales a fitted model so its total step time on LIVE_LOG... matches theirs, "
                                      "and takes its host timing and front-door delay from them: the shape of the "
-                                     "step cost stays the fit's, the level is this machine's (machines of one kind differ "
-                                     "by up to 1.6 %%, which moves TPOT and E2E by 2-4 %%).")
+                                     "step cost stays the fit's, the level is this machine's (machines of one kind "
+                                     "differ by up to 1.6 %%, which moves TPOT and E2E by 2-4 %%).")
     c.add_argument("model", metavar="M", help="cost-model JSON or a shipped name (e.g. qwen3-0.6b-h200)")
     c.add_argument("logs", nargs="+", metavar="LIVE_LOG", help="logs of live runs on the target machine")
     c.add_argument("--out", required=True, metavar="M.json", help="calibrated cost-model JSON to write")
