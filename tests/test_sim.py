@@ -7,7 +7,7 @@ import pytest
 
 from simulator.cost_model import CostModelError, LinearCostModel, RecordedCostModel
 from simulator.replay import resimulate
-from simulator.sim import SYNTHETIC_TOKEN, Simulation, simulate
+from simulator.sim import SYNTHETIC_TOKEN, simulate
 from tests.helpers import SeededTokenExecutor
 from tests.sim_helpers import VaryingDurationExecutor, mixed_workload, record_live, small_config
 from traces.events import (
@@ -173,7 +173,7 @@ def test_progress_counts_finished_requests():
 
     bar = Bar()
     wl = mixed_workload(30, seed=1)
-    Simulation(wl, small_config(), COST, progress=bar, progress_every=7).run()
+    simulate(wl, small_config(), COST, progress=bar)
     assert bar.n == len(wl)
 
 

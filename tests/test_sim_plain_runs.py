@@ -1,4 +1,4 @@
-"""Runs of decode steps landed at once (Simulation._plain_run, EngineCore.land_decode_run,
+"""Runs of decode steps landed at once (StepLoop.land_run, EngineCore.land_decode_run,
 LogWriter.decode_steps): the same events, log bytes and result as stepping through them one by
 one, for any workload and config, in both of the simulator's loops."""
 

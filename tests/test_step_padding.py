@@ -11,8 +11,9 @@ import pytest
 from simulator.cost_model import LinearCostModel, StepData, load_cost_model
 from simulator.features import EXT_FEATURES, FEATURES, ext_features, step_features
 from simulator.fit import fit_candidate
-from simulator.model_base import CostModelError
-from simulator.sim import Simulation, simulate
+from simulator.fleet.fleet import Fleet, ReplicaSpec
+from simulator.model_base import CostModelError, for_step_budget
+from simulator.sim import simulate
 from tests.sim_helpers import mixed_workload, small_config
 from traces.events import Header, Span, make_header
 from traces.log import LogWriter
@@ -125,15 +126,15 @@ def test_a_simulation_pads_to_its_own_budget(tmp_path):
     """A model fitted on steps padded up to 256 tokens, simulating a 512-token budget, pads as an
     engine of that budget does: its steps of 257-512 tokens pay for the padding to 512."""
     model = _padded()
-    sim = Simulation(mixed_workload(40, seed=1), small_config(budget=512), model)
-    assert sim.cost_model.padding == StepPadding(512) and sim.cost_model.step_padding == StepPadding(256)
+    view = for_step_budget(model, 512)  # what a replica of that budget prices with
+    assert view.padding == StepPadding(512) and view.step_padding == StepPadding(256)
     assert model.padding == StepPadding(256)  # the model itself is left as it was
     step = [Span(0, 0, 300, False)]
-    assert sim.cost_model.step_time(0, step) == pytest.approx(LinearCostModel(TRUE).step_time(0, step)
-                                                              + 212 * TRUE["padded_tokens"])
-    assert Simulation(mixed_workload(40, seed=1), small_config(budget=256), model).cost_model is model
+    assert view.step_time(0, step) == pytest.approx(LinearCostModel(TRUE).step_time(0, step)
+                                                    + 212 * TRUE["padded_tokens"])
+    assert for_step_budget(model, 256) is model
     unpadded = LinearCostModel(TRUE)
-    assert Simulation(mixed_workload(40, seed=1), small_config(budget=512), unpadded).cost_model is unpadded
+    assert for_step_budget(unpadded, 512) is unpadded
 
 
 def test_one_model_prices_two_budgets_at_once(tmp_path):
@@ -145,12 +146,12 @@ def test_one_model_prices_two_budgets_at_once(tmp_path):
     budgets = (1024, 256)
     logs = {b: (tmp_path / f"{b}_together.jsonl", tmp_path / f"{b}_alone.jsonl") for b in budgets}
     writers = {b: LogWriter(logs[b][0]) for b in budgets}
-    sims = {b: Simulation(workload, small_config(budget=b), model, sink=writers[b]) for b in budgets}
+    fleets = {b: Fleet(workload, [ReplicaSpec(small_config(budget=b), model, writers[b])]) for b in budgets}
     for b in budgets:
         with writers[b]:
-            sims[b].run()
+            fleets[b].run()
         with LogWriter(logs[b][1]) as w:
-            Simulation(workload, small_config(budget=b), _padded(), sink=w).run()
+            Fleet(workload, [ReplicaSpec(small_config(budget=b), _padded(), w)]).run()
         assert logs[b][0].read_bytes() == logs[b][1].read_bytes()
     assert model.padding == StepPadding(256)
 

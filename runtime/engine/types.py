@@ -16,7 +16,7 @@ from runtime.engine.request import Request
 from traces.events import Event, Span
 
 __all__ = [
-    "PLACEHOLDER", "Admission", "EventSink", "Executor", "OverlappingExecutor", "RequestDelta", "Span",
+    "PLACEHOLDER", "Admission", "EventSink", "Executor", "KnownStep", "OverlappingExecutor", "RequestDelta", "Span",
     "StepOutput", "StepPlan", "StepResult",
 ]
 
@@ -54,6 +54,15 @@ class StepResult(msgspec.Struct, frozen=True, gc=False):
     duration: float
     # optional per sampling span: list (one per token) of {token_id: logprob} (sampled + top-N)
     logprobs: list[list[dict[int, float]]] | None = None
+
+
+class KnownStep(msgspec.Struct, gc=False):
+    """A launch handle whose result is known at launch (a simulated step): ``ready`` is when its
+    tokens reach the host, in the driver's time; a later launch may hold it back (the host is
+    busy launching), so it is not frozen."""
+
+    result: StepResult
+    ready: float
 
 
 class Executor(Protocol):

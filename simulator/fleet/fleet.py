@@ -1,0 +1,93 @@
+"""A fleet: engine replicas behind one front door and a router, as SimPy processes.
+
+``simulate_fleet`` runs a workload through ``len(replicas)`` replicas (each its own config, cost
+model and log) routed by a router from ``runtime.engine.routers`` (the live data-parallel front
+door's own code). One replica with any router is today's single-engine simulation, log for log.
+Each routing decision goes to ``on_route(index, replica, request_id, time)`` (the fleet log).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.engine.config import EngineConfig
+from runtime.engine.routers import ReplicaLoad, Router, RouteRequest, make_router, prefix_key
+from runtime.engine.types import EventSink
+from simulator.fleet.environment import SimEnvironment
+from simulator.fleet.executor import TokenFn
+from simulator.fleet.front_door import FrontDoor, OpenLoopArrivals
+from simulator.fleet.replica import Replica, SimResult, SimulationError
+from traces.prompt import materialize
+from traces.workload import RequestSpec, Workload
+
+RouteSink = Callable[[int, int, int | None, float], None]  # (workload index, replica, request id, time)
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    config: EngineConfig
+    cost_model: Any
+    sink: EventSink | None = None
+
+
+class Fleet:
+    def __init__(self, workload: Workload, replicas: Sequence[ReplicaSpec], router: Router | str = "round-robin", *,
+                 door: FrontDoor | None = None, token_fn: TokenFn | None = None, progress: Any = None,
+                 plain_runs: bool = True, on_route: RouteSink | None = None) -> None:
+        """``door``: the front door (default: the first replica's cost model's intake delay, no service time)."""
+        specs = workload.requests
+        start = min(0.0, specs[0].arrival) if specs else 0.0
+        self.env = env = SimEnvironment(initial_time=start)
+        self.router = make_router(router, len(replicas)) if isinstance(router, str) else router
+        if door is None:
+            door = FrontDoor(latency=float(getattr(replicas[0].cost_model, "intake_delay", 0.0) or 0.0))
+        self.arrivals = OpenLoopArrivals(env, specs, door, self._dispatch, self._close)
+        due = self.arrivals.next_time
+        self.replicas = [Replica(env, r.config, r.cost_model, due=due, sink=r.sink, token_fn=token_fn,
+                                 plain_runs=plain_runs, progress=progress) for r in replicas]
+        self.on_route = on_route
+        self._loads: list[tuple[int, ReplicaLoad]] = [(-1, ReplicaLoad())] * len(replicas)  # (steps, load) memo
+
+    def run(self) -> list[SimResult]:
+        env = self.env
+        for replica in self.replicas:
+            env.process(replica.run())
+        env.process(self.arrivals.run())
+        env.run()
+        for i, replica in enumerate(self.replicas):
+            if replica.core.has_unfinished():
+                raise SimulationError(f"simulation ended with {len(replica.core.requests)} unfinished requests"
+                                      + (f" on replica {i}" if len(self.replicas) > 1 else ""))
+        return [r.result for r in self.replicas]
+
+    def _dispatch(self, spec: RequestSpec, index: int) -> None:
+        replicas = self.replicas
+        if len(replicas) == 1:
+            choice = 0
+        else:
+            key = prefix_key(materialize(spec.prompt)) if self.router.needs_prefix else None
+            request = RouteRequest(index, spec.prompt.num_tokens, key)
+            choice = self.router.route(request, [self._load(i) for i in range(len(replicas))])
+        rid = replicas[choice].add(spec, index)
+        if self.on_route is not None:
+            self.on_route(index, choice, rid, self.env.now)
+
+    def _load(self, i: int) -> ReplicaLoad:
+        """What the front door sees of replica i (recomputed only once it has stepped or taken a request)."""
+        replica = self.replicas[i]
+        stamp = replica.result.num_steps * 1_000_003 + replica.result.num_requests
+        memo = self._loads[i]
+        if memo[0] == stamp:
+            return memo[1]
+        core = replica.core
+        queued = sum(r.num_prompt_tokens for r in core.requests.values() if not r.num_output_tokens)
+        bm = core.block_manager
+        load = ReplicaLoad(len(core.requests), queued, bm.num_used_blocks / bm.num_blocks)
+        self._loads[i] = (stamp, load)
+        return load
+
+    def _close(self) -> None:
+        for replica in self.replicas:
+            replica.close()

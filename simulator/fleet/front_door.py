@@ -1,0 +1,62 @@
+"""The front door and the open-loop arrivals through it.
+
+A request is stamped with its arrival when the server receives it (the log's arrival time), and
+the engine sees it a little later: the front door's ``latency`` (tokenizing, templating, the hop to
+the engine process; the cost model's ``intake_delay``), plus queueing when requests come faster
+than one ``service`` time apart (one front-door worker: FIFO). With ``service`` 0 the door is a
+pure delay, which is what a model fitted without a service time gives.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from simulator.fleet.environment import SimEnvironment
+from traces.workload import RequestSpec
+
+Dispatch = Callable[[RequestSpec, int], None]  # (request, its index in arrival order) -> routed and handed in
+
+
+@dataclass(frozen=True, slots=True)
+class FrontDoor:
+    latency: float = 0.0
+    service: float = 0.0
+
+    def exits(self, arrivals: Sequence[float]) -> list[float]:
+        """When the engine side sees each request (arrivals in order)."""
+        latency, service = self.latency, self.service
+        if not service:
+            return [a + latency for a in arrivals] if latency else list(arrivals)
+        out, free = [], -math.inf
+        for a in arrivals:
+            free = max(a + latency, free + service)
+            out.append(free)
+        return out
+
+
+class OpenLoopArrivals:
+    """A workload's requests at their own arrival times, through the front door, to ``dispatch``
+    (an urgent event each: at equal times an arrival lands before any step starts or ends)."""
+
+    def __init__(self, env: SimEnvironment, specs: Sequence[RequestSpec], door: FrontDoor, dispatch: Dispatch,
+                 on_done: Callable[[], None]) -> None:
+        self.env, self.specs, self.dispatch, self.on_done = env, specs, dispatch, on_done
+        self.exits = door.exits([s.arrival for s in specs])
+        self.next = 0  # index of the next request to hand in
+
+    def next_time(self) -> float:
+        """When the next request is handed in (inf: none is left)."""
+        i = self.next
+        return self.exits[i] if i < len(self.exits) else math.inf
+
+    def run(self):
+        env, exits, specs, dispatch = self.env, self.exits, self.specs, self.dispatch
+        for i, spec in enumerate(specs):
+            t = exits[i]
+            if t > env.now:
+                yield env.at(t, urgent=True)
+            self.next = i + 1
+            dispatch(spec, i)
+        self.on_done()
