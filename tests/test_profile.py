@@ -74,8 +74,6 @@ def test_quick_profile_fit(quick_run):
     coef = doc["coefficients"]
     assert set(coef) == set(FEATURES) and all(v >= 0 for v in coef.values())
     assert set(doc["features"]) == set(FEATURES)
-    if doc["candidate"] != "gbm" and doc["candidate"] != "forest":  # a linear part (trees alone: all 0)
-        assert coef["const"] > 0
     # the sweep exercised every feature but the padding, which a CPU run has none of
     assert doc["unfitted_features"] == ["padded_tokens"] and "step_padding" not in doc
     assert math.isfinite(doc["training"]["mape"]) and math.isfinite(doc["heldout"]["mape"])
