@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from traces.events import Aborted, Admitted, Arrived, Event, Finished, Header, Preempted, Rejected, Step
+from traces.fleet_log import FleetLog, is_fleet
 from traces.log import read_log
 
 _NAN = math.nan
@@ -178,8 +179,32 @@ def frames_from_events(events: Iterable[Event]) -> LogFrames:
 
 
 def load_frames(path: str | Path) -> LogFrames:
-    """DataFrames of a log file (JSONL or .jsonl.gz); of its complete lines if it was cut off."""
+    """DataFrames of a log file (JSONL or .jsonl.gz); of its complete lines if it was cut off. A
+    fleet log (traces/fleet_log.py) reads as one run: its replicas' frames, one after the other."""
     reader = read_log(path)
     frames = frames_from_events(reader)
     frames.truncated, frames.dropped_bytes = reader.truncated, reader.dropped_bytes
+    if is_fleet(frames.header):
+        return fleet_frames(FleetLog.read(path))
     return frames
+
+
+def fleet_frames(fleet: FleetLog) -> LogFrames:
+    """A fleet's frames: every replica's rows with a ``replica`` column; a request's ``request_id`` is
+    its index at the front door (unique in the fleet), ``replica_request_id`` the replica's own id;
+    steps keep their replica's numbers; the header is the fleet log's."""
+    index = {(r.replica, r.request_id): r.index for r in fleet.routes if r.request_id is not None}
+    parts = [load_frames(log) for log in fleet.replica_logs]
+    tables = {}
+    for name in ("requests", "steps", "gaps", "rejected"):
+        pieces = []
+        for i, part in enumerate(parts):
+            table = getattr(part, name).copy()
+            table.insert(0, "replica", i)
+            if "request_id" in table:  # one id per request across the fleet: its front-door index
+                table["replica_request_id"] = table["request_id"]
+                table["request_id"] = [index.get((i, rid), -1) for rid in table["request_id"]]
+            pieces.append(table)
+        tables[name] = pd.concat(pieces, ignore_index=True)
+    return LogFrames(fleet.header, tables["requests"], tables["steps"], tables["gaps"], tables["rejected"],
+                     any(p.truncated for p in parts), sum(p.dropped_bytes for p in parts))

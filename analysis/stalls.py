@@ -60,7 +60,7 @@ def stalls(frames: LogFrames, threshold_s: float | None = None, worst: int = WOR
     threshold_s, rule = stall_threshold(frames, threshold_s, factor)
     g = frames.gaps
     over = g[g["gap"] > threshold_s]
-    longest = g.loc[g.groupby("request_id")["gap"].idxmax()] if len(g) else g
+    longest = g.loc[g.groupby("request_id")["gap"].idxmax()] if len(g) else g  # (a fleet's ids are unique)
     top = longest[longest["gap"] > threshold_s].sort_values(["gap", "request_id"], ascending=[False, True])
     return {
         "threshold_s": threshold_s,
@@ -75,6 +75,8 @@ def stalls(frames: LogFrames, threshold_s: float | None = None, worst: int = WOR
 
 def _describe(row: Any, steps: pd.DataFrame) -> dict[str, Any]:
     """One stall: the request, the gap, the step that ended it, and the prefill done meanwhile."""
+    if "replica" in steps:  # a fleet's: the steps of the replica that served the request
+        steps = steps[steps["replica"] == row.replica]
     s = steps.set_index("step")
     inside = s.loc[(s.index > row.prev_step) & (s.index <= row.step)]
     end = s.loc[row.step] if row.step in s.index else None

@@ -17,9 +17,8 @@ from runtime.engine.config import EngineConfig
 from runtime.engine.types import EventSink
 from simulator.cost_model import CostModel
 from simulator.fleet.executor import SYNTHETIC_TOKEN, TokenFn
-from simulator.fleet.fleet import Fleet, ReplicaSpec
+from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
 from simulator.fleet.replica import MIN_RUN, SimResult, SimulationError
-from traces.events import make_header
 from traces.workload import Workload
 
 __all__ = ["MIN_RUN", "SYNTHETIC_TOKEN", "SimResult", "SimulationError", "TokenFn", "simulate"]
@@ -38,10 +37,5 @@ def simulate(
 ) -> SimResult:
     """Run ``workload`` through a simulated engine; write a Header (clock ``sim``) + events to ``sink``
     (``plain_runs``: land runs of decode steps at once; False steps through them one by one)."""
-    if sink is not None:
-        extra = {"workload": {"source": workload.source, "num_requests": len(workload), **workload.meta}}
-        extra.update(header_extra or {})
-        sink(make_header(config, clock="sim", extra=extra))
-    fleet = Fleet(workload, [ReplicaSpec(config, cost_model, sink)], token_fn=token_fn, progress=progress,
-                  plain_runs=plain_runs)
-    return fleet.run()[0]
+    return simulate_fleet(workload, [ReplicaSpec(config, cost_model, sink)], header_extra=header_extra,
+                          token_fn=token_fn, progress=progress, plain_runs=plain_runs)[0]

@@ -162,7 +162,18 @@ class Rejected(_Event, tag="Rejected"):
     prompt: Prompt | None = None
 
 
-Event = Header | Arrived | Admitted | Preempted | Step | Finished | Aborted | Rejected
+class Routed(_Event, tag="Routed"):
+    """A fleet's front door handed a request to a replica (the fleet log, traces/fleet_log.py):
+    ``index`` in arrival order at the front door; ``request_id`` the replica's own id for it (None:
+    the replica refused it, and its log has the ``Rejected``)."""
+
+    time: float
+    index: int
+    replica: int
+    request_id: int | None = None
+
+
+Event = Header | Arrived | Admitted | Preempted | Step | Finished | Aborted | Rejected | Routed
 
 # Header.extra key: what the Arrived events' prompts hold (traces.prompt.TRACE_PROMPTS); absent = "ids"
 TRACE_PROMPTS_KEY = "trace_prompts"

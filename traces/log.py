@@ -36,6 +36,7 @@ from traces.events import (
     Header,
     Preempted,
     Rejected,
+    Routed,
     Span,
     Step,
 )
@@ -60,7 +61,7 @@ class TruncatedLogWarning(UserWarning):
 
 
 # what a line of a schema-2 log decodes to: the events, a Step as its StepLine
-LineV2 = Header | Arrived | Admitted | Preempted | StepLine | Finished | Aborted | Rejected
+LineV2 = Header | Arrived | Admitted | Preempted | StepLine | Finished | Aborted | Rejected | Routed
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(LineV2)

@@ -1,4 +1,5 @@
-"""``minivllm simulate WORKLOAD --cost-model M --out LOG``: a workload through the simulated engine.
+"""``minivllm simulate WORKLOAD --cost-model M --out LOG``: a workload through the simulated engine,
+or a fleet of them (``--replicas N --router R``: LOG is then the fleet log, the replicas' logs beside it).
 
 WORKLOAD is a workload JSONL, a recorded log (its requests are re-simulated, by default under
 the log's own engine config), an Azure CSV or a Mooncake JSONL. Engine flags override the
@@ -8,12 +9,15 @@ config; the summary table comes from the written log (analysis.frames / analysis
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 from pathlib import Path
 
 from runtime.cli import cost_models
 from runtime.cli.config_flags import add_config_flags, config_options
+from runtime.cli.errors import CLIError
+from runtime.cli.fleet_flags import add_fleet_args, replica_models, replica_overrides
 from runtime.cli.workload import add_workload_args, require_file, require_requests, workload_from_args
 
 # KV pool for trace workloads when neither the log nor --num-blocks says: 512k tokens at block
@@ -59,13 +63,27 @@ def _no_flags(args: argparse.Namespace) -> argparse.Namespace:
     return argparse.Namespace(**{k: None if k.startswith(PREFIX) else v for k, v in vars(args).items()})
 
 
+def _replica_config(config, override):
+    from runtime.engine.config import ConfigError
+
+    if override is None or not override.options:
+        return config
+    try:
+        return config.replace(**override.options)
+    except ConfigError as e:
+        raise CLIError(f"--replica: {e}") from None
+
+
 def _run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from analysis.frames import load_frames
     from analysis.metrics import render_summary, summarize
+    from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
+    from simulator.fleet.replica import SimResult
     from simulator.replay import log_config
-    from simulator.sim import simulate
+    from traces.events import make_header
+    from traces.fleet_log import fleet_extra, replica_log_path
     from traces.formats import detect_format
     from traces.log import LogWriter
 
@@ -87,16 +105,34 @@ def _run(args: argparse.Namespace) -> int:
     changes = print_config_changes(engine_config(_no_flags(args), wl, base, identity) if base is None else base,
                                    config, "the log's config" if base is not None else "the defaults")
 
-    print(f"simulating {len(wl):,} requests ({wl.duration:,.1f} s of arrivals) → {args.out}")
-    tracker = track_ranges(cost_model)
+    overrides = replica_overrides(args)
+    fleet = args.replicas > 1
+    print(f"simulating {len(wl):,} requests ({wl.duration:,.1f} s of arrivals) → {args.out}"
+          + (f" ({args.replicas} replicas, {args.router})" if fleet else ""))
+    trackers = [track_ranges(m) for m in replica_models(args, cost_model, overrides)]
+    models = [t or m for t, m in zip(trackers, replica_models(args, cost_model, overrides))]
+    configs = [_replica_config(config, overrides.get(i)) for i in range(args.replicas)]
+    logs = [replica_log_path(args.out, i) for i in range(args.replicas)] if fleet else [Path(args.out)]
     t0 = time.perf_counter()
-    with LogWriter(args.out) as writer, tqdm(total=len(wl), unit="req", desc="simulate",
-                                             disable=args.no_progress, mininterval=0.5) as bar:
-        result = simulate(wl, config, tracker or cost_model, sink=writer, progress=bar,
-                          header_extra={"cost_model": str(args.cost_model)})
+    with contextlib.ExitStack() as stack:
+        writers = [stack.enter_context(LogWriter(p)) for p in logs]
+        route_sink = None
+        if fleet:
+            route_sink = stack.enter_context(LogWriter(args.out))
+            route_sink(make_header(config, clock="sim", extra=fleet_extra(args.router, logs, args.out)))
+        bar = stack.enter_context(tqdm(total=len(wl), unit="req", desc="simulate", disable=args.no_progress,
+                                       mininterval=0.5))
+        results = simulate_fleet(wl, [ReplicaSpec(c, m, w) for c, m, w in zip(configs, models, writers)],
+                                 args.router, route_sink=route_sink, progress=bar,
+                                 header_extra={"cost_model": str(args.cost_model)})
     wall = time.perf_counter() - t0
-    if tracker is not None and tracker.warning():
-        print(tracker.warning())
+    result = results[0] if not fleet else SimResult(
+        sum(r.num_requests for r in results), sum(r.num_steps for r in results), max(r.end_time for r in results),
+        sorted(x for r in results for x in r.rejected))
+    tracker = trackers[0]
+    for i, t in enumerate(trackers):
+        if t is not None and t.warning():
+            print((f"replica {i}: " if fleet else "") + t.warning())
     if result.rejected:
         print(f"rejected {len(result.rejected):,} requests the engine can't serve "
               f"(first: request {result.rejected[0][0]}: {result.rejected[0][1]})")
@@ -126,5 +162,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", metavar="PATH", help="also write config + summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_engine_args(p)
+    add_fleet_args(p)
     add_workload_args(p)
     p.set_defaults(func=_run)

@@ -19,6 +19,7 @@ from simulator.fleet.environment import SimEnvironment
 from simulator.fleet.executor import TokenFn
 from simulator.fleet.front_door import FrontDoor, OpenLoopArrivals
 from simulator.fleet.replica import Replica, SimResult, SimulationError
+from traces.events import Routed, make_header
 from traces.prompt import materialize
 from traces.workload import RequestSpec, Workload
 
@@ -91,3 +92,22 @@ class Fleet:
     def _close(self) -> None:
         for replica in self.replicas:
             replica.close()
+
+
+def simulate_fleet(workload: Workload, replicas: Sequence[ReplicaSpec], router: Router | str = "round-robin", *,
+                   route_sink: EventSink | None = None, header_extra: dict[str, Any] | None = None,
+                   token_fn: TokenFn | None = None, progress: Any = None, plain_runs: bool = True) -> list[SimResult]:
+    """Run ``workload`` through the replicas; each replica's sink gets a Header (clock ``sim``) and its
+    events, ``route_sink`` a ``Routed`` event per request (the fleet log's, after its own Header)."""
+    extra = {"workload": {"source": workload.source, "num_requests": len(workload), **workload.meta}}
+    extra.update(header_extra or {})
+    for i, r in enumerate(replicas):
+        if r.sink is not None:
+            r.sink(make_header(r.config, clock="sim", extra=extra if len(replicas) == 1 else {**extra, "replica": i}))
+    on_route = None
+    if route_sink is not None:
+        def on_route(index: int, replica: int, request_id: int | None, time: float) -> None:
+            route_sink(Routed(time=time, index=index, replica=replica, request_id=request_id))
+    fleet = Fleet(workload, replicas, router, token_fn=token_fn, progress=progress, plain_runs=plain_runs,
+                  on_route=on_route)
+    return fleet.run()
