@@ -62,35 +62,52 @@ def bench_config(chunked: bool, max_model_len: int = 16384) -> EngineConfig:
         model_identity="Qwen3-0.6B")
 
 
-def run_one(workload, chunked: bool, cost_model, out: Path, progress: bool = True) -> SimBenchResult:
+def run_one(workload, chunked: bool, cost_model, out: Path, progress: bool = True, replicas: int = 1,
+            router: str = "round-robin") -> SimBenchResult:
+    """One simulation of the whole workload, timed; ``replicas`` > 1: a fleet (``out`` its fleet log)."""
+    import contextlib
+
     from tqdm import tqdm
 
     from analysis.frames import load_frames
     from analysis.metrics import summarize
-    from simulator.sim import simulate
+    from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
+    from traces.events import make_header
+    from traces.fleet_log import fleet_extra, replica_log_path
     from traces.log import LogWriter
 
     config = bench_config(chunked, max(16384, workload.max_request_tokens()))
-    name = f"chunked {'on' if chunked else 'off'}"
+    name = f"chunked {'on' if chunked else 'off'}" + (f", {replicas} × {router}" if replicas > 1 else "")
+    logs = [replica_log_path(out, i) for i in range(replicas)] if replicas > 1 else [out]
     t0, c0 = time.perf_counter(), time.process_time()
-    with LogWriter(out) as writer, tqdm(total=len(workload), unit="req", desc=name, disable=not progress,
-                                        mininterval=1.0) as bar:
-        result = simulate(workload, config, cost_model, sink=writer, progress=bar)
+    with contextlib.ExitStack() as stack:
+        writers = [stack.enter_context(LogWriter(p)) for p in logs]
+        routes = None
+        if replicas > 1:
+            routes = stack.enter_context(LogWriter(out))
+            routes(make_header(config, clock="sim", extra=fleet_extra(router, logs, out)))
+        bar = stack.enter_context(tqdm(total=len(workload), unit="req", desc=name, disable=not progress,
+                                       mininterval=1.0))
+        results = simulate_fleet(workload, [ReplicaSpec(config, cost_model, w) for w in writers], router,
+                                 route_sink=routes, progress=bar)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     t1 = time.perf_counter()
     s = summarize(load_frames(out))
     metrics_s = time.perf_counter() - t1
+    steps, end = sum(r.num_steps for r in results), max(r.end_time for r in results)
     return SimBenchResult(
-        name=name, requests=result.num_requests, steps=result.num_steps, simulated_s=result.end_time,
-        wall_s=wall, cpu_s=cpu, speedup=result.end_time / wall, cpu_speedup=result.end_time / cpu,
-        us_per_step=wall / max(result.num_steps, 1) * 1e6,
-        log_bytes=out.stat().st_size, metrics_s=metrics_s, ttft_p50_ms=s["ttft_s"]["p50"] * 1e3,
-        ttft_p99_ms=s["ttft_s"]["p99"] * 1e3, tpot_p50_ms=s["tpot_s"]["p50"] * 1e3, e2e_p99_s=s["e2e_s"]["p99"],
+        name=name, requests=sum(r.num_requests for r in results), steps=steps, simulated_s=end,
+        wall_s=wall, cpu_s=cpu, speedup=end / wall, cpu_speedup=end / cpu,
+        us_per_step=wall / max(steps, 1) * 1e6,
+        log_bytes=sum(p.stat().st_size for p in {out, *logs}), metrics_s=metrics_s,
+        ttft_p50_ms=s["ttft_s"]["p50"] * 1e3, ttft_p99_ms=s["ttft_s"]["p99"] * 1e3,
+        tpot_p50_ms=s["tpot_s"]["p50"] * 1e3, e2e_p99_s=s["e2e_s"]["p99"],
         output_tok_s=s["output_throughput_tok_s"], preemptions=s["preemptions"])
 
 
 def run(trace: str | None = None, cost_model: str = DEFAULT_COST_MODEL, modes: tuple[bool, ...] = (True, False),
-        limit: int | None = None, out_dir: str = "out/bench_sim", progress: bool = True) -> list[SimBenchResult]:
+        limit: int | None = None, out_dir: str = "out/bench_sim", progress: bool = True, replicas: int = 1,
+        router: str = "round-robin") -> list[SimBenchResult]:
     from simulator.cost_model import load_cost_model
     from traces.formats import load_workload
 
@@ -99,18 +116,20 @@ def run(trace: str | None = None, cost_model: str = DEFAULT_COST_MODEL, modes: t
     workload = load_workload(path, limit=limit)
     model = load_cost_model(cost_model)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    return [run_one(workload, chunked, model, Path(out_dir) / f"sim_chunked_{'on' if chunked else 'off'}.jsonl",
-                    progress) for chunked in modes]
+    fleet = f"_{replicas}x{router}" if replicas > 1 else ""
+    return [run_one(workload, chunked, model, Path(out_dir) / f"sim_chunked_{'on' if chunked else 'off'}{fleet}.jsonl",
+                    progress, replicas, router) for chunked in modes]
 
 
 def report(results: list[SimBenchResult]) -> str:
     out = io.StringIO()
-    out.write(f"{'mode':<12}{'requests':>9}{'steps':>11}{'sim s':>9}{'wall s':>8}{'× real':>8}{'cpu s':>8}"
+    width = max(12, *(len(r.name) + 2 for r in results))
+    out.write(f"{'mode':<{width}}{'requests':>9}{'steps':>11}{'sim s':>9}{'wall s':>8}{'× real':>8}{'cpu s':>8}"
               f"{'× (cpu)':>8}{'µs/step':>9}"
               f"{'log MB':>8}{'TTFT p50':>10}{'p99 ms':>9}{'TPOT p50':>10}{'E2E p99 s':>10}{'out tok/s':>10}"
               f"{'preempt':>8}\n")
     for r in results:
-        out.write(f"{r.name:<12}{r.requests:>9,}{r.steps:>11,}{r.simulated_s:>9,.0f}{r.wall_s:>8.1f}"
+        out.write(f"{r.name:<{width}}{r.requests:>9,}{r.steps:>11,}{r.simulated_s:>9,.0f}{r.wall_s:>8.1f}"
                   f"{r.speedup:>8.1f}{r.cpu_s:>8.1f}{r.cpu_speedup:>8.1f}{r.us_per_step:>9.1f}"
                   f"{r.log_bytes / 1e6:>8.0f}{r.ttft_p50_ms:>10.1f}"
                   f"{r.ttft_p99_ms:>9.1f}{r.tpot_p50_ms:>10.2f}{r.e2e_p99_s:>10.2f}{r.output_tok_s:>10,.0f}"

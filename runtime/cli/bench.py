@@ -12,6 +12,7 @@ from pathlib import Path
 from runtime.cli.bench_matrix import add_parser as add_matrix_parser
 from runtime.cli.bench_serve import add_parsers as add_serve_parsers
 from runtime.cli.checks import Bounded
+from runtime.engine.routers import ROUTERS
 
 
 def _write_json(path: str | None, name: str, rows: list[dict], extra: dict | None = None) -> None:
@@ -47,10 +48,12 @@ def _sim(args: argparse.Namespace) -> int:
 
     modes = {"both": (True, False), "on": (True,), "off": (False,)}[args.chunked]
     results = sim_bench.run(trace=args.trace, cost_model=args.cost_model, modes=modes, limit=args.limit,
-                            out_dir=args.out_dir, progress=not args.no_progress)
+                            out_dir=args.out_dir, progress=not args.no_progress, replicas=args.replicas,
+                            router=args.router)
     print(sim_bench.report(results))
     _write_json(args.json, "sim", sim_bench.as_json(results),
-                {"trace": args.trace or sim_bench.DEFAULT_TRACE, "cost_model": args.cost_model})
+                {"trace": args.trace or sim_bench.DEFAULT_TRACE, "cost_model": args.cost_model,
+                 "replicas": args.replicas, "router": args.router})
     return 0
 
 
@@ -154,6 +157,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--chunked", choices=["both", "on", "off"], default="both",
                      help="chunked prefill on, off, or both one after the other (default: %(default)s)")
     sim.add_argument("--limit", type=int, action=Bounded, at_least=1, help="first N requests only (default: all)")
+    sim.add_argument("--replicas", type=int, default=1, action=Bounded, at_least=1,
+                     help="a fleet of this many replicas (default: %(default)s)")
+    sim.add_argument("--router", choices=list(ROUTERS), default="least-loaded",
+                     help="the fleet's router (default: %(default)s)")
     sim.add_argument("--out-dir", default="out/bench_sim", help="where the event logs go (default: %(default)s)")
     sim.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
     sim.add_argument("--json", metavar="PATH", help="also write results as JSON")
