@@ -28,6 +28,7 @@ from traces.params import SamplingParams
 from traces.prompt import Prompt, PromptIds, PromptSynthetic
 
 WORKLOAD_CLOCK = "workload"
+SESSIONS_KEY = "sessions"  # a saved workload's Header: the session of each turn
 
 
 class WorkloadError(ValueError):
@@ -40,6 +41,10 @@ class RequestSpec(msgspec.Struct, frozen=True, kw_only=True):
     params: SamplingParams
     priority: int = 0
     cache_salt: str | None = None  # shares prefix blocks only with requests of the same salt
+    # closed loop (traces/sessions.py): a turn of a conversation; it arrives no earlier than
+    # ``arrival`` and ``think_time`` after the previous turn of its session finished
+    session: int | None = None
+    think_time: float = 0.0
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -125,9 +130,17 @@ class Workload:
 
     # --- persistence ------------------------------------------------------------------------------
 
+    @property
+    def closed_loop(self) -> bool:
+        """Some requests are turns that wait for the previous turn of their session."""
+        return any(r.session is not None for r in self.requests)
+
     def header(self) -> Header:
-        return Header(clock=WORKLOAD_CLOCK, seed=self.seed,
-                      extra={"workload": {"source": self.source, "num_requests": len(self), **self.meta}})
+        info = {"source": self.source, "num_requests": len(self), **self.meta}
+        if self.closed_loop:  # [index, session, think_time] of every turn (an Arrived event has no place for them)
+            info[SESSIONS_KEY] = [[i, r.session, r.think_time] for i, r in enumerate(self.requests)
+                                  if r.session is not None]
+        return Header(clock=WORKLOAD_CLOCK, seed=self.seed, extra={"workload": info})
 
     def events(self) -> Iterator[Header | Arrived]:
         yield self.header()

@@ -1,4 +1,4 @@
-"""``minivllm workload {convert,generate,info}``: import, slice, scale and generate workloads.
+"""``minivllm workload {convert,generate,sessions,info}``: import, slice, scale and generate workloads.
 
 Also the workload-reading options shared with ``simulate`` (``add_workload_args`` /
 ``workload_from_args``).
@@ -42,6 +42,11 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="multiply output lengths (default: %(default)s)")
     g.add_argument("--skip-bad-rows", action="store_true",
                    help="skip malformed rows (their count is printed) instead of stopping at the first")
+    g.add_argument("--chain-sessions", action="store_true",
+                   help="closed loop: a request whose prompt block ids extend an earlier one's is that "
+                        "conversation's next turn, sent only after the previous answer (Mooncake traces)")
+    g.add_argument("--think-time", type=float, default=0.0, action=Bounded, at_least=0,
+                   help="with --chain-sessions: seconds from an answer to the next turn (default: %(default)s)")
 
 
 def workload_from_args(args: argparse.Namespace, path: str, seed: int = 0):
@@ -50,6 +55,11 @@ def workload_from_args(args: argparse.Namespace, path: str, seed: int = 0):
     wl = load_workload(path, fmt=args.workload_format, limit=args.limit, time_window=args.time_window,
                        rate_scale=args.rate_scale, input_scale=args.input_scale,
                        output_scale=args.output_scale, skip_bad_rows=args.skip_bad_rows, seed=seed)
+    if args.chain_sessions:
+        from traces.sessions import chain_sessions
+
+        wl = chain_sessions(wl, args.think_time)
+        print(f"{wl.meta['sessions']:,} conversations among {len(wl):,} requests (closed loop)", file=sys.stderr)
     # notices go to stderr: stdout stays the command's output (`workload info x.csv | head -1`)
     skipped = wl.meta.get("skipped_rows", 0)
     if skipped:
@@ -114,6 +124,26 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sessions(args: argparse.Namespace) -> int:
+    from traces.generators import LengthDist
+    from traces.sessions import generate_sessions
+
+    dists = {}
+    for flag, spec in (("--turns", args.turns), ("--first-len", args.first_len), ("--message-len", args.message_len),
+                       ("--output-len", args.output_len)):
+        try:
+            dists[flag] = LengthDist.parse(spec, seed=args.seed)
+        except (ValueError, OSError) as e:
+            raise CLIError(f"{flag}: {e}") from None
+    wl = generate_sessions(args.num_sessions, rate=args.rate, turns=dists["--turns"], think_time=args.think_time,
+                           first_len=dists["--first-len"], message_len=dists["--message-len"],
+                           output_len=dists["--output-len"], cv=args.cv, seed=args.seed)
+    wl.save(args.out)
+    print(describe(wl))
+    print(f"wrote {args.out} ({args.num_sessions:,} conversations, closed loop)")
+    return 0
+
+
 def _info(args: argparse.Namespace) -> int:
     print(describe(workload_from_args(args, args.source, seed=args.seed)))
     return 0
@@ -153,6 +183,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default: %(default)s)")
     g.add_argument("--out", required=True, help="workload JSONL to write")
     g.set_defaults(func=_generate)
+
+    s = kinds.add_parser("sessions", help="synthetic conversations: each turn waits for the last answer (closed loop)")
+    s.add_argument("--num-sessions", "-n", type=int, required=True, action=Bounded, at_least=1,
+                   help="how many conversations")
+    s.add_argument("--rate", type=float, required=True, action=Bounded, above=0,
+                   help="mean conversation starts per second")
+    s.add_argument("--cv", type=float, default=1.0, action=Bounded, at_least=0,
+                   help="burstiness of the starts (default: %(default)s)")
+    s.add_argument("--turns", default="uniform:2:6",
+                   help="turns per conversation, as --input-len (default: %(default)s)")
+    s.add_argument("--think-time", type=float, default=5.0, action=Bounded, at_least=0,
+                   help="mean seconds from an answer to the next message, exponential (default: %(default)s)")
+    s.add_argument("--first-len", default="uniform:64:512", help="first message tokens (default: %(default)s)")
+    s.add_argument("--message-len", default="uniform:16:128", help="later message tokens (default: %(default)s)")
+    s.add_argument("--output-len", default="uniform:16:256", help="answer tokens (default: %(default)s)")
+    s.add_argument("--seed", type=int, default=0, help="seed (default: %(default)s)")
+    s.add_argument("--out", required=True, help="workload JSONL to write")
+    s.set_defaults(func=_sessions)
 
 
 def require_file(path: str, what: str) -> None:

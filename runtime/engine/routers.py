@@ -54,6 +54,7 @@ def _least_loaded(loads: Sequence[ReplicaLoad]) -> int:
 class RoundRobin:
     name = "round-robin"
     needs_prefix = False
+    reads_load = False  # its choice does not depend on the replicas' state
 
     def __init__(self, replicas: int) -> None:
         self.replicas = replicas
@@ -65,6 +66,7 @@ class RoundRobin:
 class LeastLoaded:
     name = "least-loaded"
     needs_prefix = False
+    reads_load = True
 
     def __init__(self, replicas: int) -> None:
         self.replicas = replicas
@@ -76,6 +78,7 @@ class LeastLoaded:
 class PrefixAffinity:
     name = "prefix-affinity"
     needs_prefix = True
+    reads_load = True
 
     def __init__(self, replicas: int, slack_tokens: int = DEFAULT_SLACK_TOKENS) -> None:
         self.replicas, self.slack_tokens = replicas, slack_tokens

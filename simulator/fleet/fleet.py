@@ -19,7 +19,8 @@ from simulator.fleet.environment import SimEnvironment
 from simulator.fleet.executor import TokenFn
 from simulator.fleet.front_door import FrontDoor, OpenLoopArrivals
 from simulator.fleet.replica import Replica, SimResult, SimulationError
-from traces.events import Routed, make_header
+from simulator.fleet.sessions import SessionArrivals
+from traces.events import Finished, Routed, make_header
 from traces.prompt import materialize
 from traces.workload import RequestSpec, Workload
 
@@ -44,10 +45,19 @@ class Fleet:
         self.router = make_router(router, len(replicas)) if isinstance(router, str) else router
         if door is None:
             door = FrontDoor(latency=float(getattr(replicas[0].cost_model, "intake_delay", 0.0) or 0.0))
-        self.arrivals = OpenLoopArrivals(env, specs, door, self._dispatch, self._close)
+        closed = workload.closed_loop
+        source = SessionArrivals if closed else OpenLoopArrivals
+        self.arrivals = source(env, specs, door, self._dispatch, self._close)
+        self._index_of: dict[tuple[int, int], int] = {}  # (replica, request id) -> index at the front door
+        if closed and len(replicas) > 1 and self.router.reads_load:
+            # a finish on one replica releases a turn whose routing reads the others' state, at a time
+            # no replica's run could have been bounded by: every step is taken one at a time
+            plain_runs = False
         due = self.arrivals.next_time
-        self.replicas = [Replica(env, r.config, r.cost_model, due=due, sink=r.sink, token_fn=token_fn,
-                                 plain_runs=plain_runs, progress=progress) for r in replicas]
+        self.replicas = [Replica(env, r.config, r.cost_model, due=due,
+                                 sink=self._watch_finishes(i, r.sink) if closed else r.sink,
+                                 token_fn=token_fn, plain_runs=plain_runs, progress=progress)
+                         for i, r in enumerate(replicas)]
         self.on_route = on_route
         self._loads: list[tuple[int, ReplicaLoad]] = [(-1, ReplicaLoad())] * len(replicas)  # (steps, load) memo
 
@@ -74,6 +84,23 @@ class Fleet:
         rid = replicas[choice].add(spec, index)
         if self.on_route is not None:
             self.on_route(index, choice, rid, self.env.now)
+        if isinstance(self.arrivals, SessionArrivals):
+            if rid is None:  # refused: its session goes on
+                self.arrivals.finished(index, self.env.now)
+            else:
+                self._index_of[(choice, rid)] = index
+
+    def _watch_finishes(self, replica: int, sink: EventSink | None) -> EventSink:
+        """``sink``, telling the sessions' arrivals which requests finished, when."""
+        index_of, arrivals = self._index_of, self.arrivals
+
+        def watched(event) -> None:
+            if sink is not None:
+                sink(event)
+            if type(event) is Finished:
+                arrivals.finished(index_of.pop((replica, event.request_id)), event.time)
+
+        return watched
 
     def _load(self, i: int) -> ReplicaLoad:
         """What the front door sees of replica i (recomputed only once it has stepped or taken a request)."""

@@ -11,7 +11,7 @@ from traces.events import Aborted, Arrived, Finished, Header, Rejected
 from traces.importers.rows import json_object
 from traces.log import read_log
 from traces.params import SamplingParams
-from traces.workload import WORKLOAD_CLOCK, RequestSpec, Workload, WorkloadError, synthetic_prompt
+from traces.workload import SESSIONS_KEY, WORKLOAD_CLOCK, RequestSpec, Workload, WorkloadError, synthetic_prompt
 
 
 def detect(path: Path, first_line: str) -> bool:
@@ -81,6 +81,8 @@ def read_log_workload(path: str | Path) -> Workload:
         info = dict(header.extra.get("workload", {}))
         source = info.pop("source", str(path))
         info.pop("num_requests", None)
+        for i, session, think in info.pop(SESSIONS_KEY, []):
+            requests[i] = msgspec.structs.replace(requests[i], session=session, think_time=think)
         return Workload(requests, seed=header.seed, source=source, meta={**info, **cut})
     meta: dict[str, Any] = {"format": "log", "clock": header.clock, **cut}
     if any(excluded.values()):
