@@ -11,6 +11,7 @@ import sys
 from runtime.cli.checks import Bounded
 from runtime.cli.config_flags import add_engine_args, announce_load, engine_options, flag_error
 from runtime.cli.errors import CLIError
+from runtime.engine.routers import ROUTERS
 from traces.log import IF_EXISTS
 from traces.prompt import TRACE_PROMPTS
 
@@ -38,6 +39,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--engine-process", action=argparse.BooleanOptionalAction, default=True,
                    help="run the engine in a process of its own, so HTTP work never competes with the step "
                         "loop for one GIL (off: on a thread of the server's process) (default: %(default)s)")
+    g.add_argument("--data-parallel-size", type=int, default=1, action=Bounded, at_least=1, metavar="N",
+                   help="engine replicas behind this front door, each in a process of its own (a GPU each when "
+                        "there are N, else sharing one); with --trace, PATH is the fleet log of routing "
+                        "decisions and each replica's log goes beside it (default: %(default)s)")
+    g.add_argument("--router", choices=list(ROUTERS), default="round-robin",
+                   help="which replica takes a request (the simulator's routers) (default: %(default)s)")
     g.add_argument("--max-pending", type=int, default=1024, action=Bounded, at_least=1, metavar="N",
                    help="queued requests before answering 429 (default: %(default)s)")
     g.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES, action=Bounded, at_least=1,
@@ -73,8 +80,12 @@ def build_app(args: argparse.Namespace):
     announce_load(args.model)
     options = dict(model=args.model, trace=args.trace, trace_prompts=args.trace_prompts,
                    if_exists=args.trace_if_exists, tokenizer=args.tokenizer, **engine_options(args))
+    if args.data_parallel_size > 1 and not args.engine_process:
+        raise CLIError("--data-parallel-size: the replicas run in engine processes (drop --no-engine-process)")
+    start = (_data_parallel if args.data_parallel_size > 1
+             else _engine_process if args.engine_process else _engine_thread)
     try:
-        engine, tokenizer, close = (_engine_process if args.engine_process else _engine_thread)(args, options)
+        engine, tokenizer, close = start(args, options)
     except ConfigError as e:
         raise flag_error(e) from None
     except FileExistsError as e:
@@ -98,6 +109,57 @@ def _engine_process(args: argparse.Namespace, options: dict):
     process = EngineProcess(EngineSpec(kwargs=options, warmup=args.warmup))
     engine = AsyncLLMEngine(connection=process, max_pending=args.max_pending, on_ready=_announce_ready)
     return engine, process.tokenizer(), engine.shutdown
+
+
+def _data_parallel(args: argparse.Namespace, options: dict):
+    """N engine processes behind one front door (runtime/serving/data_parallel.py)."""
+    import time
+
+    from runtime.serving.async_engine import AsyncLLMEngine
+    from runtime.serving.data_parallel import DataParallelEngine, replica_engine
+    from runtime.serving.engine_main import EngineSpec
+    from runtime.serving.engine_process import EngineProcess
+    from traces.events import make_header
+    from traces.fleet_log import fleet_extra, replica_log_path
+    from traces.log import LogWriter
+
+    n, trace = args.data_parallel_size, options.pop("trace")
+    logs = [replica_log_path(trace, i) for i in range(n)] if trace else []
+    route_log = LogWriter(trace, if_exists=args.trace_if_exists) if trace else None
+    origin = time.monotonic()  # the replicas' logs share one time axis
+    replicas: list[AsyncLLMEngine] = []
+    try:
+        for i in range(n):
+            kwargs = {**options, "trace": str(logs[i]) if trace else None, "clock_origin": origin,
+                      "replica": i, "replicas": n}
+            process = EngineProcess(EngineSpec(factory=replica_engine, kwargs=kwargs, warmup=args.warmup))
+            replicas.append(AsyncLLMEngine(connection=process, max_pending=args.max_pending))
+    except BaseException:
+        for r in replicas:
+            r.shutdown()
+        if route_log is not None:
+            route_log.close()
+        raise
+    if route_log is not None:
+        route_log(make_header(replicas[0].config, clock="wall",
+                              extra=fleet_extra(args.router, logs, trace, data_parallel=True)))
+    engine = DataParallelEngine(replicas, args.router, route_log=route_log)
+    _announce_when_ready(engine)
+    tokenizer = replicas[0].connection.tokenizer()
+
+    def close() -> None:
+        engine.shutdown()
+        if route_log is not None:
+            route_log.close()
+
+    return engine, tokenizer, close
+
+
+def _announce_when_ready(engine) -> None:
+    """Say "ready" once every replica is warmed up."""
+    import threading
+
+    threading.Thread(target=lambda: (engine.ready.wait(), _announce_ready(None)), daemon=True).start()
 
 
 def _engine_thread(args: argparse.Namespace, options: dict):

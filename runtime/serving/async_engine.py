@@ -37,6 +37,7 @@ import msgspec
 
 from runtime.engine.config import EngineConfig
 from runtime.engine.core import EngineCore
+from runtime.engine.routers import ReplicaLoad
 from runtime.serving.engine_loop import CLIENT_DISCONNECTED, CLIENT_TOO_SLOW
 from runtime.serving.engine_protocol import (
     AbortRequest,
@@ -126,6 +127,9 @@ class AsyncLLMEngine:
         self.jit_at_ready = 0
         self.state = EngineState(EngineStats(), kv_blocks_total=self.config.cache.num_blocks)
         self.observer: Callable[[StepTimings], None] | None = None  # the server's latency histograms
+        # the request ids the engine gave the adds it took, and the keys it refused (a fleet's router log)
+        self.on_added: Callable[[dict[int, int], dict[int, str]], None] | None = None
+        self._first_token: dict[int, int] = {}  # key -> prompt tokens, until its first token (load())
         self.rejected_overloaded = 0  # 429s at this door
         self.error: EngineDead | None = None
         self._handles: dict[int, _Handle] = {}
@@ -191,13 +195,20 @@ class AsyncLLMEngine:
             self._next_key += 1
             handle = _Handle(key, loop, asyncio.Queue(maxsize=self.output_queue_size))
             self._handles[key] = handle
+            self._first_token[key] = len(prompt_token_ids)  # before it is sent: its first token may come at once
             try:
                 self._send(AddRequest(key, list(prompt_token_ids), params, priority, arrival_time, cache_salt))
             except EngineDead:
                 del self._handles[key]
+                self._first(key)
                 raise
             self._adds_sent += 1
         return RequestStream(self, handle)
+
+    @property
+    def next_key(self) -> int:
+        """The key the next ``submit`` gives its request (its AddRequest's; ``on_added`` reports by key)."""
+        return self._next_key
 
     async def generate(self, prompt_token_ids: Sequence[int], params: SamplingParams,
                        priority: int = 0) -> AsyncIterator[OutputDelta]:
@@ -222,6 +233,7 @@ class AsyncLLMEngine:
             return
         handle.done = True
         self._handles.pop(handle.key, None)
+        self._first(handle.key)
         with self._lock, contextlib.suppress(EngineDead):  # a dead engine has nothing to abort
             self._send(AbortRequest(handle.key, reason))
 
@@ -239,13 +251,27 @@ class AsyncLLMEngine:
         elif isinstance(msg, EngineFailed):
             self._lost(f"engine failed: {msg.error}")
 
+    def load(self) -> ReplicaLoad:
+        """What a router sees of this engine: requests sent and not ended, the prompt tokens of those
+        without a first token yet, the share of KV blocks in use (as of its last message)."""
+        state = self.state
+        queued = sum(list(self._first_token.values()))  # (one C call: safe beside the connection's thread)
+        return ReplicaLoad(len(self._handles), queued,
+                           state.kv_blocks_used / state.kv_blocks_total if state.kv_blocks_total else 0.0)
+
+    def _first(self, key: int) -> None:
+        self._first_token.pop(key, None)
+
     def _on_outputs(self, msg: StepOutputs) -> None:
         self.state = msg.state
         if msg.timings is not None and self.observer is not None:
             self.observer(msg.timings)
+        if (msg.added or msg.rejected) and self.on_added is not None:
+            self.on_added(msg.added, msg.rejected)
         batches: dict[asyncio.AbstractEventLoop, list] = {}
         handles = self._handles
         for key, delta in zip(msg.keys, msg.deltas):
+            self._first(key)
             handle = handles.get(key)
             if handle is None:  # cancelled
                 continue
@@ -253,6 +279,7 @@ class AsyncLLMEngine:
                 handles.pop(key, None)  # (a cancel may pop it too)
             batches.setdefault(handle.loop, []).append((handle, delta))
         for key, why in msg.rejected.items():
+            self._first(key)
             handle = handles.pop(key, None)
             if handle is not None:
                 batches.setdefault(handle.loop, []).append((handle, InvalidRequest(why)))

@@ -62,6 +62,7 @@ class EngineLoop:
         self._key: dict[int, int] = {}  # and back
         self._adds = self._commands = 0
         self._rejected: dict[int, str] = {}
+        self._added: dict[int, int] = {}  # key -> request id, since the last message
         self._timings = StepTimings()
         engine.observer = self._observe
 
@@ -134,6 +135,7 @@ class EngineLoop:
             return
         self._rid[cmd.key] = rid
         self._key[rid] = cmd.key
+        self._added[cmd.key] = rid
 
     def _abort(self, key: int, reason: str) -> None:
         rid = self._rid.pop(key, None)
@@ -171,7 +173,8 @@ class EngineLoop:
         if self._timings:
             timings, self._timings = self._timings, StepTimings()
         rejected, self._rejected = self._rejected, {}
-        self.send(encode(StepOutputs(keys, out, self.state(), timings, rejected)))
+        added, self._added = self._added, {}
+        self.send(encode(StepOutputs(keys, out, self.state(), timings, rejected, added)))
 
     def state(self) -> EngineState:
         engine = self.engine

@@ -80,6 +80,7 @@ class StepOutputs(msgspec.Struct, tag="outputs", array_like=True, gc=False):
     state: EngineState
     timings: StepTimings | None = None
     rejected: dict[int, str] = {}  # key -> why the engine refused it (validated up front: defensive)
+    added: dict[int, int] = {}  # key -> the request id its log gives it, for the adds taken since the last message
 
 
 class EngineFailed(msgspec.Struct, tag="failed", array_like=True, gc=False):

@@ -150,7 +150,7 @@ class LLMEngine:
 
     def __init__(self, model: str | None = None, *, trace: str | None = None, trace_prompts: str = "ids",
                  if_exists: str = "overwrite", clock: Callable[[], float] = time.monotonic,
-                 **options: Any) -> None:
+                 clock_origin: float | None = None, **options: Any) -> None:
         from runtime.executor.setup import build_engine  # the real executor: torch
 
         if trace_prompts not in TRACE_PROMPTS:  # before a log is opened (and an older one rotated)
@@ -163,7 +163,8 @@ class LLMEngine:
                 header = msgspec.structs.replace(header, extra={**header.extra, TRACE_PROMPTS_KEY: trace_prompts})
             writer(header)
         self._setup(parts.core(writer, trace_prompts=trace_prompts), parts.runner, parts.loaded.tokenizer,
-                    overlap=parts.overlap, clock=clock, extra_eos=parts.loaded.spec.eos_token_ids[1:], writer=writer)
+                    overlap=parts.overlap, clock=clock, extra_eos=parts.loaded.spec.eos_token_ids[1:], writer=writer,
+                    clock_origin=clock_origin)
         self.parts = parts
         self.vocab_size = parts.loaded.spec.vocab_size
 
@@ -178,7 +179,10 @@ class LLMEngine:
         return self
 
     def _setup(self, core: EngineCore, executor: Executor, tokenizer: Any, *, overlap: bool,
-               clock: Callable[[], float], extra_eos: Sequence[int], writer: LogWriter | None) -> None:
+               clock: Callable[[], float], extra_eos: Sequence[int], writer: LogWriter | None,
+               clock_origin: float | None = None) -> None:
+        """``clock_origin``: the clock reading the log's time counts from (default: now; the
+        replicas of a data-parallel server share the front door's, so their logs share a time axis)."""
         self.core = core
         self.executor = executor
         self.tokenizer = tokenizer
@@ -186,7 +190,7 @@ class LLMEngine:
         self.writer = writer
         self.stats = EngineStats()
         self._clock = clock
-        self._t0 = clock()
+        self._t0 = clock() if clock_origin is None else clock_origin
         self._extra_eos = tuple(extra_eos)  # more end-of-turn ids (e.g. Qwen's <|endoftext|>)
         self._active: dict[int, _Active] = {}
         self._ready: list[OutputDelta] = []  # deltas of a step completed outside ``step`` (abort)
