@@ -33,6 +33,7 @@ from traces.events import (
     PrefixHit,
     Rejected,
     Reserved,
+    Routed,
     Span,
     Step,
 )
@@ -102,6 +103,7 @@ EVENTS = {
                          block_events=st.lists(block_events, max_size=3)),
     "Rejected": st.builds(Rejected, time=floats, num_prompt_tokens=ints, params=params(), reason=strs,
                           priority=ints, prompt=st.none() | prompts),
+    "Routed": st.builds(Routed, time=floats, index=ints, replica=ints, request_id=st.none() | ints),
 }
 assert set(EVENTS) == {t.__name__ for t in Event.__args__}, "an event type without a strategy"
 
