@@ -214,69 +214,11 @@ class EngineCore:
         return True
 
     def commit(self, plan: StepPlan, result: StepResult, start: float, deltas: bool = True) -> list[RequestDelta]:
-        """Apply the executor's result: what ``advance`` then ``complete`` do, in one pass over the
-        spans, with the same state and events (a request a token stops is ended after every span
-        has advanced, as ``complete`` ends it after ``advance``). ``deltas=False``: return none
-        (a caller that reads only the log, like the simulator)."""
-        planned = self._planned.pop(plan.step)
-        bm = self.block_manager
-        bs = bm.block_size
-        requests = self.requests
-        finished: list[Request] = []
-        stopped: list[Request] | None = None  # (None until one is: most steps stop none, cut none)
-        out: list[RequestDelta] = []
-        token_ids_of = result.token_ids
-        k = 0  # sampling spans so far
-        cut: dict[int, list[int]] | None = None  # k -> what is kept of a sampling span's tokens a stop cut short
-        logprobs = result.logprobs if deltas else None
-        for span in plan.spans:
-            req = requests[span.request_id]
-            n = span.num_tokens
-            computed = req.num_computed_tokens = span.start + n
-            if computed % bs < n:  # a block became full (its end is in the span): cache it
-                bm.register_computed(req)
-            if not span.sample:
-                continue
-            new = token_ids_of[k]
-            if not new:
-                raise ValueError(f"the executor returned no token for request {span.request_id}'s sampling span")
-            token_ids = req.token_ids
-            token_ids.append(new[0])
-            if len(token_ids) < req.max_total_tokens:
-                reason = req.check_stop(new[0]) if req.stops_on_token else None
-            else:  # its length limit: ended now, KV freed
-                self._ended_in_step(req, finished)
-                reason = req.check_stop(new[0]) if req.stops_on_token else "length"
-            if len(new) > 1:
-                if cut is None:
-                    cut = {}
-                if reason is not None:
-                    new = cut[k] = new[:1]
-                else:
-                    for i in range(1, len(new)):
-                        token_ids.append(new[i])
-                        reason = req.check_stop(new[i])
-                        if reason is not None:
-                            new = cut[k] = new[: i + 1]
-                            break
-            if deltas:
-                lps = logprobs[k] if logprobs is not None else None
-                out.append(RequestDelta(span.request_id, new, reason, lps[: len(new)] if lps is not None else None))
-            k += 1
-            if reason is not None:
-                req.finish_reason = reason
-                if req.status is not _FINISHED:  # a token stop: ended below
-                    if stopped is None:
-                        stopped = []
-                    stopped.append(req)
-        block_events = bm.drain_events()
-        if stopped:
-            self._stopped_by_value(plan)
-            for req in stopped:
-                self._ended_in_step(req, finished)
-            block_events += bm.drain_events()
-        self._retire(plan, planned, start, start + result.duration, token_ids_of, k, cut, block_events, finished)
-        return out
+        """Apply the executor's result: ``advance`` then ``complete``, the one way a step is applied
+        (a step overlapped with the next one's planning runs the two apart). ``deltas=False``: return
+        none (a caller that reads only the log, like the simulator)."""
+        self.advance(plan, result.token_ids)
+        return self.complete(plan, result, start, deltas)
 
     def advance(self, plan: StepPlan, known: list[list[int]] | None = None) -> None:
         """Everything a step's commit does that doesn't need its token values: advance the spans,
