@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.engine_timing import EngineTiming
 from simulator.features import (
     EXT_FEATURES,
     FEATURE_DOC,
@@ -305,7 +306,7 @@ class LinearCostModel(TimedModel):
         return model
 
 
-class RecordedCostModel:
+class RecordedCostModel(CostModel):
     """The step durations a log recorded, keyed by step index — and the engine's time between steps.
 
     ``gap_before(k)`` is what the recording spent between being ready for step k (the previous
@@ -365,6 +366,9 @@ class RecordedCostModel:
 
     def gap_before(self, step: int) -> float:
         return self.gaps.get(step, 0.0)
+
+    def timing(self, max_num_batched_tokens: int) -> EngineTiming:
+        return EngineTiming(step_time=self.step_time, gap_before=self.gap_before)
 
 
 def load_cost_model(spec: str | Path) -> CostModel:

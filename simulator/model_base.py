@@ -2,9 +2,10 @@
 the parts besides the step model — host timing (simulator/host_timing.py) and the ranges it was
 fitted on (simulator/ranges.py).
 
-The simulator asks a model for ``step_time(step, spans)`` and, where the model has them,
-``host_gap(previous_spans)`` (engine time before a step; None after idle) and ``intake_delay``
-(seconds from a request's arrival stamp until the engine sees it).
+The simulator asks a model for its ``timing`` (simulator/engine_timing.py): ``step_time(step,
+spans)`` and, where the model has them, ``host_gap(previous_spans)`` (engine time before a step;
+None after idle), ``intake_delay`` (seconds from a request's arrival stamp until the engine sees
+it), planning ahead with a launch time, and runs of decode steps priced at once.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from simulator.engine_timing import EngineTiming
 from simulator.host_timing import HostTiming
 from simulator.ranges import FeatureRanges
 from traces.decode_splits import DecodeSplits
@@ -29,13 +31,17 @@ class CostModelError(ValueError):
     """A cost model file is malformed or can't serve the step asked for."""
 
 
-class CostModel(Protocol):
-    """``step_time`` is required; a model may also define ``gap_before(step) -> float``: engine
-    time spent before scheduling ``step`` once there is work (the simulator waits it out), or
-    ``host_gap(previous_spans)``, ``intake_delay`` and ``with_step_budget`` (TimedModel)."""
+class CostModel:
+    """A step-time model: ``step_time`` prices a step from its spans; ``timing`` is everything a
+    simulation asks of the model (simulator/engine_timing.py), for an engine of a step budget. A
+    model that times only steps need define ``step_time`` alone."""
 
     def step_time(self, step: int, spans: list[Span]) -> float:
         """Seconds that step ``step`` with these spans takes."""
+        raise NotImplementedError
+
+    def timing(self, max_num_batched_tokens: int) -> EngineTiming:
+        return EngineTiming(step_time=self.step_time)
 
 
 def mape(predicted: np.ndarray, actual: np.ndarray) -> float:
@@ -72,7 +78,7 @@ def read_model_doc(path: str | Path) -> dict[str, Any]:
     return doc
 
 
-class TimedModel:
+class TimedModel(CostModel):
     """Host timing and feature ranges, carried beside a step model (both optional: a file without
     them simulates as before, steps back to back, and warns about nothing)."""
 
@@ -109,6 +115,14 @@ class TimedModel:
         """The engine plans step k+1 when step k starts (async scheduling): an arrival during step k
         joins step k+2 at the earliest."""
         return self._overlap is not None
+
+    def timing(self, max_num_batched_tokens: int) -> EngineTiming:
+        """This model as a simulation of that step budget runs it: its padding view
+        (``with_step_budget``), its host timing where it has some, its runs of decode steps."""
+        view = self.with_step_budget(max_num_batched_tokens)
+        return EngineTiming(step_time=view.step_time, host_gap=view.host_gap if view.host is not None else None,
+                            intake_delay=view.intake_delay, plans_ahead=view.plans_ahead,
+                            launch_time=view.launch_time, decode_durations=view.decode_durations)
 
     def decode_durations(self, n: int, context: int, longest: int, end: float, count: int,
                          due: float) -> list[float]:

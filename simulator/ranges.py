@@ -9,12 +9,14 @@ lie outside the model's profiled range (prefill tokens per step up to 2,048; her
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from simulator.engine_timing import EngineTiming
 from simulator.features import EXT_FEATURES, decode_ext_features, ext_features
 from traces.events import Span
 
@@ -105,24 +107,25 @@ class RangeReport:
 
 
 class RangeTracker:
-    """Wraps a cost model with ranges; counts the steps it times that lie outside them. Passes the
-    host-timing hooks through, so the simulation runs exactly as with the bare model."""
+    """Wraps a cost model with ranges; counts the steps it times that lie outside them. Its timing
+    is the model's, with every step counted, so the simulation runs exactly as with the bare model."""
 
     def __init__(self, model: Any, ranges: FeatureRanges, report: RangeReport | None = None) -> None:
         self.model = model
         self.ranges = ranges
         self.report = RangeReport() if report is None else report
-        for hook in ("gap_before", "host_gap", "intake_delay", "plans_ahead", "launch_time"):
-            if hasattr(model, hook):
-                setattr(self, hook, getattr(model, hook))
-        if hasattr(model, "decode_durations"):  # the simulator's runs of decode steps (counted by note_decodes)
-            self.decode_durations = model.decode_durations
-        if hasattr(model, "with_step_budget"):
-            self.with_step_budget = self._with_step_budget
 
-    def _with_step_budget(self, max_tokens: int) -> RangeTracker:
-        """A tracker of the model's view for that step budget, counting into this one's report."""
-        return RangeTracker(self.model.with_step_budget(max_tokens), self.ranges, self.report)
+    def timing(self, max_num_batched_tokens: int) -> EngineTiming:
+        inner = self.model.timing(max_num_batched_tokens)
+        priced, report, ranges = inner.step_time, self.report, self.ranges
+
+        def step_time(step: int, spans: Sequence[Span]) -> float:
+            t = priced(step, spans)
+            row = ext_features(spans)
+            report.add(row, t, ranges.outside(row))
+            return t
+
+        return dataclasses.replace(inner, step_time=step_time, note_decodes=self.note_decodes)
 
     def step_time(self, step: int, spans: Sequence[Span]) -> float:
         t = self.model.step_time(step, spans)

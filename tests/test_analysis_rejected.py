@@ -8,6 +8,7 @@ from analysis.frames import frames_from_events, load_frames
 from analysis.metrics import render_summary, summarize
 from analysis.rejected import reason_kind
 from analysis.report import comparison_table
+from simulator.model_base import CostModel
 from simulator.sim import simulate
 from tests.sim_helpers import small_config
 from traces.events import Rejected
@@ -17,7 +18,7 @@ from traces.prompt import PromptSynthetic
 from traces.workload import RequestSpec, Workload
 
 
-class FlatCost:
+class FlatCost(CostModel):
     """10 ms a step plus 0.1 ms a token: enough for latencies to depend on the batch."""
 
     def step_time(self, step, spans):

@@ -11,6 +11,7 @@ import pytest
 from analysis.frames import frames_from_events, load_frames
 from analysis.metrics import render_summary, summarize
 from analysis.stalls import median_decode_step, stalls
+from simulator.model_base import CostModel
 from simulator.sim import simulate
 from tests.sim_helpers import small_config
 from traces.events import Arrived, Finished, Header, Preempted, Span, Step
@@ -53,7 +54,7 @@ def test_gaps_are_between_deliveries_and_a_preemption_is_inside_one():
     assert "a gap of 2 steps: 11 prefill tokens in them" in render_summary(s)
 
 
-class PrefillHeavyCost:
+class PrefillHeavyCost(CostModel):
     """10 ms a step + 1 ms a token: a 900-token prompt prefilled whole takes ~0.9 s."""
 
     def step_time(self, step, spans):
@@ -81,7 +82,7 @@ def on_off(tmp_path):
     return _simulate(tmp_path / "off.jsonl", False), _simulate(tmp_path / "on.jsonl", True)
 
 
-class SlowCpuCost:
+class SlowCpuCost(CostModel):
     """Every decode step 250 ms, a step with prefill 600 ms (a small model on a CPU)."""
 
     def step_time(self, step, spans):

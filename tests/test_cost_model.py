@@ -20,6 +20,7 @@ from simulator.cost_model import (
     step_features,
 )
 from simulator.features import EXT_FEATURES, ext_features
+from simulator.model_base import CostModel
 from simulator.nnls import nnls
 from simulator.roofline import H200, QWEN3_0_6B, analytic_cost_model
 from simulator.sim import simulate
@@ -137,7 +138,7 @@ def test_fit_recovers_the_model_that_timed_the_log(tmp_path):
 
 
 def test_fit_with_noise_is_nonnegative_and_reports_heldout_error(tmp_path):
-    class Noisy:
+    class Noisy(CostModel):
         def __init__(self):
             self.rng = np.random.default_rng(0)
 

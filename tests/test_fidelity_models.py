@@ -12,6 +12,7 @@ from runtime.cli import main
 from simulator.cost_model import LinearCostModel, StepData, TreeCostModel, load_cost_model
 from simulator.fit import CANDIDATES, EXTRAPOLATING, fit_candidate, fit_cost_model, select_model
 from simulator.host_timing import HostData, HostTiming, fit_host_timing
+from simulator.model_base import CostModel
 from simulator.ranges import FeatureRanges, RangeTracker
 from simulator.sim import simulate
 from simulator.trees import TreeEnsemble
@@ -23,7 +24,7 @@ TRUE = {"const": 2e-3, "prefill_tokens": 4e-6, "prefill_attention": 1e-9, "decod
         "decode_context": 2e-8, "seqs": 1e-5, "prefill_step": 3e-3}
 
 
-class Padded:
+class Padded(CostModel):
     """A CPU-like step cost: linear, plus a jump at 8 sequences (GEMMs padded to 16 rows), plus
     noise that grows with the step (so relative and absolute weighting disagree)."""
 
@@ -188,15 +189,17 @@ def test_ranges_warn_with_the_share_of_steps_and_time_outside():
 
 
 def test_the_range_tracker_simulates_as_its_model_does():
-    """It passes the host hooks on: an overlapped model's tracker plans ahead, with its intake delay."""
+    """Its timing is its model's: an overlapped model's tracker plans ahead, with its intake delay."""
     from simulator.host_timing import HostTiming
 
     model = LinearCostModel({"const": 1e-3})
     model.set_host(HostTiming(intake_delay=0.002, overlap=True))
     ranges = FeatureRanges.from_ext(np.array([[1, 0, 0, 8, 800, 8, 0, 100, 0, 8, 0, 0]], dtype=float))
     tracker = RangeTracker(model, ranges)
-    assert tracker.plans_ahead and model.plans_ahead and tracker.intake_delay == 0.002
-    assert tracker.host_gap(3) == model.host_gap(3)
+    timing, bare = tracker.timing(2048), model.timing(2048)
+    assert timing.plans_ahead and bare.plans_ahead and timing.intake_delay == bare.intake_delay == 0.002
+    assert timing.host_gap(3) == bare.host_gap(3) and timing.decode_durations == bare.decode_durations
+    assert timing.note_decodes is not None and bare.note_decodes is None
 
 
 def test_cli_fit_reports_every_candidate_and_simulate_warns_outside_the_range(padded_logs, tmp_path, capsys):
@@ -221,7 +224,7 @@ def test_cli_fit_reports_every_candidate_and_simulate_warns_outside_the_range(pa
     assert "lie outside the model's profiled range" in text and "prefill chunk up to" in text
 
 
-class Slower:
+class Slower(CostModel):
     """The same engine under another load: every step 1.6× as long."""
 
     def __init__(self, seed: int) -> None:
@@ -257,11 +260,12 @@ def test_the_range_tracker_of_a_padded_model_counts_its_budget_view_into_one_rep
     model.set_step_padding(StepPadding(256))
     ranges = FeatureRanges.from_ext(np.array([[1, 64, 2080, 0, 0, 1, 1, 0, 0, 64, 1, 64]], dtype=float))
     tracker = RangeTracker(model, ranges)
-    view = tracker.with_step_budget(512)
-    assert view.report is tracker.report and view.model.padding == StepPadding(512)
+    step = [Span(0, 0, 300, False)]
+    assert tracker.timing(512).step_time(0, step) == model.with_step_budget(512).step_time(0, step)
+    assert tracker.report.steps == 1  # counted into the tracker the caller holds
     assert model.padding == StepPadding(256)
     result = simulate(mixed_workload(30, seed=4), small_config(budget=512), tracker)
-    assert tracker.report.steps == result.num_steps > 0 and tracker.warning() is not None
+    assert tracker.report.steps == 1 + result.num_steps > 1 and tracker.warning() is not None
 
 
 def test_a_weighted_log_counts_its_training_steps_that_many_times(padded_logs, tmp_path, capsys):

@@ -111,7 +111,7 @@ def test_cost_model_fit_eager_launch_flag_writes_and_reads_the_launch(tmp_path, 
     model = load_cost_model(out)
     assert 0.003 < model.host.eager_launch < 0.012 and model.launch_time is not None
     assert model.launch_time(0) == 0.0 and model.launch_time(1000) > model.host.eager_launch
-    assert track_ranges(model).launch_time == model.launch_time  # what `fidelity` simulates with
+    assert track_ranges(model).timing(2048).launch_time == model.launch_time  # what `fidelity` simulates with
     # without the flag the fit says what it leaves out
     assert main(argv[:-3] + argv[-2:]) == 0
     text = capsys.readouterr().out

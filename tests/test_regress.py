@@ -11,13 +11,14 @@ import pytest
 from analysis.regress import regress, render_report
 from analysis.tolerances import ToleranceError, parse_tolerances, tolerance_for
 from runtime.cli import main
+from simulator.model_base import CostModel
 from simulator.sim import simulate
 from tests.sim_helpers import mixed_workload, small_config
 from traces.events import Admitted, Finished, Preempted, Step
 from traces.log import LogWriter, read_log
 
 
-class ShapeCost:
+class ShapeCost(CostModel):
     def step_time(self, step, spans):
         return 0.005 + 2e-4 * sum(s.num_tokens for s in spans) + 1e-3 * len(spans)
 

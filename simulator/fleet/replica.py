@@ -32,7 +32,6 @@ from runtime.engine.step_loop import StepLoop
 from runtime.engine.types import EventSink
 from simulator.fleet.environment import SimEnvironment
 from simulator.fleet.executor import SYNTHETIC_TOKEN, CostModelExecutor, TokenFn
-from simulator.fleet.timing import EngineTiming
 from traces.params import InvalidRequest
 from traces.workload import RequestSpec
 
@@ -58,7 +57,7 @@ class Replica:
         """``due()``: the next time the front door hands any replica a request (inf: none is coming);
         ``plain_runs``: land runs of decode steps at once (the same log, faster)."""
         self.env, self.config, self.due = env, config, due
-        self.timing = timing = EngineTiming.of(model, config.scheduler.max_num_batched_tokens)
+        self.timing = timing = model.timing(config.scheduler.max_num_batched_tokens)
         self.core = EngineCore(config, eos_token_id=None, sink=sink)
         clock = self._clock
         self.executor = CostModelExecutor(timing, clock, token_fn)
