@@ -2,6 +2,7 @@
 
     minivllm profile --out profile.jsonl --fit m.json          # default model, this machine
     minivllm profile --model random:qwen3-0.6b --device cuda --dtype bfloat16 --out p.jsonl --fit m.json
+    minivllm profile --for data/traces/AzureLLMInferenceTrace_code.csv --fit m.json   # sized to a workload
 
 The sweep (runtime/bench/profile_plan.py) covers the cost model's features: pure prefill chunks,
 chunks on cached context, decode at batch sizes × contexts, decode + prefill mixed. A short
@@ -33,6 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("sweep")
     g.add_argument("--out", default="profile.jsonl", metavar="LOG", help="event log to write (default: %(default)s)")
     g.add_argument("--quick", action="store_true", help="a few cases of each shape class (CI, tests)")
+    g.add_argument("--for", dest="for_workload", metavar="WORKLOAD|LOG",
+                   help="size the sweep to what this workload or log asks of a cost model: its longest request "
+                        "(--max-context), longest prompt (--max-prefill) and largest decode batch (--max-batch); "
+                        "flags given explicitly win")
     g.add_argument("--max-context", type=int, action=Bounded, at_least=1,
                    help="longest prompt a case builds (default: CPU 1024, CUDA 4096)")
     g.add_argument("--max-batch", type=int, action=Bounded, at_least=1,
@@ -90,6 +95,15 @@ def _engine(args: argparse.Namespace):
         raise CLIError(str(e)) from None
     default_ctx, default_batch = QUICK_LIMITS if args.quick else DEFAULT_LIMITS.get(loaded.device.type,
                                                                                     DEFAULT_LIMITS["cuda"])
+    if args.for_workload:
+        from runtime.cli.profile_for import workload_shape
+
+        shape = workload_shape(args.for_workload, opts)
+        print(f"sizing the sweep to {shape.describe()}", file=sys.stderr)
+        default_ctx, default_batch = shape.max_request, shape.max_batch
+        if args.max_prefill is None:
+            args.max_prefill = shape.max_prompt
+        opts.setdefault("max_model_len", min(loaded.model.rotary.max_positions, shape.max_request + DECODE_HEADROOM))
     max_context = args.max_context or default_ctx
     # room for the longest prompt plus what its requests decode while the rest of the batch prefills
     opts.setdefault("max_model_len", min(loaded.model.rotary.max_positions, max_context + DECODE_HEADROOM))
