@@ -25,10 +25,16 @@ import numpy as np
 
 from runtime.engine.config import EngineConfig
 from simulator.config_diff import config_changes, what_if
+from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
+from simulator.fleet.replica import SimResult
 from simulator.host_timing import log_overlaps
 from simulator.ranges import track_ranges
 from simulator.replay import log_config, resimulate, timing_replay
 from simulator.request_times import METRICS, RequestTimes, times_of_log
+from traces.fleet_log import FleetLog, is_fleet
+from traces.importers.log import read_log_workload
+from traces.log import read_header
+from traces.workload import Workload
 
 STATS = ("mean", "p50", "p90", "p99")
 # what --tolerance checks: the fidelity goal's metrics (TTFT, TPOT, E2E at p50 and p90; makespan)
@@ -59,11 +65,29 @@ def compare(live: dict[str, np.ndarray], sim: dict[str, np.ndarray]) -> dict[str
 
 
 def simulate_times(log: str | Path, model: Any, config: EngineConfig) -> tuple[RequestTimes, Any, Any]:
-    """Re-simulate ``log``'s workload under ``config``: the run's times, the SimResult, the range tracker."""
-    times = RequestTimes()
+    """Re-simulate ``log``'s workload under ``config``: the run's times, the SimResult, the range
+    tracker. A fleet log's workload goes through a fleet of its replicas and its router."""
     tracker = track_ranges(model)
+    if is_fleet(read_header(log)):
+        return (*resimulate_fleet(log, tracker or model, config), tracker)
+    times = RequestTimes()
     result = resimulate(log, tracker or model, config, sink=times)
     return times, result, tracker
+
+
+def resimulate_fleet(log: str | Path, model: Any, config: EngineConfig) -> tuple[RequestTimes, Any]:
+    """A fleet log's requests (every replica's, by arrival) through as many simulated replicas and
+    its router: each replica under its own logged config, or every one under ``config`` when that
+    is not the fleet log's own (a what-if)."""
+    fleet = FleetLog.read(log)
+    _, own = log_config(log)
+    configs = [log_config(p)[1] if config == own else config for p in fleet.replica_logs]
+    workload = Workload([r for p in fleet.replica_logs for r in read_log_workload(p)], source=str(log))
+    parts = [RequestTimes() for _ in configs]
+    results = simulate_fleet(workload, [ReplicaSpec(c, model, t) for c, t in zip(configs, parts)], fleet.router)
+    result = SimResult(sum(r.num_requests for r in results), sum(r.num_steps for r in results),
+                       max(r.end_time for r in results), [x for r in results for x in r.rejected])
+    return RequestTimes.merged(parts), result
 
 
 def _run_summary(times: RequestTimes, result: Any = None) -> dict[str, Any]:
@@ -169,7 +193,7 @@ def fidelity(live_log: str | Path, model: Any, *, config: EngineConfig | None = 
     }
     if tracker is not None:
         report["range"] = {**tracker.report.to_dict(), "warning": tracker.warning()}
-    if replay:
+    if replay and not is_fleet(header):  # (a fleet's replicas replay one by one: minivllm replay REPLICA_LOG)
         s = timing_replay(live_log, model).summary
         report["replay"] = {"step_mape": s["step_mape"], "step_time_recorded_s": s["step_time_recorded_s"],
                             "step_time_predicted_s": s["step_time_predicted_s"],
@@ -192,6 +216,8 @@ def _match_overlap(live_log: str | Path, model: Any) -> list[str]:
     host = getattr(model, "host", None)
     if host is None or not hasattr(model, "set_host"):
         return []
+    if is_fleet(read_header(live_log)):  # a fleet log holds no steps: its first replica's log does
+        live_log = FleetLog.read(live_log).replica_logs[0]
     overlaps = log_overlaps(live_log)
     if overlaps == host.overlap:
         return []

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from traces.events import Aborted, Admitted, Arrived, Event, Finished, Step
-from traces.log import read_log
+from traces.fleet_log import FleetLog, is_fleet
+from traces.log import read_header, read_log
 
 METRICS = ("ttft", "tpot", "itl", "e2e", "queue")
 
@@ -105,9 +106,29 @@ class RequestTimes:
     def requests(self) -> int:
         return len(self.arrival) - len(self.aborted & set(self.arrival))
 
+    @classmethod
+    def merged(cls, parts: list[RequestTimes]) -> RequestTimes:
+        """A fleet's times: its replicas' requests under ids of their own (replica i's id r as
+        ``i << 40 | r``), their steps and busy time summed."""
+        out = cls()
+        for i, part in enumerate(parts):
+            base = i << 40
+            for name in ("arrival", "admitted", "first", "last", "finish"):
+                getattr(out, name).update({base | rid: v for rid, v in getattr(part, name).items()})
+            out.aborted |= {base | rid for rid in part.aborted}
+            out.itl += part.itl
+            out.itl_owner += [base | rid for rid in part.itl_owner]
+            out.steps += part.steps
+            out.busy += part.busy
+            out.first_start = min(out.first_start, part.first_start)
+            out.last_end = max(out.last_end, part.last_end)
+        return out
+
 
 def times_of_log(path: str | Path) -> RequestTimes:
-    """The per-request times of a recorded log."""
+    """The per-request times of a recorded log (of a fleet's logs, for a fleet log)."""
+    if is_fleet(read_header(path)):
+        return RequestTimes.merged([times_of_log(p) for p in FleetLog.read(path).replica_logs])
     times = RequestTimes()
     for ev in read_log(path):
         times(ev)

@@ -193,3 +193,18 @@ def test_one_replica_is_the_single_engine_simulation(tmp_path):
     assert main(base + ["--out", str(a)]) == 0
     assert main(base + ["--out", str(b), "--replicas", "1", "--router", "least-loaded"]) == 0
     assert a.read_bytes() == b.read_bytes()
+
+
+def test_a_fleet_log_resimulated_by_its_own_model_is_reproduced_exactly(tmp_path):
+    """``fidelity`` of a fleet log: its requests through as many replicas and its router again."""
+    from simulator.cost_model import load_cost_model
+    from simulator.fidelity import fidelity
+
+    out = tmp_path / "fleet.jsonl"
+    assert main(["simulate", "tests/data/azure_conv_head200.csv", "--cost-model", "qwen3-0.6b-h200", "--replicas", "3",
+                 "--router", "least-loaded", "--rate-scale", "20", "--out", str(out), "--no-progress"]) == 0
+    report, _ = fidelity(out, load_cost_model("qwen3-0.6b-h200"))
+    assert report["live"]["requests"] == report["sim"]["requests"] == 200
+    assert all(abs(cell["error_pct"]) < 1e-9 for m in report["metrics"].values()
+               for k, cell in m.items() if isinstance(cell, dict))
+    assert report["steps"]["live"] == report["steps"]["sim"]
