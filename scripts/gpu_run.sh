@@ -24,6 +24,9 @@
 #   prefix     shared-prefix workload (a 7,680-token document, 40 questions of 64 tokens, 2/s) against the
 #              server with prefix caching off (every request cold) and on (the first cold, the rest warm)
 #   servetests the served engine on CUDA under load: aborts mid-step, SIGTERM, bad requests (also in tests)
+#   fleet      serve --data-parallel-size N behind one front door (the replicas share the GPU's memory) under
+#              bench serve of 800 Azure conv requests: FLEET_CONFIGS of REPLICAS:ROUTER:RATE_SCALE; the fleet
+#              logs (fleet log + one per replica) come back in fleet_runs.tgz, for minivllm fidelity FLEET_LOG
 #   hfserve    scripts/gpu_hf_serve.sh: HF transformers' own server (continuous batching) under bench serve
 #   machine    which machine this is (GPU UUID, host), for runs compared across machines
 # The packages the machine lacks travel as wheels in .whl/: run scripts/gpu_wheels.sh here first and
@@ -113,6 +116,17 @@ for pc in ('off', 'on'):
     t = [r['ttft'] * 1e3 for r in json.load(open('$OUT/prefix_%s.json' % pc))['requests']]
     print(f'prefix caching {pc}: first request TTFT {t[0]:.1f} ms, the other 39: p50 {np.median(t[1:]):.1f} ms, '
           f'p90 {np.percentile(t[1:], 90):.1f} ms')" ;;
+    fleet) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-model-len 8192)
+           mkdir -p /tmp/fleet
+           for cfg in ${FLEET_CONFIGS:-1:round-robin:8 2:round-robin:8 2:least-loaded:8 1:round-robin:14 2:round-robin:14 2:least-loaded:14}; do
+             IFS=: read -r n router rs <<< "$cfg"
+             name=dp${n}_${router}_x${rs}
+             minivllm bench serve "${FLEET_TRACE:-.gpu/conv_head1200.csv}" --limit 800 --rate-scale "$rs" \
+               --slo ttft_ms=1000,tpot_ms=50 --client-processes 4 --no-progress --json "/tmp/fleet/$name.json" \
+               --server-trace "/tmp/fleet/$name.jsonl" --server-log "/tmp/fleet/$name.log" \
+               --launch "${SRV[@]}" --data-parallel-size "$n" --router "$router" ${ENGINE_FLAGS:-} | tail -n 12
+           done
+           tar czf "$OUT/fleet_runs.tgz" -C /tmp/fleet .; ls -la /tmp/fleet ;;
     hfserve) OUT="$OUT" bash scripts/gpu_hf_serve.sh ;;
     machine) nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader; hostname; nproc ;;
     modeltests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_model_gpu.py tests/test_fused_norm_rope_gpu.py 2>&1 | tail -n 30 ;;

@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 # openai (+ distro, jiter): transformers serve's API types (scripts/gpu_hf_serve.sh); 2.x is the last line on httpx
 # (the machine has httpx; openai 3.x needs httpx2)
 PACKAGES=(msgspec gguf fastapi starlette uvicorn sse-starlette pydantic pydantic-core annotated-types
-          typing-inspection opentelemetry-api importlib-metadata h11 anyio sniffio click openai==2.54.0 distro jiter)
+          typing-inspection opentelemetry-api importlib-metadata h11 anyio sniffio click openai==2.54.0 distro jiter
+          simpy)
 mkdir -p .whl
 for py in 3.10 3.11 3.12 3.13; do
   python3 -m pip download -q --only-binary=:all: --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
@@ -17,7 +18,7 @@ done
 ls .whl | wc -l
 # the tokenizer of the default model (random-weight real shapes are served with it) and a trace slice
 mkdir -p .gpu/tokenizer
-python3 - <<'PY'
+.venv/bin/python - <<'PY'
 import shutil
 from runtime.executor.model.gguf import converted_folder
 from runtime.executor.model.loader import default_model_path, file_identity
