@@ -27,7 +27,7 @@ def no_load(monkeypatch):
     """``build_app`` (where the model loads) records the model it was asked for and stops there."""
     asked = []
 
-    def build_app(args):
+    def build_app(args, on_dead=None):
         asked.append(args.model)
         raise CLIError("stopped before loading")
 

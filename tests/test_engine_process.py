@@ -1,7 +1,7 @@
 """The engine in a process of its own (runtime/serving/engine_process.py): the same answers and,
 times aside, the same event log as the engine on a thread of the server; the HTTP process never
 loads torch; and no exit path leaves an orphan or a hang — the front end killed, stopped with
-SIGTERM or SIGINT, the engine killed or failing in a step."""
+SIGTERM or SIGINT, the engine killed or failing in a step (then `minivllm serve` exits non-zero)."""
 
 from __future__ import annotations
 
@@ -164,6 +164,20 @@ def test_a_killed_front_end_leaves_no_engine_behind(tiny, tmp_path):
     finally:
         server.stop()
     _log_is_whole(tmp_path / "live.jsonl")  # it stopped cleanly: its log flushed and closed
+
+
+def test_the_server_exits_when_its_engine_dies(tiny, tmp_path):
+    """The policy: no 503 forever, but an exit a supervisor sees (and restarts the server on)."""
+    from runtime.cli.serve import ENGINE_DIED_STATUS
+
+    server = _launch(tiny, tmp_path)
+    try:
+        os.kill(engine_child(server.proc.pid), signal.SIGKILL)
+        assert server.proc.wait(60) == ENGINE_DIED_STATUS
+    finally:
+        server.stop()
+    out = (tmp_path / "server.out").read_text()
+    assert "engine process exited" in out and "shutting down" in out and "Traceback" not in out
 
 
 def _stream_until_error(url: str, result: dict, started: threading.Event) -> None:

@@ -17,6 +17,13 @@ from traces.params import InvalidRequest, SamplingParams
         ({"min_p": 1.5}, "min_p"),
         ({"presence_penalty": 3.0}, "presence_penalty"),
         ({"repetition_penalty": 0.0}, "repetition_penalty"),
+        ({"repetition_penalty": 1e-300}, "repetition_penalty"),  # 0 in float32
+        ({"repetition_penalty": 1e308}, "repetition_penalty"),  # inf in float32
+        ({"temperature": 1e39}, "temperature"),
+        ({"top_k": 2**31}, "top_k"),  # int32 on the device
+        ({"stop": ("x",) * 33}, "stop"),
+        ({"stop": ("x" * 257,)}, "stop"),
+        ({"stop_token_ids": (2**31,)}, "stop_token_ids"),
         ({"logprobs": 50}, "logprobs"),
         ({"stop": ("",)}, "stop"),
         ({"stop_token_ids": (-3,)}, "stop_token_ids"),

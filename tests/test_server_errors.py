@@ -186,3 +186,23 @@ def test_top_k_minus_one_means_off(served):
         served.client.completions.create(model="m", prompt="hi", max_tokens=2, extra_body={"top_k": -2})
     assert err.value.body["param"] == "top_k"
     assert_still_serving(served)
+
+
+# --- 8. values the sampler cannot carry out ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("repetition_penalty", 1e-300, "greater than or equal to 0.01"),  # 0 in float32: logit / 0
+    ("repetition_penalty", 1e-40, "greater than or equal to 0.01"),
+    ("repetition_penalty", 1e308, "less than or equal to 100"),
+    ("top_k", 2**31, "less than or equal to 2147483647"),
+    ("stop", ["x"] * 33, "at most 32 items"),
+    ("stop", "y" * 257, "at most 256 characters"),
+    ("stop", ["y" * 257], "at most 256 characters"),
+])
+def test_values_past_what_the_sampler_holds_are_400_naming_the_field(served, field, value, says):
+    r = _post(served, "/v1/completions", {"prompt": "Hi", "max_tokens": 2, field: value})
+    assert r.status_code == 400, r.text
+    err = _error(r)
+    assert err["param"] in (field, f"{field}[0]") and says in err["message"], err
+    assert_still_serving(served)

@@ -1,4 +1,11 @@
-"""``minivllm serve``: the OpenAI-compatible HTTP server over one engine (optionally recording its log)."""
+"""``minivllm serve``: the OpenAI-compatible HTTP server over one engine (optionally recording its log).
+
+If the engine stops on its own (its process killed or crashed, a step raising), the server does
+not linger answering 503: open streams end with an error event, then it shuts down and exits with
+``ENGINE_DIED_STATUS``, for a supervisor (systemd, Kubernetes, a shell loop) to start it afresh.
+A fresh process is the only restart that leaves nothing of the failure behind (GPU memory, a
+half-written step); the log of the run that died stays whole up to its last step.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +23,8 @@ from traces.log import IF_EXISTS
 from traces.prompt import TRACE_PROMPTS
 
 API_KEY_ENV = "VLLM_API_KEY"  # vLLM's: scripts written for it keep working
+ENGINE_DIED_STATUS = 1  # the exit status after the engine stopped on its own
+SHUTDOWN_GRACE_S = 10  # how long responses in progress get to end once the engine is gone
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -71,9 +80,9 @@ def resolve_api_key(flag: str | None) -> str | None:
     return flag or os.environ.get(API_KEY_ENV) or None
 
 
-def build_app(args: argparse.Namespace):
+def build_app(args: argparse.Namespace, on_dead=None):
     """Start the engine and build the app; returns (app, engine, close) — close() stops the engine
-    and flushes its log."""
+    and flushes its log. ``on_dead(reason)``: called once if the engine stops on its own."""
     from runtime.engine.config import ConfigError
     from runtime.serving.server.app import create_app
 
@@ -96,6 +105,7 @@ def build_app(args: argparse.Namespace):
     name = args.served_model_name or engine.model_identity.split("@")[0].removesuffix(".gguf")
     app = create_app(engine, tokenizer, name, api_key=resolve_api_key(args.api_key),
                      max_request_bytes=args.max_request_bytes)
+    engine.on_dead = on_dead
     engine.start()
     return app, engine, close
 
@@ -203,8 +213,9 @@ def run(args: argparse.Namespace) -> int:
     # SIGTERM is a request to stop: uvicorn shuts down gracefully, then raises the signal again
     # under the handler it found, this one, so the engine is stopped (its log closed) below
     signal.signal(signal.SIGTERM, _stop)
+    died = EngineDeath()
     try:
-        app, engine, close = build_app(args)
+        app, engine, close = build_app(args, on_dead=died)
     except BaseException:
         sock.close()
         raise
@@ -216,12 +227,39 @@ def run(args: argparse.Namespace) -> int:
           + (f"; recording {args.trace} (prompts: {args.trace_prompts})" if args.trace else "")
           + ("; API key required" if app.state.api_key_required else ""), file=sys.stderr)
     # no access log: it is off at "warning" anyway, and a request line is nothing we need to keep
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=port, log_level="warning", access_log=False))
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=port, log_level="warning", access_log=False,
+                                           timeout_graceful_shutdown=SHUTDOWN_GRACE_S))
+    died.stop(server)
     try:
-        server.run(sockets=[sock])  # as uvicorn.run, on the socket bound above
+        if not died.reason:
+            server.run(sockets=[sock])  # as uvicorn.run, on the socket bound above
     except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down; so does the engine, below
         pass
     finally:
         close()
         sock.close()
+    if died.reason:
+        return ENGINE_DIED_STATUS
     return 0 if server.started else 3  # 3: uvicorn's exit status for a server that never started
+
+
+class EngineDeath:
+    """``on_dead`` of the server's engine: says so on stderr and stops the HTTP server (from the
+    connection's thread; uvicorn polls ``should_exit``)."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self._server = None
+
+    def __call__(self, reason: str) -> None:
+        if self.reason is not None:  # (each replica of a data-parallel server reports its own)
+            return
+        self.reason = reason
+        print(f"minivllm: {reason}; shutting down (exit status {ENGINE_DIED_STATUS}) so a supervisor can start "
+              "the server afresh", file=sys.stderr, flush=True)
+        if self._server is not None:
+            self._server.should_exit = True
+
+    def stop(self, server) -> None:
+        """The HTTP server to stop (it may already have been asked: then it never starts)."""
+        self._server = server

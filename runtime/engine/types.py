@@ -54,6 +54,9 @@ class StepResult(msgspec.Struct, frozen=True, gc=False):
     duration: float
     # optional per sampling span: list (one per token) of {token_id: logprob} (sampled + top-N)
     logprobs: list[list[dict[int, float]]] | None = None
+    # request id -> why its token means nothing (its logits were NaN, say): the token is still a
+    # valid id and committed as any other; the driver then aborts the request with that reason
+    failed: dict[int, str] | None = None
 
 
 class KnownStep(msgspec.Struct, gc=False):

@@ -32,6 +32,9 @@ from runtime.executor.model_inputs import host_inputs, to_device
 from runtime.executor.piecewise_graphs import PiecewiseGraphs
 from runtime.executor.sampling import GREEDY_EPS, PendingSample, Sampler, SamplingBatch, plain_greedy, request_rng
 
+# the reason a request whose logits went NaN or infinite is aborted with (the log's Aborted event)
+NONFINITE_LOGITS = "non-finite logits"
+
 
 @dataclass
 class RunnerStats:
@@ -157,7 +160,8 @@ class ModelRunner:
         self._previous_ids = pending.device_ids
         self._previous_rows = {r.request_id: i for i, r in enumerate(reqs)}
         self._forget_finished(requests)
-        return _Launched(pending, len(plan.spans), host.num_tokens, t0, t1 - t0, t2 - t1, time.perf_counter() - t2)
+        return _Launched(pending, reqs, len(plan.spans), host.num_tokens, t0, t1 - t0, t2 - t1,
+                         time.perf_counter() - t2)
 
     def collect(self, launched: _Launched) -> StepResult:
         """Wait for a launched step's tokens."""
@@ -176,7 +180,10 @@ class ModelRunner:
         if self.record_steps:
             st.per_step.append((launched.num_spans, launched.num_tokens, total, launched.forward))
         logprobs = None if out.logprobs is None else [None if lp is None else [lp] for lp in out.logprobs]
-        return StepResult([[t] for t in out.token_ids], t_end - launched.start, logprobs)
+        failed = None
+        if out.nonfinite:
+            failed = {launched.requests[row].request_id: NONFINITE_LOGITS for row in out.nonfinite}
+        return StepResult([[t] for t in out.token_ids], t_end - launched.start, logprobs, failed)
 
 
 @dataclass(slots=True)
@@ -184,6 +191,7 @@ class _Launched:
     """A step queued on the device; ``prepare``/``forward``/``sample``: host seconds of each phase."""
 
     pending: PendingSample
+    requests: list[Request]  # of the sampled rows, in order
     num_spans: int
     num_tokens: int
     start: float

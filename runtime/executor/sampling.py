@@ -7,6 +7,7 @@ Usage (once per step, rows in the order of the logits rows)::
     out = Sampler().sample(logits, batch)                           # logits: [B, V] on `device`
     out.token_ids       # list[int], one per row
     out.logprobs        # None, or per row None / {sampled_id: lp, top1_id: lp, ...}
+    out.nonfinite       # rows whose logits were not finite (their tokens mean nothing)
 
 ``histories[i]`` is ``(token_ids, num_prompt_tokens)`` of row i (prompt + output so far, e.g.
 ``(req.token_ids, req.num_prompt_tokens)``); it is read only for rows that use a penalty, and
@@ -20,6 +21,9 @@ Semantics (vLLM's)
 * sampled rows: logits / temperature, then min-p (keep p >= min_p · p_max), top-k, top-p (smallest
   set of most likely tokens whose mass reaches top_p, computed after top-k), then one draw. Ties
   at a top-k / top-p boundary are all kept.
+* a row whose logits are not finite (NaN, +inf, or all -inf; after penalties and temperature)
+  is flagged in ``SampleOutput.nonfinite``; its token is then meaningless, but like every token
+  it is a valid id in [0, V): the next step may read it on the device before the host looks.
 * logprobs (``SamplingParams.logprobs = N``): the sampled token's logprob and the top-N. With
   ``Sampler(logprobs_mode="raw")`` (the default, as vLLM) they are log_softmax of the logits the
   sampler was given, before penalties and temperature; ``"processed"`` gives log_softmax of the
@@ -230,6 +234,7 @@ class SampleOutput:
     # None when no row asked for logprobs; else per row None or {sampled: lp, top-N...}
     # (sampled token first, then the top-N in rank order; a token appears once)
     logprobs: list[dict[int, float] | None] | None = None
+    nonfinite: tuple[int, ...] = ()  # rows whose logits were NaN or infinite
 
 
 class Sampler:
@@ -251,22 +256,27 @@ class Sampler:
         if logits.dim() != 2 or logits.shape[0] != batch.num_rows:
             raise ValueError(f"logits {tuple(logits.shape)} do not match a batch of {batch.num_rows} rows")
         if batch.num_rows == 0:
-            return PendingSample(torch.zeros(0, dtype=torch.int64, device=logits.device))
+            empty = torch.zeros(0, dtype=torch.int64, device=logits.device)
+            return PendingSample(empty, empty.bool())
         processed = logits if batch.penalties is None else ops.apply_penalties(logits, batch.penalties)
-        ids = self._draw(processed, batch)
+        ids, bad = self._draw(processed, batch)
+        ids = ids.clamp_(0, logits.shape[1] - 1)  # whatever the row held: an id the embedding can look up
         if batch.logprobs is None:
-            return PendingSample(ids)
+            return PendingSample(ids, bad)
         source = logits if self.logprobs_mode == "raw" else processed
-        return PendingSample(ids, *self._logprob_tensors(source, ids, batch.logprobs))
+        return PendingSample(ids, bad, *self._logprob_tensors(source, ids, bad, batch.logprobs))
 
-    def _draw(self, logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    def _draw(self, logits: torch.Tensor, batch: SamplingBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B] ids and [B] bool: the rows whose logits were not finite."""
         if batch.all_greedy:
-            return ops.row_argmax(logits)
+            return ops.checked_argmax(logits)
         rows = batch.sample_rows
         x = logits if rows is None else logits.index_select(0, rows)
         # float32 by type promotion (one kernel for bf16 logits); a new tensor: safe to modify
         x = x / batch.temperature[:, None]
-        w = x.sub_(x.amax(-1, keepdim=True)).exp_()  # best token weighs exactly 1
+        top = x.amax(-1, keepdim=True)  # NaN if the row holds one; inf or -inf past float32's range
+        bad = ~torch.isfinite(top[:, 0])
+        w = x.sub_(top).exp_()  # best token weighs exactly 1
         thr = batch.min_p
         kp = batch.top_kp
         if kp is not None:
@@ -278,33 +288,48 @@ class Sampler:
             w.masked_fill_(w < thr[:, None], 0.0)
         drawn = ops.inverse_cdf(w, batch.uniforms)
         if rows is None:
-            return drawn
-        return ops.row_argmax(logits).index_copy_(0, rows, drawn)
+            return drawn, bad
+        ids, bad_all = ops.checked_argmax(logits)
+        return ids.index_copy_(0, rows, drawn), bad_all.index_copy_(0, rows, bad | bad_all.index_select(0, rows))
 
-    def _logprob_tensors(self, source: torch.Tensor, ids: torch.Tensor,
+    def _logprob_tensors(self, source: torch.Tensor, ids: torch.Tensor, bad: torch.Tensor,
                          lp: LogprobRows) -> tuple[torch.Tensor, LogprobRows, int]:
-        """One float64 tensor: ids, chosen logprobs, top-N values, top-N ids (for one D2H copy)."""
+        """One float64 tensor: ids (flagged), chosen logprobs, top-N values, top-N ids (for one D2H copy)."""
         x = source.index_select(0, lp.rows).float()
         if self.logprobs_mode == "processed":
             x = x / lp.temperature[:, None]
         logp = torch.log_softmax(x, -1)
         n = min(lp.nmax, logp.shape[1])
-        parts = [ids.double(), logp.gather(1, ids.index_select(0, lp.rows)[:, None]).double().reshape(-1)]
+        chosen = logp.gather(1, ids.index_select(0, lp.rows)[:, None])
+        parts = [flag_rows(ids, bad).double(), chosen.double().reshape(-1)]
         if n:
             top = torch.topk(logp, n, dim=-1)
             parts += [top.values.double().reshape(-1), top.indices.double().reshape(-1)]
         return torch.cat(parts), lp, n
 
 
+def flag_rows(ids: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
+    """The ids with the non-finite rows' written as -1 - id: the flags travel in the ids' copy."""
+    return torch.where(bad, -1 - ids, ids)
+
+
+def _unflag(ids: np.ndarray) -> tuple[list[int], tuple[int, ...]]:
+    """``flag_rows`` undone on the host: (ids, flagged rows)."""
+    if ids.min(initial=0) >= 0:  # the common case: one pass
+        return ids.tolist(), ()
+    flagged = np.flatnonzero(ids < 0)
+    return np.where(ids < 0, -1 - ids, ids).tolist(), tuple(flagged.tolist())
+
+
 class PendingSample:
     """A step's sampled ids (and logprobs) on their way to the host: one non-blocking D2H into
     pinned memory, waited for by ``result()``, so the host can plan the next step meanwhile."""
 
-    def __init__(self, device_ids: torch.Tensor, payload: torch.Tensor | None = None,
+    def __init__(self, device_ids: torch.Tensor, bad: torch.Tensor, payload: torch.Tensor | None = None,
                  logprobs: LogprobRows | None = None, num_top: int = 0) -> None:
-        self.device_ids = device_ids
+        self.device_ids = device_ids  # always valid ids: the next step's placeholders read them
         self._logprobs, self._num_top = logprobs, num_top
-        payload = device_ids if payload is None else payload
+        payload = flag_rows(device_ids, bad) if payload is None else payload
         self._event = None
         if payload.is_cuda:
             self._host = torch.empty(payload.shape, dtype=payload.dtype, pin_memory=True)
@@ -320,9 +345,10 @@ class PendingSample:
         host = self._host.numpy()
         lp = self._logprobs
         if lp is None:
-            return SampleOutput(host.tolist(), None)
+            token_ids, nonfinite = _unflag(host)
+            return SampleOutput(token_ids, None, nonfinite)
         b, nrows, n = self.device_ids.shape[0], len(lp.host_rows), self._num_top
-        token_ids = host[:b].astype(np.int64).tolist()
+        token_ids, nonfinite = _unflag(host[:b].astype(np.int64))
         chosen = host[b:b + nrows].tolist()
         top_vals = host[b + nrows:b + nrows + nrows * n].reshape(nrows, n).tolist()
         top_ids = host[b + nrows + nrows * n:].astype(np.int64).reshape(nrows, n).tolist()
@@ -332,4 +358,4 @@ class PendingSample:
             for tid, val in zip(top_ids[j][:lp.counts[j]], top_vals[j][:lp.counts[j]]):
                 d.setdefault(tid, val)
             out[row] = d
-        return SampleOutput(token_ids, out)
+        return SampleOutput(token_ids, out, nonfinite)

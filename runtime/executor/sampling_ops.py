@@ -76,6 +76,18 @@ def row_argmax(x: torch.Tensor) -> torch.Tensor:
     return x.argmax(-1)
 
 
+def checked_argmax(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``row_argmax`` and, per row, whether its logits were not finite: the maximum is NaN when a
+    NaN is anywhere in the row (both numpy and torch pick it), +inf, or -inf when every value is."""
+    if x.device.type == "cpu" and x.dtype == torch.float32:
+        a = x.detach().numpy()
+        ids = a.argmax(-1)
+        top = a[np.arange(a.shape[0]), ids]
+        return torch.from_numpy(ids), torch.from_numpy(~np.isfinite(top))
+    top, ids = x.max(-1)
+    return ids, ~torch.isfinite(top)
+
+
 def sorted_desc(w: torch.Tensor, kmax: int) -> torch.Tensor:
     """The ``kmax`` largest values of each row, descending (a full sort when kmax is large).
 

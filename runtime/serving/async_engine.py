@@ -19,7 +19,10 @@ Both speak runtime/serving/engine_protocol.py. The front end owns:
 - Cancellation: a consumer that stops iterating (client disconnect, timeout) aborts its request.
 - Arrival: ``submit`` takes the time the server received the request, on the engine's clock
   (``now()``); the log's Arrived time and TTFT start there.
-- Engine death: every open stream ends with ``EngineDead``; ``alive`` turns False (/health 503).
+- A request the engine aborted on its own (its logits went non-finite): its stream ends with
+  ``RequestAborted`` naming why; the other streams go on.
+- Engine death: every open stream ends with ``EngineDead``; ``alive`` turns False (/health 503)
+  and ``on_dead`` is called once (``minivllm serve`` then exits: runtime/cli/serve.py).
 - The engine's counters and gauges as of its last message (``state``, ``stats``), for /metrics;
   its latency observations go to ``observer``.
 """
@@ -56,7 +59,7 @@ from runtime.serving.warmup import WarmupReport
 from traces.params import InvalidRequest, SamplingParams
 
 __all__ = ["CLIENT_DISCONNECTED", "CLIENT_TOO_SLOW", "AsyncLLMEngine", "EngineConnection", "EngineDead",
-           "EngineOverloaded", "RequestStream", "SlowClient", "merge_deltas"]
+           "EngineOverloaded", "RequestAborted", "RequestStream", "SlowClient", "merge_deltas"]
 
 
 class EngineOverloaded(RuntimeError):
@@ -69,6 +72,10 @@ class SlowClient(RuntimeError):
 
 class EngineDead(RuntimeError):
     """The engine has stopped (HTTP 503)."""
+
+
+class RequestAborted(RuntimeError):
+    """The engine aborted this one request (HTTP 500; the message says why, never the prompt)."""
 
 
 class EngineConnection(Protocol):
@@ -132,6 +139,7 @@ class AsyncLLMEngine:
         self._first_token: dict[int, int] = {}  # key -> prompt tokens, until its first token (load())
         self.rejected_overloaded = 0  # 429s at this door
         self.error: EngineDead | None = None
+        self.on_dead: Callable[[str], None] | None = None  # called once, on the connection's thread
         self._handles: dict[int, _Handle] = {}
         self._lock = threading.Lock()  # one writer at a time; the counts below match what was sent
         self._next_key = 0
@@ -277,7 +285,8 @@ class AsyncLLMEngine:
                 continue
             if delta.finish_reason is not None:
                 handles.pop(key, None)  # (a cancel may pop it too)
-            batches.setdefault(handle.loop, []).append((handle, delta))
+            item = delta if delta.error is None else RequestAborted(f"the engine aborted this request: {delta.error}")
+            batches.setdefault(handle.loop, []).append((handle, item))
         for key, why in msg.rejected.items():
             self._first(key)
             handle = handles.pop(key, None)
@@ -304,12 +313,15 @@ class AsyncLLMEngine:
     def _lost(self, reason: str) -> None:
         """No more messages will come: every open stream ends with EngineDead."""
         with self._lock:  # no submit slips in between
-            if self.error is None:
+            first = self.error is None
+            if first:
                 self.error = EngineDead(reason)
             handles, self._handles = list(self._handles.values()), {}
         for handle in handles:
             with contextlib.suppress(RuntimeError):
                 handle.loop.call_soon_threadsafe(self._fail, handle, EngineDead(str(self.error)))
+        if first and self.on_dead is not None:
+            self.on_dead(str(self.error))
 
     @staticmethod
     def _fail(handle: _Handle, error: BaseException) -> None:

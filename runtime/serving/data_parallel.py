@@ -122,6 +122,15 @@ class DataParallelEngine:
     def observer(self):
         return self.replicas[0].observer
 
+    @property
+    def on_dead(self):
+        return self.replicas[0].on_dead
+
+    @on_dead.setter
+    def on_dead(self, fn) -> None:  # any replica stopping makes the whole server stop (alive is all of them)
+        for r in self.replicas:
+            r.on_dead = fn
+
     @observer.setter
     def observer(self, fn) -> None:
         for r in self.replicas:

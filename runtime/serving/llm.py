@@ -47,6 +47,7 @@ class RequestOutput:
     finish_reason: str | None = None
     logprobs: list[dict[int, float]] | None = None
     metrics: RequestMetrics | None = None
+    error: str | None = None  # why the engine aborted it (finish_reason "abort"), e.g. non-finite logits
 
     @property
     def finished(self) -> bool:
@@ -63,6 +64,7 @@ class RequestOutput:
         self.text += delta.text
         if delta.finished:
             self.finish_reason = delta.finish_reason
+            self.error = delta.error
             m.finish_time = now
 
 

@@ -13,6 +13,13 @@ finish reason on its last one. Stop strings are found by the incremental detoken
 (runtime/serving/detokenizer.py) and finish their request through ``core.finish``. ``abort``
 takes a request out at any point (after completing a step in flight), freeing its KV.
 
+A request whose token the executor marks as meaningless (``StepResult.failed``: its logits went
+NaN or infinite) is aborted with that reason (the log's ``Aborted``) at the end of the step call;
+its last delta has no text, finish reason "abort" and ``error`` set. The other requests of the
+step go on as if nothing happened. (When steps overlap, the step launched behind it already
+holds it: that step completes first, so its log shows the request in one step more than a
+sequential run's.)
+
 ``LLM`` (offline batches) and the server's engine loop (runtime/serving/engine_loop.py) are built on it.
 Time is ``clock()`` since the engine started, passed into the core as ``now``.
 """
@@ -55,6 +62,7 @@ class OutputDelta(msgspec.Struct, frozen=True, array_like=True, gc=False):
     first_token_time: float | None = None
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
     num_preemptions: int = 0
+    error: str | None = None  # the engine aborted the request (finish_reason "abort"): why
 
     @property
     def finished(self) -> bool:
@@ -194,6 +202,7 @@ class LLMEngine:
         self._extra_eos = tuple(extra_eos)  # more end-of-turn ids (e.g. Qwen's <|endoftext|>)
         self._active: dict[int, _Active] = {}
         self._ready: list[OutputDelta] = []  # deltas of a step completed outside ``step`` (abort)
+        self._failing: dict[int, tuple[str, _Active]] = {}  # marked failed by the executor, to abort
         # called on the stepping thread with each step's timings (the server's latency histograms)
         self.observer: Callable[[StepTimings], None] | None = None
         self.loop = StepLoop(core, executor, self.now, overlap=overlap)
@@ -287,12 +296,29 @@ class LLMEngine:
         """Run one engine step; the deltas of the step(s) it completed (none for the first launch of
         an overlapped run). Raises RuntimeError if requests remain but none can be scheduled."""
         ready, self._ready = self._ready, []
+        if self._failing:  # marked while an abort drained a step
+            ready += self._abort_failing()
         if not self.loop.busy and not self.core.has_unfinished():
             return ready
         outputs = self.loop.step()
         if any(out.plan.empty for out in outputs) and self.core.has_unfinished():
             raise RuntimeError(f"engine stalled with {len(self.core.requests)} unfinished requests")
-        return ready + self._deliver(outputs)
+        deltas = ready + self._deliver(outputs)
+        return deltas + self._abort_failing() if self._failing else deltas
+
+    def _abort_failing(self) -> list[OutputDelta]:
+        """Abort the requests the executor marked failed; their last deltas, with the error."""
+        out: list[OutputDelta] = []
+        while self._failing:
+            rid = next(iter(self._failing))
+            reason, active = self._failing[rid]
+            self.abort(rid, reason)  # (a step in flight completes first; rid's tokens in it stay unsent)
+            del self._failing[rid]
+            r = active.request
+            out.append(OutputDelta(rid, "", [], "abort", r.num_prompt_tokens, active.num_output_tokens, None,
+                                   active.arrival_time, active.first_token_time, r.num_cached_tokens,
+                                   r.num_preemptions, error=reason))
+        return out
 
     def _deliver(self, outputs: list[StepOutput]) -> list[OutputDelta]:
         deltas: list[OutputDelta] = []
@@ -300,6 +326,10 @@ class LLMEngine:
         for out in outputs:
             if out.result is None:
                 continue
+            failed = out.result.failed
+            if failed:
+                self._failing.update((rid, (why, self._active[rid])) for rid, why in failed.items()
+                                     if rid in self._active and rid not in self._failing)
             timings = StepTimings()
             now = self.now()
             self._count_step(out, now)
@@ -317,6 +347,12 @@ class LLMEngine:
                     req.last_token_time = now
                 req.num_output_tokens += len(d.new_token_ids)
                 stats.generation_tokens += len(d.new_token_ids)
+                if self._failing and d.request_id in self._failing:  # its tokens mean nothing: no text
+                    if d.finish_reason is not None:  # the core ended it in this very step (its log: Finished)
+                        del self._active[d.request_id]
+                        stats.requests_finished[d.finish_reason] = stats.requests_finished.get(d.finish_reason, 0) + 1
+                        timings.ended.append(req.record(d.finish_reason, now))
+                    continue
                 text, finish, stop_hit = apply_delta(req.detokenizer, d.new_token_ids, d.finish_reason)
                 if stop_hit:
                     self.core.finish(d.request_id, now, "stop")

@@ -63,6 +63,11 @@ class TorchAttentionBackend:
         v = v_cache[tables].view(nd, length, kv_heads, dim).transpose(1, 2)
         positions = torch.arange(length, device=q.device)
         mask = (positions[None, :] < meta.seq_lens[:nd, None]).view(nd, 1, 1, length)
+        # slots past a sequence's end hold whatever a block's last owner left, NaN included (a request
+        # aborted for non-finite logits): masked scores still multiply them, so zero them (a copy)
+        stale = ~mask.view(nd, 1, length, 1)
+        k.masked_fill_(stale, 0.0)
+        v.masked_fill_(stale, 0.0)
         qg = q.view(nd, kv_heads, heads // kv_heads, dim)  # q head h uses kv head h // group
         o = F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=scale)
         return o.reshape(nd, heads, dim)

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from runtime.serving.async_engine import EngineDead, EngineOverloaded, SlowClient
+from runtime.serving.async_engine import EngineDead, EngineOverloaded, RequestAborted, SlowClient
 from runtime.serving.server.protocol import FieldError
 from traces.params import InvalidRequest, SamplingParams
 
@@ -51,8 +51,14 @@ def error_response(status: int, message: str, kind: str = "invalid_request_error
 
 
 def _validation_error(exc: RequestValidationError) -> tuple[str, str | None]:
-    """(message, param) of pydantic's first error; param as OpenAI writes it (messages[0].role)."""
-    err = exc.errors()[0]
+    """(message, param) of pydantic's first error; param as OpenAI writes it (messages[0].role).
+    Of a union's errors (``stop``: a string or a list), the branch whose type the value had."""
+    errs = exc.errors()
+    err = errs[0]
+    if err.get("type", "").endswith("_type"):  # this branch's type was wrong: a sibling's error says more
+        field = err.get("loc", ())[:2]
+        err = next((e for e in errs if e.get("loc", ())[:2] == field and not e.get("type", "").endswith("_type")),
+                   err)
     if err.get("type") == "json_invalid":
         return "the request body is not valid JSON", None
     param = ""
@@ -82,6 +88,8 @@ def classify(exc: BaseException) -> tuple[int, dict]:
         return 503, error_body(str(exc), "server_error", code="engine_dead")
     if isinstance(exc, SlowClient):
         return 503, error_body(str(exc), "server_error", code="slow_client")
+    if isinstance(exc, RequestAborted):
+        return 500, error_body(str(exc), "server_error", code="request_aborted")
     if isinstance(exc, HTTPException):
         kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
         return exc.status_code, error_body(str(exc.detail), kind, code=_HTTP_CODES.get(exc.status_code))
@@ -100,7 +108,8 @@ def install(app: FastAPI) -> None:
         status, body = classify(exc)
         return ErrorResponse(body, status_code=status)
 
-    for cls in (RequestValidationError, InvalidRequest, EngineOverloaded, EngineDead, SlowClient, HTTPException):
+    for cls in (RequestValidationError, InvalidRequest, EngineOverloaded, EngineDead, SlowClient, RequestAborted,
+                HTTPException):
         app.add_exception_handler(cls, handle)
 
 

@@ -12,10 +12,22 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from traces.params import InvalidRequest, SamplingParams
+from traces.params import (
+    INT32_MAX,
+    LOGPROBS_MAX,
+    PENALTY_MAX,
+    REPETITION_PENALTY_MAX,
+    REPETITION_PENALTY_MIN,
+    STOP_STRING_CHARS_MAX,
+    STOP_STRINGS_MAX,
+    InvalidRequest,
+    SamplingParams,
+)
 
 Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
-TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
+TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
+StopString = Annotated[str, Field(max_length=STOP_STRING_CHARS_MAX)]
+StopList = Annotated[list[StopString], Field(max_length=STOP_STRINGS_MAX)]
 
 
 class FieldError(InvalidRequest):
@@ -41,15 +53,16 @@ class _SamplingFields(BaseModel):
     n: int = Field(default=1, ge=1, le=16)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    stop: str | list[str] | None = None
+    stop: StopString | StopList | None = None
     seed: Int64 | None = None
-    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    presence_penalty: float = Field(default=0.0, ge=-PENALTY_MAX, le=PENALTY_MAX)
+    frequency_penalty: float = Field(default=0.0, ge=-PENALTY_MAX, le=PENALTY_MAX)
     user: str | None = None
     # extensions (vLLM's)
-    top_k: int = Field(default=0, ge=-1, le=2**31 - 1)  # 0 or -1 (vLLM's "off"): no top-k
+    top_k: int = Field(default=0, ge=-1, le=INT32_MAX)  # 0 or -1 (vLLM's "off"): no top-k
     min_p: float = Field(default=0.0, ge=0.0, le=1.0)
-    repetition_penalty: float = Field(default=1.0, gt=0.0)
+    # float32 on the device: past these a logit divided or multiplied by it rounds to 0 or overflows
+    repetition_penalty: float = Field(default=1.0, ge=REPETITION_PENALTY_MIN, le=REPETITION_PENALTY_MAX)
     min_tokens: int = Field(default=0, ge=0)
     ignore_eos: bool = False
     stop_token_ids: list[TokenId] | None = None
@@ -90,7 +103,7 @@ class _SamplingFields(BaseModel):
 
 class CompletionRequest(_SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]
-    logprobs: int | None = Field(default=None, ge=0, le=20)
+    logprobs: int | None = Field(default=None, ge=0, le=LOGPROBS_MAX)
     echo: Literal[False] = False
     suffix: None = None
     best_of: Literal[1] | None = None
@@ -115,7 +128,7 @@ class ChatCompletionRequest(_SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool = False
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    top_logprobs: int | None = Field(default=None, ge=0, le=LOGPROBS_MAX)
 
     @property
     def requested_max_tokens(self) -> int | None:
