@@ -46,6 +46,7 @@ class HostTiming:
     gap_per_seq: float = 0.0
     wake: float = 0.0
     intake_delay: float = 0.0
+    intake_service: float = 0.0  # the front door's worker: requests closer together than this queue
     overlap: bool = False
     launch: float = 0.0
     eager_launch: float = 0.0
@@ -76,7 +77,7 @@ class HostTiming:
     def from_dict(cls, d: dict[str, Any]) -> HostTiming:
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         timing = cls(**known)
-        for name in ("gap_const", "gap_per_seq", "wake", "intake_delay", "launch", "eager_launch",
+        for name in ("gap_const", "gap_per_seq", "wake", "intake_delay", "intake_service", "launch", "eager_launch",
                      "eager_launch_per_token"):
             if not float(getattr(timing, name)) >= 0:
                 raise ValueError(f"host.{name} must be >= 0")

@@ -82,3 +82,42 @@ def fit_intake_delay(model: Any, logs: Sequence[str | Path], *, iterations: int 
     if queued:
         out["left_out"] = queued
     return out
+
+
+SERVICE_GRID = (0.0, 0.25e-3, 0.5e-3, 1e-3, 2e-3)  # candidate front-door service times (s)
+
+
+def _ttft_p90(times: RequestTimes) -> float:
+    v = times.values()["ttft"]
+    return float(np.percentile(v, 90)) if len(v) else float("nan")
+
+
+def fit_intake_service(model: Any, logs: Sequence[str | Path], grid: Sequence[float] = SERVICE_GRID,
+                       *, iterations: int = 8) -> dict[str, Any]:
+    """The front door as a queue: for each candidate service time (one worker, FIFO: requests
+    closer together than it wait), the intake delay fitted anew to the logs' median TTFT
+    (``fit_intake_delay``), then the summed relative error of their TTFT p90, which is where a
+    burst's queueing at the door shows. Keeps the candidate with the least (the first on a tie);
+    a model without host timing is left as it is."""
+    host = getattr(model, "host", None)
+    if host is None:
+        return {}
+    live = {str(p): _ttft_p90(times_of_log(p)) for p in logs}
+    start = (host.intake_delay, host.wake, host.intake_service)
+    scores = []
+    for service in grid:
+        host.intake_delay, host.wake = start[:2]
+        host.intake_service = service
+        model.intake_delay = start[0]
+        fitted = fit_intake_delay(model, logs, iterations=iterations)
+        error = 0.0
+        for p in fitted.get("logs", []):
+            times = RequestTimes()
+            resimulate(p, model, sink=times)
+            error += abs(_ttft_p90(times) / live[p] - 1)
+        scores.append((error, service, host.intake_delay, host.wake))
+    error, service, delay, wake = min(scores, key=lambda s: s[0])
+    host.intake_delay, host.wake, host.intake_service = delay, wake, service
+    model.intake_delay = delay
+    return {"service_s": service, "intake_delay_s": delay,
+            "ttft_p90_abs_relative_error": {f"{s * 1e3:g} ms": e for e, s, _, _ in scores}}

@@ -121,7 +121,9 @@ class TimedModel(CostModel):
         (``with_step_budget``), its host timing where it has some, its runs of decode steps."""
         view = self.with_step_budget(max_num_batched_tokens)
         return EngineTiming(step_time=view.step_time, host_gap=view.host_gap if view.host is not None else None,
-                            intake_delay=view.intake_delay, plans_ahead=view.plans_ahead,
+                            intake_delay=view.intake_delay,
+                            intake_service=view.host.intake_service if view.host is not None else 0.0,
+                            plans_ahead=view.plans_ahead,
                             launch_time=view.launch_time, decode_durations=view.decode_durations)
 
     def decode_durations(self, n: int, context: int, longest: int, end: float, count: int,

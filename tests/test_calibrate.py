@@ -60,3 +60,16 @@ def test_calibrate_warns_when_the_log_is_another_model_or_far_off(tmp_path, caps
     assert "another model, device or dtype?" in err
     main(["cost-model", "calibrate", "qwen3-0.6b-h200", str(CONV), "--out", str(tmp_path / "m2.json")])
     assert "warning" not in capsys.readouterr().err
+
+
+def test_the_front_door_service_time_is_fitted_by_resimulation():
+    """A service time from the grid, the intake delay refitted with it, both kept in the model's host
+    timing and in what a simulation asks of it."""
+    from simulator.intake import fit_intake_service
+
+    model = load_cost_model("qwen3-0.6b-h200")
+    out = fit_intake_service(model, [str(CONV)], grid=(0.0, 0.002), iterations=3)
+    assert out["service_s"] in (0.0, 0.002) and set(out["ttft_p90_abs_relative_error"]) == {"0 ms", "2 ms"}
+    timing = model.timing(2048)
+    assert timing.intake_service == model.host.intake_service == out["service_s"]
+    assert timing.intake_delay == model.host.intake_delay == out["intake_delay_s"]

@@ -166,6 +166,13 @@ def _calibrate(args: argparse.Namespace) -> int:
         cal = calibrate(model, args.logs)
     except (ValueError, RuntimeError) as e:  # CostModelError, a log that can't be re-simulated
         raise CLIError(str(e)) from None
+    if args.door_service:
+        from simulator.intake import fit_intake_service
+
+        cal["door"] = fit_intake_service(model, args.logs)
+        if cal["door"]:
+            print(f"front door: service time {cal['door']['service_s'] * 1e3:g} ms (TTFT p90 error by candidate: "
+                  + ", ".join(f"{k} {v:.3f}" for k, v in cal["door"]["ttft_p90_abs_relative_error"].items()) + ")")
     model.meta["calibration"] = cal
     model.meta["calibrated_from"] = str(args.model)
     model.save(args.out)
@@ -257,6 +264,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("model", metavar="M", help="cost-model JSON or a shipped name (e.g. qwen3-0.6b-h200)")
     c.add_argument("logs", nargs="+", metavar="LIVE_LOG", help="logs of live runs on the target machine")
     c.add_argument("--out", required=True, metavar="M.json", help="calibrated cost-model JSON to write")
+    c.add_argument("--door-service", action="store_true",
+                   help="also fit the front door as a queue: the service time (0-2 ms) whose re-simulation of the "
+                        "logs has their TTFT p90, the intake delay refitted for each (slower: a re-simulation each)")
     c.set_defaults(func=_calibrate)
 
     a = kinds.add_parser("analytic", help="roofline model for a preset (model shape × hardware)")

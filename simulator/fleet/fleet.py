@@ -38,15 +38,14 @@ class Fleet:
     def __init__(self, workload: Workload, replicas: Sequence[ReplicaSpec], router: Router | str = "round-robin", *,
                  door: FrontDoor | None = None, token_fn: TokenFn | None = None, progress: Any = None,
                  plain_runs: bool = True, on_route: RouteSink | None = None) -> None:
-        """``door``: the front door (default: the first replica's cost model's intake delay, no service
-        time)."""
+        """``door``: the front door (default: the first replica's cost model's intake delay and service time)."""
         specs = workload.requests
         start = min(0.0, specs[0].arrival) if specs else 0.0
         self.env = env = SimEnvironment(initial_time=start)
         self.router = make_router(router, len(replicas)) if isinstance(router, str) else router
         if door is None:
-            budget = replicas[0].config.scheduler.max_num_batched_tokens
-            door = FrontDoor(latency=replicas[0].cost_model.timing(budget).intake_delay)
+            timing = replicas[0].cost_model.timing(replicas[0].config.scheduler.max_num_batched_tokens)
+            door = FrontDoor(latency=timing.intake_delay, service=timing.intake_service)
         closed = workload.closed_loop
         source = SessionArrivals if closed else OpenLoopArrivals
         self.arrivals = source(env, specs, door, self._dispatch, self._close)
