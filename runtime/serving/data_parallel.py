@@ -188,6 +188,10 @@ def replica_engine(replica: int, replicas: int, **options: Any):
     if device in ("auto", "cuda") and torch.cuda.is_available():
         if torch.cuda.device_count() >= replicas:
             options["device"] = f"cuda:{replica}"
-        else:
-            options["gpu_memory_utilization"] = options.get("gpu_memory_utilization", 0.9) / replicas
+        elif options.get("kv_cache_gb") is None and options.get("num_blocks") is None:
+            # the replicas start one after another: each sizes its pool from its share of the whole
+            # GPU (the later ones would see the earlier ones' pools as used), leaving a fifth of the
+            # share for its weights, graphs and activations
+            total = torch.cuda.get_device_properties(0).total_memory / 2**30
+            options["kv_cache_gb"] = total * options.get("gpu_memory_utilization", 0.9) / replicas * 0.8
     return LLMEngine(**options)
