@@ -142,3 +142,8 @@ class TokenizerProxy:
         if self.fail_decode:
             raise RuntimeError("decode failed")
         return self._tok.decode(ids, *args, **kwargs)
+
+    def convert_ids_to_tokens(self, ids, *args, **kwargs):  # (what logprobs read a token's bytes from)
+        if self.fail_decode:
+            raise RuntimeError("decode failed")
+        return self._tok.convert_ids_to_tokens(ids, *args, **kwargs)

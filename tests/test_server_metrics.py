@@ -61,6 +61,7 @@ def test_vllm_metrics_count_what_was_served(smollm2_tokenizer, mode):
         assert value(m, "vllm:num_requests_running") == value(m, "vllm:num_requests_waiting") == 0
         assert value(m, "vllm:kv_cache_usage_perc") == 0.0
         assert value(m, "minivllm_generation_tokens_total") == 13  # the old names stay
+        assert value(m, "minivllm_prompt_tokens_total") == prompt_tokens  # every request got its first token
         assert_still_serving(s, "smol")
 
 
@@ -133,4 +134,8 @@ def test_abort_counts_agree_with_the_log_after_a_disconnect_storm(smollm2_tokeni
         assert value(m, "minivllm_client_aborts_total") == len(aborted) == s.engine.stats.client_aborts
         assert value(m, "minivllm_requests_aborted_total", reason=CLIENT_DISCONNECTED) == len(aborted)
         assert value(m, "vllm:request_success_total", finished_reason="abort") == len(aborted)
+        # the storm's prompts were taken in but never prefilled: counted on arrival only
+        storm_ids = {e.request_id for e in aborted[:12]}
+        storm_tokens = sum(e.prompt.num_tokens for e in events if isinstance(e, Arrived) and e.request_id in storm_ids)
+        assert value(m, "minivllm_prompt_tokens_total") - value(m, "vllm:prompt_tokens_total") == storm_tokens > 0
         assert_still_serving(s)

@@ -23,7 +23,6 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sse_starlette.sse import EventSourceResponse
-from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runtime.serving.async_engine import AsyncLLMEngine, RequestStream
@@ -142,14 +141,20 @@ def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str, *, api_k
     async def metrics() -> Response:
         return Response(generate_latest(server.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    card = {"id": model_name, "object": "model", "created": 0, "owned_by": "minivllm"}
+
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
-                                            "owned_by": "minivllm"}]}
+        return {"object": "list", "data": [card]}
+
+    @app.get("/v1/models/{model_id:path}")  # ids may hold slashes ("org/name")
+    async def model(model_id: str) -> dict:
+        check_model(model_id)
+        return card
 
     def check_model(name: str | None) -> None:
         if name is not None and name != model_name:
-            raise HTTPException(404, f"this server serves only the model {model_name!r}")
+            raise errors.ModelNotFound(model_name)
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, raw: Request):
@@ -162,9 +167,11 @@ def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str, *, api_k
         prompt_tokens = sum(len(p) for p in prompts)
         render = server.render
         if req.stream:
+            tokens = [render.choice() for _ in streams]
+
             def choice(i: int, d: OutputDelta) -> dict:
                 return {"index": i, "text": d.text, "finish_reason": d.finish_reason,
-                        "logprobs": render.completion_logprobs(d.token_ids, d.logprobs)}
+                        "logprobs": render.completion_logprobs(d.token_ids, d.logprobs, tokens[i])}
 
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return _event_stream(lambda stop: sse_events(streams, base, prompt_tokens, include_usage, choice,
@@ -175,7 +182,8 @@ def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str, *, api_k
 
         def make() -> dict:
             choices = [{"index": i, "text": "".join(c.text), "finish_reason": c.finish_reason,
-                        "logprobs": render.completion_logprobs(c.token_ids, c.logprobs)} for i, c in enumerate(outs)]
+                        "logprobs": render.completion_logprobs(c.token_ids, c.logprobs, render.choice())}
+                       for i, c in enumerate(outs)]
             return {**base, "choices": choices, "usage": usage(prompt_tokens, sum(len(c.token_ids) for c in outs))}
 
         return await build(make, heavy=req.logprobs is not None)
@@ -183,6 +191,7 @@ def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str, *, api_k
     @app.post("/v1/chat/completions")
     async def chat(req: ChatCompletionRequest, raw: Request):
         check_model(req.model)
+        req.check()
         prompt = await server.prompts.chat(req)
         top = req.top_logprobs or 0
         params = req.sampling_params(req.requested_max_tokens, max(top, 1) if req.logprobs else None)
@@ -192,10 +201,11 @@ def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str, *, api_k
         render = server.render
         if req.stream:
             base = {**base, "object": "chat.completion.chunk"}
+            tokens = [render.choice() for _ in streams]
 
             def choice(i: int, d: OutputDelta) -> dict:
                 return {"index": i, "delta": {"content": d.text} if d.text else {}, "finish_reason": d.finish_reason,
-                        "logprobs": render.chat_logprobs(d.token_ids, d.logprobs, top)}
+                        "logprobs": render.chat_logprobs(d.token_ids, d.logprobs, top, tokens[i])}
 
             role = [{**base, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
                                           "finish_reason": None}]} for i in range(len(streams))]
@@ -209,7 +219,8 @@ def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str, *, api_k
         def make() -> dict:
             choices = [{"index": i, "message": {"role": "assistant", "content": "".join(c.text)},
                         "finish_reason": c.finish_reason,
-                        "logprobs": render.chat_logprobs(c.token_ids, c.logprobs, top)} for i, c in enumerate(outs)]
+                        "logprobs": render.chat_logprobs(c.token_ids, c.logprobs, top, render.choice())}
+                       for i, c in enumerate(outs)]
             return {**base, "choices": choices, "usage": usage(len(prompt), sum(len(c.token_ids) for c in outs))}
 
         return await build(make, heavy=req.logprobs)

@@ -33,6 +33,13 @@ _KNOWN_FIELDS = frozenset(SamplingParams.__struct_fields__) | {"prompt", "messag
 _HTTP_CODES = {413: "request_too_large"}
 
 
+class ModelNotFound(LookupError):
+    """A model id this server does not serve (404, as OpenAI answers it)."""
+
+    def __init__(self, served: str) -> None:  # (the name asked for is client text: not echoed)
+        super().__init__(f"no such model; this server serves {served!r}")
+
+
 class ErrorResponse(JSONResponse):
     """ASCII JSON: a client string with a lone surrogate (valid JSON escape) still encodes."""
 
@@ -88,6 +95,8 @@ def classify(exc: BaseException) -> tuple[int, dict]:
         return 503, error_body(str(exc), "server_error", code="engine_dead")
     if isinstance(exc, SlowClient):
         return 503, error_body(str(exc), "server_error", code="slow_client")
+    if isinstance(exc, ModelNotFound):
+        return 404, error_body(str(exc), param="model", code="model_not_found")
     if isinstance(exc, RequestAborted):
         return 500, error_body(str(exc), "server_error", code="request_aborted")
     if isinstance(exc, HTTPException):
@@ -109,7 +118,7 @@ def install(app: FastAPI) -> None:
         return ErrorResponse(body, status_code=status)
 
     for cls in (RequestValidationError, InvalidRequest, EngineOverloaded, EngineDead, SlowClient, RequestAborted,
-                HTTPException):
+                ModelNotFound, HTTPException):
         app.add_exception_handler(cls, handle)
 
 

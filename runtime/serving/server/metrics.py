@@ -9,8 +9,10 @@ token gaps, ended requests), so a request whose client went away is still measur
 CollectorRegistry (no process-global state): two apps in one process (tests) don't collide.
 
 vLLM semantics kept: ``vllm:prompt_tokens`` counts a prompt once its prefill is done (first
-token); ``vllm:request_success{finished_reason}`` counts stop / length and ``abort`` (every abort
-the log records); ``vllm:inter_token_latency_seconds`` is one observation per token gap;
+token), ``minivllm_prompt_tokens`` when the engine takes the request in, so they differ by the
+prompts of requests aborted (or failed) before their first token;
+``vllm:request_success{finished_reason}`` counts stop / length and ``abort`` (every abort the log
+records); ``vllm:inter_token_latency_seconds`` is one observation per token gap;
 ``vllm:request_queue_time_seconds`` runs from arrival to the start of the step that first
 scheduled the request; ``vllm:kv_cache_usage_perc`` is referenced blocks / all blocks (0..1;
 cached-but-free blocks count as free); prefix-cache queries and hits are in tokens, per admission.
@@ -83,7 +85,9 @@ class _EngineCollector:
                       s.client_aborts)
         yield counter("slow_client_cancellations", "Requests aborted because the client read too slowly",
                       s.slow_client_aborts)
-        yield counter("prompt_tokens", "Prompt tokens received", s.prompt_tokens)
+        yield counter("prompt_tokens", "Prompt tokens of the requests taken in, counted on arrival (vllm:prompt_tokens "
+                      "counts a prompt once prefilled: they differ by the prompts of requests that ended before "
+                      "their first token)", s.prompt_tokens)
         yield counter("generation_tokens", "Tokens generated", s.generation_tokens)
         yield counter("engine_steps", "Engine steps executed", s.steps)
         yield counter("preemptions", "Requests preempted (recompute)", s.preemptions)

@@ -139,6 +139,11 @@ class ChatCompletionRequest(_SamplingFields):
         """The field that set the output budget (named by a too-long error)."""
         return "max_completion_tokens" if self.max_completion_tokens else "max_tokens"
 
+    def check(self) -> None:
+        """OpenAI's rule across fields: top_logprobs only with logprobs: true."""
+        if self.top_logprobs is not None and not self.logprobs:
+            raise FieldError("top_logprobs", "requires logprobs: true")
+
 
 _KNOWN_PART_TYPES = frozenset({"image_url", "input_audio", "file", "refusal", "input_image", "image", "audio",
                                "video_url", "audio_url"})

@@ -1,7 +1,8 @@
 """Engine output -> OpenAI response bodies: whole (collected) or as SSE chunks.
 
-Per-token logprob text is decoded through a cache (a vocabulary's worth at most); a whole response
-that carries logprobs is built in a worker thread, so a big batch never holds the event loop.
+Per-token logprob text and bytes come from runtime/serving/server/token_text.py (one incremental
+decoder per choice); a whole response that carries logprobs is built in a worker thread, so a big
+batch never holds the event loop.
 A stream that fails after it started ends with an OpenAI error body as its last event, then
 ``[DONE]`` (vLLM's behaviour; the ``openai`` client raises it as an APIError).
 """
@@ -9,7 +10,6 @@ A stream that fails after it started ends with an OpenAI error body as its last 
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +20,7 @@ import msgspec
 from runtime.serving.async_engine import EngineDead, RequestStream
 from runtime.serving.llm_engine import OutputDelta
 from runtime.serving.server.errors import classify, log_unexpected
+from runtime.serving.server.token_text import ChoiceTokens, TokenBytes
 
 
 async def merge_streams(streams: Sequence[RequestStream]) -> AsyncIterator[tuple[int, OutputDelta]]:
@@ -80,34 +81,41 @@ async def collect(streams: Sequence[RequestStream]) -> list[Collected]:
 
 
 class Render:
-    """Logprobs in the completions and chat shapes."""
+    """Logprobs in the completions and chat shapes; ``choice()`` makes the state one choice's
+    tokens share (runtime/serving/server/token_text.py), kept across a stream's chunks."""
 
     def __init__(self, tokenizer: Any) -> None:
-        self.token_text = functools.lru_cache(maxsize=1 << 17)(lambda t: tokenizer.decode([t]))
+        self.token_bytes = TokenBytes(tokenizer)
 
-    def completion_logprobs(self, token_ids: list[int], logprobs: list[dict[int, float]] | None) -> dict | None:
+    def choice(self) -> ChoiceTokens:
+        return ChoiceTokens(self.token_bytes)
+
+    def completion_logprobs(self, token_ids: list[int], logprobs: list[dict[int, float]] | None,
+                            tokens: ChoiceTokens) -> dict | None:
         if logprobs is None:
             return None
-        text = self.token_text
-        return {
-            "tokens": [text(t) for t in token_ids],
-            "token_logprobs": [lp.get(t) for t, lp in zip(token_ids, logprobs)],
-            "top_logprobs": [{text(k): v for k, v in lp.items()} for lp in logprobs],
-            "text_offset": [],
-        }
+        texts, offsets, tops = [], [], []
+        for t, lp in zip(token_ids, logprobs):
+            top = {tokens.peek(k)[0]: v for k, v in lp.items()}
+            text, _, offset = tokens.add(t)
+            texts.append(text)
+            offsets.append(offset)
+            tops.append(top)
+        return {"tokens": texts, "token_logprobs": [lp.get(t) for t, lp in zip(token_ids, logprobs)],
+                "top_logprobs": tops, "text_offset": offsets}
 
-    def chat_logprobs(self, token_ids: list[int], logprobs: list[dict[int, float]] | None, top: int) -> dict | None:
+    def chat_logprobs(self, token_ids: list[int], logprobs: list[dict[int, float]] | None, top: int,
+                      tokens: ChoiceTokens) -> dict | None:
         if logprobs is None:
             return None
-        text = self.token_text
         content = []
         for t, lp in zip(token_ids, logprobs):
-            ranked = sorted(lp.items(), key=lambda kv: -kv[1])[:top]
-            content.append({
-                "token": text(t), "logprob": lp.get(t), "bytes": list(text(t).encode()),
-                "top_logprobs": [{"token": text(k), "logprob": v, "bytes": list(text(k).encode())}
-                                 for k, v in ranked],
-            })
+            ranked = []
+            for k, v in sorted(lp.items(), key=lambda kv: -kv[1])[:top]:
+                text, data = tokens.peek(k)
+                ranked.append({"token": text, "logprob": v, "bytes": list(data)})
+            text, data, _ = tokens.add(t)
+            content.append({"token": text, "logprob": lp.get(t), "bytes": list(data), "top_logprobs": ranked})
         return {"content": content}
 
 
