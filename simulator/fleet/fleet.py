@@ -60,7 +60,8 @@ class Fleet:
                                  token_fn=token_fn, plain_runs=plain_runs, progress=progress)
                          for i, r in enumerate(replicas)]
         self.on_route = on_route
-        self._loads: list[tuple[int, ReplicaLoad]] = [(-1, ReplicaLoad())] * len(replicas)  # (steps, load) memo
+        # per replica: (its steps and requests taken, its load then): recomputed once it has changed
+        self._loads: list[tuple[tuple[int, int], ReplicaLoad]] = [((-1, -1), ReplicaLoad())] * len(replicas)
 
     def run(self) -> list[SimResult]:
         env = self.env
@@ -106,7 +107,7 @@ class Fleet:
     def _load(self, i: int) -> ReplicaLoad:
         """What the front door sees of replica i (recomputed only once it has stepped or taken a request)."""
         replica = self.replicas[i]
-        stamp = replica.result.num_steps * 1_000_003 + replica.result.num_requests
+        stamp = (replica.result.num_steps, replica.result.num_requests)
         memo = self._loads[i]
         if memo[0] == stamp:
             return memo[1]

@@ -20,7 +20,6 @@ Same workload + config + cost model + seed → byte-identical log (no clock, no 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -198,11 +197,3 @@ class Replica:
         if done > self._reported:
             self.progress.update(done - self._reported)
             self._reported = done
-
-    @property
-    def idle_forever(self) -> bool:
-        return self._closed and not self.core.requests and not self.loop.busy
-
-
-def no_due() -> float:
-    return math.inf
