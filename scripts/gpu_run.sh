@@ -24,6 +24,10 @@
 #   prefix     shared-prefix workload (a 7,680-token document, 40 questions of 64 tokens, 2/s) against the
 #              server with prefix caching off (every request cold) and on (the first cold, the rest warm)
 #   servetests the served engine on CUDA under load: aborts mid-step, SIGTERM, bad requests (also in tests)
+#   sampled    the GPU sampling tests (the sorting-free kernel and the torch sampler: statistics, same tokens,
+#              the sampling fuzz through the server), the sampling micro-benchmark, then bench throughput greedy
+#              beside sampled (temperature 0.8, top-p 0.95) on both shapes, 16,384-token step budget, with the
+#              kernel and again with the torch sampler (--sampler torch)
 #   fleet      serve --data-parallel-size N behind one front door (the replicas share the GPU's memory) under
 #              bench serve of 800 Azure conv requests: FLEET_CONFIGS of REPLICAS:ROUTER:RATE_SCALE; the fleet
 #              logs (fleet log + one per replica) come back in fleet_runs.tgz, for minivllm fidelity FLEET_LOG
@@ -51,6 +55,15 @@ for stage in "$@"; do
              tests/test_sampling_gpu.py tests/test_sampling_staging.py tests/test_fused_norm_rope_gpu.py \
              tests/test_serving_under_load.py 2>&1 | tail -n 40 ;;
     servetests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_serving_under_load.py 2>&1 | tail -n 40 ;;
+    sampled) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_sampling_gpu.py tests/test_server_sampling_fuzz.py \
+               2>&1 | tail -n 40
+             python3 -m runtime.bench.sampling_bench --device cuda --batch 64 256 --vocab 49152 151936
+             for shape in qwen3-0.6b smollm2-135m; do
+               for sampler in triton torch; do
+                 minivllm bench throughput --model-shape $shape "${WL[@]}" --peer none --max-num-batched-tokens 16384 \
+                   --temperature 0.8 --top-p 0.95 --sampler $sampler --json "$OUT/tp_${shape%%-*}_sampled_$sampler.json"
+               done
+             done ;;
     stepprof) minivllm bench profile --model-shape qwen3-0.6b "${WL[@]}" --json "$OUT/profile_qwen3.json"
               minivllm bench profile --model-shape smollm2-135m "${WL[@]}" --json "$OUT/profile_smollm2.json" ;;
     quick) minivllm bench throughput --model-shape qwen3-0.6b "${WL[@]}" --peer none --json "$OUT/tp_qwen3_quick.json"

@@ -63,11 +63,12 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], rngs: list[random
     return (sampler or Sampler()).sample(logits, batch)
 
 
-def draws(logits_row: torch.Tensor, p: SamplingParams, n: int, seed: int = 0, history=None) -> np.ndarray:
+def draws(logits_row: torch.Tensor, p: SamplingParams, n: int, seed: int = 0, history=None,
+          sampler: Sampler | None = None) -> np.ndarray:
     """n independent draws from one logits row: a batch of n copies, each with its own stream."""
     logits = logits_row.expand(n, -1).contiguous()
     rngs = [request_rng(seed, i, None) for i in range(n)]
-    return np.asarray(sample(logits, [p] * n, rngs, [history] * n if history else None).token_ids)
+    return np.asarray(sample(logits, [p] * n, rngs, [history] * n if history else None, sampler).token_ids)
 
 
 def chi_square_ok(counts: np.ndarray, probs: np.ndarray, z: float = 3.72) -> tuple[bool, float, float]:

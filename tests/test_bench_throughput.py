@@ -55,3 +55,27 @@ def test_bad_flags(tiny, capsys):
         with pytest.raises(SystemExit):
             main(["bench", "throughput", "--model", str(tiny.folder), *flags])
         assert named in capsys.readouterr().err
+
+
+def test_sampled_beside_greedy(tiny, tmp_path, capsys):
+    out = tmp_path / "s.json"
+    rc = main(["bench", "throughput", "--model", str(tiny.folder), "--device", "cpu", "--num-prompts", "4",
+               "--input-len", "4", "12", "--output-len", "3", "6", "--peer", "none", "--block-size", "4",
+               "--num-blocks", "64", "--no-progress", "--temperature", "0.8", "--top-p", "0.95", "--top-k", "50",
+               "--json", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    doc = json.loads(out.read_text())["results"][0]
+    requested = sum(Workload.random(4, (4, 12), (3, 6), 320, 0).outputs)
+    assert doc["engine"]["output_tokens"] == doc["sampled"]["output_tokens"] == requested
+    assert doc["setup"]["sampling"] == {"temperature": 0.8, "top_p": 0.95, "top_k": 50}
+    assert doc["sampled_vs_greedy"] == doc["sampled"]["output_tok_s"] / doc["engine"]["output_tok_s"]
+    assert "minivllm sampled" in text and "of greedy's tok/s" in text
+
+
+def test_bad_sampling_flags_name_the_flag(tiny, capsys):
+    for flags, named in ((["--top-p", "0"], "--top-p"), (["--temperature", "0"], "--temperature"),
+                         (["--top-k", "-3"], "--top-k")):
+        with pytest.raises(SystemExit):
+            main(["bench", "throughput", "--model", str(tiny.folder), "--peer", "none", *flags])
+        assert named in capsys.readouterr().err

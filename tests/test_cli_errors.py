@@ -17,6 +17,7 @@ LIVE_GROUPS = ("runner", "cache", "scheduler", "")
 BAD_CONFIG = {
     "runner.device": "tpu", "runner.dtype": "float8", "runner.attention_backend": "flash",
     "runner.kv_cache_gb": "0", "runner.gpu_memory_utilization": "1.5", "runner.cpu_threads": "-1",
+    "runner.sampler": "flashinfer",
     "cache.block_size": "12",
     "cache.num_blocks": "0", "scheduler.max_num_batched_tokens": "0", "scheduler.max_num_seqs": "-1",
     "scheduler.policy": "lifo", "scheduler.max_model_len": "0",

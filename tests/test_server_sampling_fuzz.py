@@ -6,21 +6,21 @@ subnormals) and integers past 64 bits (the client sends no NaN; tests/test_serve
 
 from __future__ import annotations
 
-import contextlib
-
 import httpx
-import openai
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from runtime.serving.async_engine import AsyncLLMEngine
-from runtime.serving.llm_engine import LLMEngine
-from runtime.serving.server.app import create_app
-from runtime.serving.server.launch import ServerThread
-from tests.model_helpers import make_tiny
-from tests.test_server_harness import wait_idle
+openai = pytest.importorskip("openai")  # (a GPU machine may lack the dev extra)
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from runtime.serving.async_engine import AsyncLLMEngine  # noqa: E402
+from runtime.serving.llm_engine import LLMEngine  # noqa: E402
+from runtime.serving.server.app import create_app  # noqa: E402
+from runtime.serving.server.launch import ServerThread  # noqa: E402
+from tests.model_helpers import make_tiny  # noqa: E402
+from tests.test_server_harness import wait_idle  # noqa: E402
 
 DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU")])]
@@ -130,6 +130,4 @@ def test_after_the_fuzz_the_engine_serves_and_holds_no_kv(served):
     out = client.completions.create(model="m", prompt="still there?", max_tokens=3,
                                     extra_body={"ignore_eos": True})
     assert out.choices[0].finish_reason == "length" and out.usage.completion_tokens == 3
-    with contextlib.suppress(AssertionError):  # (an idle engine may keep a step's blocks a moment)
-        wait_idle(front)
     wait_idle(front)

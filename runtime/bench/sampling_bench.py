@@ -5,7 +5,8 @@
 * ``full-probs D2H``: softmax and top-p on the device, the whole [B, V] probability matrix copied
   to the host, the inverse CDF in numpy;
 * ``gpu-native``: runtime.executor.sampling (host builds params + one uniform per row, one H2D; filters and
-  inverse CDF on the device; one D2H of [B] ids), timed including ``SamplingBatch.build``;
+  inverse CDF on the device; one D2H of [B] ids), timed including ``SamplingBatch.build``: with the
+  torch ops (a sort per row for top-p) and with the sorting-free Triton kernel (CUDA only);
 * ``gpu-native greedy``: the same API on an all-greedy batch (one argmax).
 
 Runs on CPU or CUDA: ``python -m runtime.bench.sampling_bench --device cuda --batch 256 --vocab 151936``.
@@ -65,10 +66,11 @@ def bench_sampling(device: str | torch.device = "cpu", batch: int = 64, vocab: i
     sampled = [SamplingParams(temperature=TEMPERATURE, top_p=TOP_P)] * batch
     greedy = [SamplingParams(temperature=0.0)] * batch
     rngs = [request_rng(0, i, None) for i in range(batch)]
-    sampler = Sampler()
+    samplers = {"torch": Sampler(backend="torch"), "triton": Sampler(backend="triton")}
     gens = [torch.Generator(device=device).manual_seed(i) for i in range(batch)]
 
-    def native(params: list[SamplingParams]) -> Callable[[], list[int]]:
+    def native(params: list[SamplingParams], backend: str = "torch") -> Callable[[], list[int]]:
+        sampler = samplers[backend]
         return lambda: sampler.sample(logits, SamplingBatch.build(params, rngs, None, device)).token_ids
 
     def h2d(params: list[SamplingParams]) -> int:
@@ -80,6 +82,8 @@ def bench_sampling(device: str | torch.device = "cpu", batch: int = 64, vocab: i
         ("gpu-native", native(sampled), batch * itemsize, h2d(sampled), 1),
         ("gpu-native greedy", native(greedy), batch * itemsize, h2d(greedy), 1),
     ]
+    if device.type == "cuda":
+        methods.insert(3, ("gpu-native triton", native(sampled, "triton"), batch * itemsize, h2d(sampled), 1))
     rows = []
     for name, fn, d2h, h2d_bytes, syncs in methods:
         fn()  # warm-up (allocator, kernels)

@@ -3,6 +3,8 @@ side in one run on the same prompts.
 
 Workload (seeded): ``num_prompts`` prompts of random token ids, input length uniform in
 ``input_len``, output length uniform in ``output_len``, eos ignored, all arriving at once; greedy.
+With ``sampling`` (``temperature``, ``top_p``, ``top_k``, ``min_p``) the engine runs the same
+workload a second time, sampled, and the report puts it beside greedy (real traffic samples).
 Figures: output tokens per second (requested tokens only, for every peer), ratios to the best HF
 peer, and the engine overhead = share of step wall time outside the model forward (scheduling,
 input staging, sampling, commit), overall and over the steps with about 32 running requests.
@@ -58,20 +60,26 @@ class EngineResult:
         return self.output_tokens / self.seconds
 
 
-def warm_up(parts, workload: Workload) -> None:
-    """Untimed: a prefill, decodes, and a mixed step (decode + prefill chunk), so one-time costs
-    (allocator growth, kernel compilation of every path) stay out of the measurement."""
+def request_params(max_tokens: int, sampling: dict | None = None):
+    """The benchmark's requests: eos ignored, greedy unless ``sampling`` says otherwise."""
     from traces.params import SamplingParams
 
+    return SamplingParams(max_tokens=max_tokens, ignore_eos=True, **(sampling or {"temperature": 0.0}))
+
+
+def warm_up(parts, workload: Workload, sampling: dict | None = None) -> None:
+    """Untimed: a prefill, decodes, and a mixed step (decode + prefill chunk), so one-time costs
+    (allocator growth, kernel compilation of every path) stay out of the measurement."""
     core = parts.core()
     loop = parts.loop(core, lambda: 0.0)
-    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    params = request_params(8, sampling)
     core.add_request(workload.prompts[0][:32], params, 0.0)
     loop.step()
     loop.step()
     core.add_request(workload.prompts[-1][:300], params, 0.0)
     while core.has_unfinished() or loop.busy:
         loop.step()
+    parts.runner.reset()  # the warm-up's sampling streams: not the timed run's
 
 
 def stage(what: str) -> None:
@@ -79,21 +87,20 @@ def stage(what: str) -> None:
     print(f"{what} …", file=sys.stderr, flush=True)
 
 
-def run_engine(parts, workload: Workload, progress: bool = True) -> EngineResult:
+def run_engine(parts, workload: Workload, progress: bool = True, sampling: dict | None = None) -> EngineResult:
     """All requests arrive at once; step until done. Timing excludes a short warm-up."""
     from tqdm import tqdm
 
-    from traces.params import SamplingParams
-
     runner = parts.runner
-    stage("warming up the engine")
-    warm_up(parts, workload)
+    stage("warming up the engine" + (" (sampled)" if sampling else ""))
+    warm_up(parts, workload, sampling)
     core = parts.core()  # a fresh core: the timed run starts with an empty prefix cache
     runner.stats.__init__()
     runner.record_steps = True
     for prompt, n in zip(workload.prompts, workload.outputs):
-        core.add_request(prompt, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True), 0.0)
-    bar = tqdm(total=len(workload.prompts), desc="minivllm", unit="req", disable=not progress)
+        core.add_request(prompt, request_params(n, sampling), 0.0)
+    bar = tqdm(total=len(workload.prompts), desc="minivllm" + (" sampled" if sampling else ""), unit="req",
+               disable=not progress)
     spec = parts.loaded.spec
     counter = ByteCounter(weight_bytes(runner.model),
                           kv_bytes_per_token(spec.num_layers, spec.num_kv_heads, spec.head_dim, runner.dtype))
@@ -132,6 +139,10 @@ class ThroughputReport:
     engine: EngineResult
     peers: list[PeerResult]
     roofline: Roofline | None = None
+    sampled: EngineResult | None = None  # the same workload sampled with ``setup["sampling"]``
+
+    def sampled_vs_greedy(self) -> float | None:
+        return self.sampled.output_tok_s / self.engine.output_tok_s if self.sampled is not None else None
 
     def best_peer(self) -> PeerResult | None:
         return max(self.peers, key=lambda p: p.output_tok_s, default=None)
@@ -146,6 +157,9 @@ class ThroughputReport:
         out.write(f"{'engine':<44}{'time s':>9}{'out tok/s':>11}{'vs best HF':>12}{'cpu s':>9}{'load':>6}\n")
         e = self.engine
         rows = [("minivllm", e.seconds, e.output_tok_s, e.cpu_seconds, e.load_avg)]
+        if self.sampled is not None:
+            sm = self.sampled
+            rows.append(("minivllm sampled", sm.seconds, sm.output_tok_s, sm.cpu_seconds, sm.load_avg))
         rows += [(p.name, p.seconds, p.output_tok_s, p.cpu_seconds, p.load_avg) for p in self.peers]
         for name, sec, tps, cpu, load in rows:
             ratio = f"{tps / best.output_tok_s:.2f}x" if best else "-"
@@ -158,6 +172,10 @@ class ThroughputReport:
         else:
             out.write(f"engine overhead (step time outside the forward): {e.overhead:.1%} overall; {at32}\n")
         out.write("mean ms/step: " + ", ".join(f"{k} {v:.2f}" for k, v in e.breakdown_ms.items()) + "\n")
+        if self.sampled is not None:
+            out.write(f"sampled ({describe_sampling(s['sampling'])}, {s['sampler']} sampler): "
+                      f"{self.sampled_vs_greedy():.1%} of greedy's tok/s; mean ms/step: "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in self.sampled.breakdown_ms.items()) + "\n")
         if self.roofline is not None:
             out.write(self.roofline.describe() + "\n")
         for p in self.peers:
@@ -170,6 +188,9 @@ class ThroughputReport:
         return {
             "setup": self.setup,
             "engine": {**asdict(self.engine), "output_tok_s": self.engine.output_tok_s},
+            "sampled": None if self.sampled is None else {**asdict(self.sampled),
+                                                          "output_tok_s": self.sampled.output_tok_s},
+            "sampled_vs_greedy": self.sampled_vs_greedy(),
             "peers": [{**asdict(p), "output_tok_s": p.output_tok_s} for p in self.peers],
             "speedup_vs_best_hf": self.engine.output_tok_s / best.output_tok_s if best else None,
             "roofline": self.roofline.as_dict() if self.roofline is not None else None,
@@ -189,9 +210,15 @@ def _run_peer(hf_peers, peer: str, hf, workload: Workload, device, static_batch:
     raise ValueError(f"unknown peer {peer!r} (single, static, cb)")
 
 
+def describe_sampling(sampling: dict) -> str:
+    return ", ".join(f"{k.replace('_', '-')} {v:g}" for k, v in sampling.items())
+
+
 def run(model: str | None, *, peers: list[str], num_prompts: int = 64, input_len=(32, 256),
-        output_len=(16, 256), static_batch: int = 16, progress: bool = True, **options) -> ThroughputReport:
-    """``options``: engine options (runtime/executor/setup.py); ``seed`` seeds the workload too."""
+        output_len=(16, 256), static_batch: int = 16, progress: bool = True, sampling: dict | None = None,
+        **options) -> ThroughputReport:
+    """``options``: engine options (runtime/executor/setup.py); ``seed`` seeds the workload too;
+    ``sampling``: SamplingParams fields of a second, sampled run of the engine."""
     import torch
 
     from runtime.bench import hf_peers
@@ -210,8 +237,13 @@ def run(model: str | None, *, peers: list[str], num_prompts: int = 64, input_len
              "num_blocks": parts.runner.num_blocks, "block_size": parts.runner.block_size,
              "max_num_seqs": parts.config.scheduler.max_num_seqs,
              "max_num_batched_tokens": parts.config.scheduler.max_num_batched_tokens,
-             "torch_threads": torch.get_num_threads(), "torch": torch.__version__}
+             "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+             "sampler": parts.runner.sampler.backend, "sampling": sampling}
     engine = run_engine(parts, workload, progress)
+    sampled = run_engine(parts, workload, progress, sampling) if sampling else None
+    if sampled is not None:
+        print(f"minivllm sampled ({describe_sampling(sampling)}): {sampled.output_tok_s:,.1f} output tok/s = "
+              f"{sampled.output_tok_s / engine.output_tok_s:.1%} of greedy", flush=True)
     device, dtype = loaded.device, loaded.dtype
     del parts  # free the KV pool before HF allocates its caches (and before the bandwidth probe)
     gc.collect()
@@ -241,4 +273,4 @@ def run(model: str | None, *, peers: list[str], num_prompts: int = 64, input_len
                 continue
             if result is not None:
                 results.append(result)
-    return ThroughputReport(setup, engine, results, limit)
+    return ThroughputReport(setup, engine, results, limit, sampled)

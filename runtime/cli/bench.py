@@ -81,15 +81,38 @@ def _throughput(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    sampling = _sampling(args)
     try:
         report = throughput.run(model, peers=peers, num_prompts=args.num_prompts, input_len=tuple(args.input_len),
                                 output_len=tuple(args.output_len), static_batch=args.static_batch,
-                                progress=not args.no_progress, **engine_options(args))
+                                progress=not args.no_progress, sampling=sampling, **engine_options(args))
     except ConfigError as e:
         raise flag_error(e) from None
     print(report.table())
     _write_json(args.json, "throughput", [report.as_json()])
     return 0
+
+
+_SAMPLING_FLAGS = {"temperature": "--temperature", "top_p": "--top-p", "top_k": "--top-k", "min_p": "--min-p"}
+
+
+def _sampling(args: argparse.Namespace) -> dict | None:
+    """The sampled run's fields (temperature 1 unless given), or None when no sampling flag is."""
+    from runtime.cli.errors import CLIError
+    from traces.params import InvalidRequest, SamplingParams
+
+    given = {k: getattr(args, k) for k in _SAMPLING_FLAGS if getattr(args, k) is not None}
+    if not given:
+        return None
+    sampling = {"temperature": 1.0, **given}
+    if sampling["temperature"] == 0:
+        raise CLIError("--temperature: 0 is the greedy run, which always runs; give a temperature > 0")
+    try:
+        SamplingParams(**sampling)
+    except InvalidRequest as e:
+        name = str(e).split()[0]
+        raise CLIError(f"{_SAMPLING_FLAGS.get(name, '--temperature')}: {e}") from None
+    return sampling
 
 
 def _model_arg(args: argparse.Namespace) -> str | None:
@@ -175,6 +198,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="batch size of the static HF peer (default: %(default)s)")
     tp.add_argument("--threads", type=int, action=Bounded, at_least=1,
                     help="torch CPU threads for every peer (default: torch's choice)")
+    s = tp.add_argument_group("sampled run", "any of these runs the engine a second time on the same prompts, "
+                              "sampled, and reports it beside greedy")
+    s.add_argument("--temperature", type=float, help="the sampled run's temperature (default: 1 once any of "
+                   "these is given)")
+    s.add_argument("--top-p", type=float, help="its top-p (default: off)")
+    s.add_argument("--top-k", type=int, help="its top-k (default: off)")
+    s.add_argument("--min-p", type=float, help="its min-p (default: off)")
     tp.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
     tp.add_argument("--json", metavar="PATH", help="also write results as JSON")
     tp.set_defaults(func=_throughput)

@@ -10,6 +10,7 @@ from runtime.engine.config import ConfigError, option
 DEFAULT_CPU_KV_GB = 2.0
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
+SAMPLERS = ("auto", "torch", "triton")
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,8 @@ class RunnerConfig:
     enforce_eager: bool = option(False, "no CUDA graphs: every step runs eagerly")
     async_scheduling: bool = option(True, "plan and launch step n+1 while step n runs on the GPU (the log is "
                                     "the same either way)")
+    sampler: str = option("auto", " | ".join(SAMPLERS) + " (auto: the sorting-free Triton kernel on CUDA, torch "
+                          "elsewhere; both draw from the same distribution)")
     cpu_threads: int = option(0, "torch threads on the CPU (0: $OMP_NUM_THREADS if set, else every core, less "
                               "one for the front end on machines of more than two)")
 
@@ -33,6 +36,8 @@ class RunnerConfig:
         if self.attention_backend not in ATTENTION_BACKENDS:
             raise ConfigError(f"runner.attention_backend must be one of {', '.join(ATTENTION_BACKENDS)}, "
                               f"got {self.attention_backend!r}")
+        if self.sampler not in SAMPLERS:
+            raise ConfigError(f"runner.sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
         if self.kv_cache_gb is not None and not self.kv_cache_gb > 0:
             raise ConfigError(f"runner.kv_cache_gb must be > 0, got {self.kv_cache_gb!r}")
         if not 0 < self.gpu_memory_utilization <= 1:

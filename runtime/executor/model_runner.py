@@ -77,7 +77,7 @@ class ModelRunner:
         self.backend = backend or get_backend(config.attention_backend, self.device)
         self.num_blocks = engine.cache.num_blocks
         self.kv_caches = allocate_kv(self.spec, self.num_blocks, block_size, self.dtype, self.device)
-        self.sampler = Sampler()
+        self.sampler = Sampler(backend=config.sampler)
         self._rngs: dict[int, random.Random] = {}
         self.sync_timing = sync_timing and self.device.type == "cuda"
         self.record_steps = record_steps

@@ -29,6 +29,10 @@ Semantics (vLLM's)
   sampler was given, before penalties and temperature; ``"processed"`` gives log_softmax of the
   penalised logits / temperature (before the top-k/top-p/min-p filters).
 
+Two implementations draw sampled rows, from the same distribution: the torch ops here (a sort per
+row for top-p: the reference, and the CPU's) and the sorting-free Triton kernel of
+runtime/executor/kernels/sampling.py (CUDA's; ``Sampler(backend=...)`` chooses).
+
 Randomness: each request owns a CPU ``random.Random`` stream (``request_rng``). Per step a sampled
 row draws exactly ONE uniform u from it on the host; the device does filters, weights, float64
 cumsum and the inverse CDF with u. So a request's token depends only on its logits row and its own
@@ -103,6 +107,7 @@ class SamplingBatch:
     uniforms: torch.Tensor  # [S] float64
     min_p: torch.Tensor | None  # [S] float32, None when no row uses it
     top_kp: TopKP | None
+    filters: torch.Tensor  # [3, S] float64: min_p (0 = off), top_k (vocab_size or more = off), top_p (1 = off)
     penalties: ops.PenaltyTensors | None
     logprobs: LogprobRows | None
     h2d_bytes: int  # size of the step's one host-to-device copy
@@ -142,6 +147,9 @@ class SamplingBatch:
             host["sample_rows"] = srows.astype(np.int64)
         if (min_p[srows] > 0).any():
             host["min_p"] = min_p[srows].astype(np.float32)
+        # the kernel's: every filter of every sampled row in one array, so it has one specialisation
+        host["filters"] = np.stack([min_p[srows], np.where(top_k[srows] > 0, top_k[srows], np.inf),
+                                    top_p[srows]]).reshape(-1)
         # top-k / top-p rows, as positions within the sampled subset
         k_s, p_s = top_k[srows], top_p[srows]
         kp_pos = np.flatnonzero((k_s > 0) | (p_s < 1))
@@ -151,6 +159,7 @@ class SamplingBatch:
             host["kp_k"] = np.where(k_s[kp_pos] > 0, np.minimum(k_s[kp_pos], off), off).astype(np.int64)
             if (p_s[kp_pos] < 1).any():
                 host["kp_p"] = p_s[kp_pos]
+
         pen_rows = np.flatnonzero((rep != 1) | (freq != 0) | (pres != 0))
         if pen_rows.size:
             host.update(_penalty_arrays(pen_rows, rep, freq, pres, histories))
@@ -174,13 +183,14 @@ class SamplingBatch:
             counts = [lp_counts[i] for i in lp_rows]
             logprobs = LogprobRows(dev["lp_rows"], dev["lp_temperature"], lp_rows, counts, max(counts))
         return cls(b, device, dev.get("sample_rows"), s, dev["temperature"], dev["uniforms"],
-                   dev.get("min_p"), top_kp, penalties, logprobs, h2d_bytes)
+                   dev.get("min_p"), top_kp, dev["filters"].view(3, s), penalties, logprobs, h2d_bytes)
 
     @classmethod
     def greedy(cls, num_rows: int, device: torch.device | str) -> SamplingBatch:
         """The batch of ``num_rows`` plain greedy rows (see ``plain_greedy``): nothing to send."""
         empty = torch.zeros(0, device=device)
-        return cls(num_rows, torch.device(device), None, 0, empty, empty, None, None, None, None, 0)
+        return cls(num_rows, torch.device(device), None, 0, empty, empty, None, None, empty.view(3, 0).double(), None,
+                   None, 0)
 
     @property
     def all_greedy(self) -> bool:
@@ -238,12 +248,20 @@ class SampleOutput:
 
 
 class Sampler:
-    """Stateless apart from configuration; see the module docstring for semantics."""
+    """Stateless apart from configuration; see the module docstring for semantics. ``backend``:
+    who draws the sampled rows: "torch", "triton" (on the CPU too, under TRITON_INTERPRET=1) or
+    "auto" (triton on CUDA)."""
 
-    def __init__(self, logprobs_mode: str = "raw") -> None:
+    def __init__(self, logprobs_mode: str = "raw", backend: str = "auto") -> None:
         if logprobs_mode not in ("raw", "processed"):
             raise ValueError(f"logprobs_mode must be 'raw' or 'processed', got {logprobs_mode!r}")
+        if backend not in ("auto", "torch", "triton"):
+            raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
         self.logprobs_mode = logprobs_mode
+        self.backend = backend
+
+    def _kernel(self, logits: torch.Tensor) -> bool:
+        return self.backend == "triton" or (self.backend == "auto" and logits.is_cuda)
 
     def sample(self, logits: torch.Tensor, batch: SamplingBatch) -> SampleOutput:
         """``logits`` [B, V] (any float dtype) on ``batch.device``; never modified."""
@@ -271,6 +289,11 @@ class Sampler:
         if batch.all_greedy:
             return ops.checked_argmax(logits)
         rows = batch.sample_rows
+        if self._kernel(logits):
+            from runtime.executor.kernels.sampling import sample_rows  # (Triton: imported when used)
+
+            drawn, bad = sample_rows(logits, rows, batch.temperature, batch.uniforms, batch.filters)
+            return self._with_greedy(logits, rows, drawn, bad)
         x = logits if rows is None else logits.index_select(0, rows)
         # float32 by type promotion (one kernel for bf16 logits); a new tensor: safe to modify
         x = x / batch.temperature[:, None]
@@ -286,7 +309,12 @@ class Sampler:
             thr = (thr.clone() if thr is not None else torch.zeros_like(w[:, 0])).index_copy_(0, kp.rows, new)
         if thr is not None:
             w.masked_fill_(w < thr[:, None], 0.0)
-        drawn = ops.inverse_cdf(w, batch.uniforms)
+        return self._with_greedy(logits, rows, ops.inverse_cdf(w, batch.uniforms), bad)
+
+    @staticmethod
+    def _with_greedy(logits: torch.Tensor, rows: torch.Tensor | None, drawn: torch.Tensor,
+                     bad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The sampled rows' draws among the greedy rows' argmax (``rows`` None: every row sampled)."""
         if rows is None:
             return drawn, bad
         ids, bad_all = ops.checked_argmax(logits)

@@ -41,22 +41,28 @@ class PenaltyTensors:
 def apply_penalties(logits: torch.Tensor, pen: PenaltyTensors) -> torch.Tensor:
     """vLLM semantics: repetition over prompt + output, then frequency and presence over output.
 
-    Returns a new float32 tensor; ``logits`` is left untouched (raw logprobs read it later).
+    Returns a new float32 tensor; ``logits`` is left untouched (raw logprobs read it later). Only
+    the logits of tokens in a history change, so only those are computed: gathered at the
+    (row, token) pairs, penalised, written back (a pair met twice writes the same value twice).
+    The counts are the one [R, V] buffer, zeroed, filled by the output pairs.
     """
     out = logits.float()
     if out is logits:
         out = out.clone()
-    x = out.index_select(0, pen.rows)
-    counts = torch.zeros_like(x)
-    ones = torch.ones(pen.out_tokens.shape[0], dtype=x.dtype, device=x.device)
+    v = out.shape[1]
+    counts = torch.zeros((pen.rows.shape[0], v), dtype=out.dtype, device=out.device)
+    ones = torch.ones(pen.out_tokens.shape[0], dtype=out.dtype, device=out.device)
     counts.index_put_((pen.out_rows, pen.out_tokens), ones, accumulate=True)  # integers: exact
-    if pen.any_repetition:
-        seen = counts > 0
-        seen[pen.prompt_rows, pen.prompt_tokens] = True
-        factor = torch.where(seen, pen.repetition[:, None], 1.0)
-        x = torch.where(x > 0, x / factor, x * factor)
-    x = x - pen.frequency[:, None] * counts - pen.presence[:, None] * (counts > 0)
-    out.index_copy_(0, pen.rows, x)
+    pair_rows, pair_tokens = pen.out_rows, pen.out_tokens
+    if pen.any_repetition:  # the prompt's tokens are seen too
+        pair_rows, pair_tokens = torch.cat([pair_rows, pen.prompt_rows]), torch.cat([pair_tokens, pen.prompt_tokens])
+    flat = pen.rows.index_select(0, pair_rows) * v + pair_tokens
+    x = out.view(-1).index_select(0, flat)
+    n = counts.view(-1).index_select(0, pair_rows * v + pair_tokens)
+    r = pen.repetition.index_select(0, pair_rows)
+    x = torch.where(x > 0, x / r, x * r)  # (r == 1: x itself, exactly)
+    x = x - pen.frequency.index_select(0, pair_rows) * n - pen.presence.index_select(0, pair_rows) * (n > 0)
+    out.view(-1).index_copy_(0, flat, x)
     return out
 
 

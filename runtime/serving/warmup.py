@@ -55,8 +55,10 @@ def _phases(engine: LLMEngine) -> list[list[tuple[int, SamplingParams, int]]]:
         if decodes < seqs:
             long_decode = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
             waves.append([(16, long_decode, 0)] * decodes + [(n, greedy, 2 + k) for k, n in enumerate((16, 17, 33))])
-    # every sampling path in one batch
+    # every sampling path in one batch; then the sampling kernel's other specialisations: sampled rows
+    # picked out of a batch or all of it, logits as the model gives them or penalised (float32)
     waves.append([(24, p, 0) for p in (greedy, *sampled)])
+    waves += [[(24, p, 0) for p in wave] for wave in ([greedy, sampled[0]], sampled[:2], sampled[2:])]
     return waves
 
 
