@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from traces.events import Aborted, Admitted, Arrived, Event, Finished, Header, Preempted, Rejected, Step
+from traces.events import Aborted, Admitted, Arrived, Event, Finished, Header, Preempted, Rejected, Routed, Step
 from traces.fleet_log import FleetLog, is_fleet
 from traces.log import read_log
 
@@ -193,8 +193,13 @@ def fleet_frames(fleet: FleetLog) -> LogFrames:
     """A fleet's frames: every replica's rows with a ``replica`` column; a request's ``request_id`` is
     its index at the front door (unique in the fleet), ``replica_request_id`` the replica's own id;
     steps keep their replica's numbers; the header is the fleet log's."""
-    index = {(r.replica, r.request_id): r.index for r in fleet.routes if r.request_id is not None}
-    parts = [load_frames(log) for log in fleet.replica_logs]
+    return combine_replicas(fleet.header, [load_frames(log) for log in fleet.replica_logs], fleet.routes)
+
+
+def combine_replicas(header: Header | None, parts: list[LogFrames], routes: Iterable[Routed]) -> LogFrames:
+    """The replicas' frames (``parts``, in replica order) as one fleet's (``fleet_frames``), the
+    ``Routed`` events giving each request its front-door index: a fleet's frames built in memory."""
+    index = {(r.replica, r.request_id): r.index for r in routes if r.request_id is not None}
     tables = {}
     for name in ("requests", "steps", "gaps", "rejected"):
         pieces = []
@@ -206,5 +211,5 @@ def fleet_frames(fleet: FleetLog) -> LogFrames:
                 table["request_id"] = [index.get((i, rid), -1) for rid in table["request_id"]]
             pieces.append(table)
         tables[name] = pd.concat(pieces, ignore_index=True)
-    return LogFrames(fleet.header, tables["requests"], tables["steps"], tables["gaps"], tables["rejected"],
+    return LogFrames(header, tables["requests"], tables["steps"], tables["gaps"], tables["rejected"],
                      any(p.truncated for p in parts), sum(p.dropped_bytes for p in parts))

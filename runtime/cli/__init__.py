@@ -28,6 +28,8 @@ COMMAND_MODULES = [
     "runtime.cli.serve",
     "runtime.cli.workload",
     "runtime.cli.simulate",
+    "runtime.cli.sweep",
+    "runtime.cli.search",
     "runtime.cli.replay",
     "runtime.cli.cost_model",
     "runtime.cli.profile",

@@ -119,12 +119,14 @@ def _run(args: argparse.Namespace) -> int:
         route_sink = None
         if fleet:
             route_sink = stack.enter_context(LogWriter(args.out))
-            route_sink(make_header(config, clock="sim", extra=fleet_extra(args.router, logs, args.out)))
+            route_sink(make_header(config, clock="sim", extra={**fleet_extra(args.router, logs, args.out),
+                                                               **({"point": args.point} if args.point else {})}))
         bar = stack.enter_context(tqdm(total=len(wl), unit="req", desc="simulate", disable=args.no_progress,
                                        mininterval=0.5))
         results = simulate_fleet(wl, [ReplicaSpec(c, m, w) for c, m, w in zip(configs, models, writers)],
                                  args.router, route_sink=route_sink, progress=bar,
-                                 header_extra={"cost_model": str(args.cost_model)})
+                                 header_extra={"cost_model": str(args.cost_model),
+                                               **({"point": args.point} if args.point else {})})
     wall = time.perf_counter() - t0
     result = results[0] if not fleet else SimResult(
         sum(r.num_requests for r in results), sum(r.num_steps for r in results), max(r.end_time for r in results),
@@ -161,6 +163,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="LOG", help="event log to write (.jsonl or .jsonl.gz)")
     p.add_argument("--json", metavar="PATH", help="also write config + summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--point", metavar="TEXT", help="the sweep point this run re-runs (minivllm sweep's command "
+                   "column), kept in the log's Header as extra.point")
     add_engine_args(p)
     add_fleet_args(p)
     add_workload_args(p)
