@@ -83,7 +83,7 @@ def _replica_lines(table, margin: float) -> list[str]:
         if r["error"]:
             lines.append(head + f"failed ({r['error']})")
             continue
-        text = f"{count(r['replicas_needed'])} replicas carry {r['rate_scale']:g}× ({r['offered_req_s']:,.1f} req/s)"
+        text = f"{count(r['replicas_needed'])} replica(s) carry {r['rate_scale']:g}× ({r['offered_req_s']:,.1f} req/s)"
         if margin > 0:
             text += (f"; {count(r['replicas_if_slower'])} if every step is {margin:.1f} % slower, "
                      f"{count(r['replicas_if_faster'])} if faster")
