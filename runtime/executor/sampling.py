@@ -250,7 +250,8 @@ class SampleOutput:
 class Sampler:
     """Stateless apart from configuration; see the module docstring for semantics. ``backend``:
     who draws the sampled rows: "torch", "triton" (on the CPU too, under TRITON_INTERPRET=1) or
-    "auto" (triton on CUDA)."""
+    "auto" (torch: on the H200 the sorting-free kernel is the slower one, 10.1 against 2.5 ms a step
+    at 64 rows of 151,936 logits; docs/BENCHMARKS.md)."""
 
     def __init__(self, logprobs_mode: str = "raw", backend: str = "auto") -> None:
         if logprobs_mode not in ("raw", "processed"):
@@ -261,7 +262,7 @@ class Sampler:
         self.backend = backend
 
     def _kernel(self, logits: torch.Tensor) -> bool:
-        return self.backend == "triton" or (self.backend == "auto" and logits.is_cuda)
+        return self.backend == "triton"
 
     def sample(self, logits: torch.Tensor, batch: SamplingBatch) -> SampleOutput:
         """``logits`` [B, V] (any float dtype) on ``batch.device``; never modified."""
