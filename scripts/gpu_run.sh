@@ -12,7 +12,7 @@
 #   kernel     bench decode-kernel
 #   probe      torch-profiler table of one 2048-token prefill step
 #   launch     scripts/launch_probe.py: the host's launch of a prefill step while a decode step runs, by
-#              prompt size (what holds a decode step back before a prefill; simulator/launch.py)
+#              prompt size (what holds a decode step back before a prefill; simulator/cost/launch.py)
 #   serve      the OpenAI server on Qwen3-0.6B shapes (random weights, SmolLM2's tokenizer from .gpu/tokenizer):
 #              bench serve of 800 Azure conv requests (arrivals 6x compressed), 3 s idle, a second burst;
 #              then bench live (the same 800 in process); .gpu/ holds the tokenizer and the trace slice

@@ -2,7 +2,7 @@
 
 The served engine overlaps: step k+1 is planned and launched while step k runs, and step k is
 collected after that launch. A decode step followed by a prefill step is therefore logged until the
-prefill's launch ends (simulator/launch.py). Live chunked-off logs hold such decode steps longer
+prefill's launch ends (simulator/cost/launch.py). Live chunked-off logs hold such decode steps longer
 before long prompts than a launch fitted on 2,048-token chunks says; this measures it directly.
 
 For each prompt size P: 64 requests decode; after a few decode steps one P-token prompt arrives.

@@ -15,7 +15,7 @@ from typing import Any
 
 from runtime.engine.config import EngineConfig
 from runtime.engine.types import EventSink
-from simulator.cost_model import CostModel
+from simulator.cost.cost_model import CostModel
 from simulator.fleet.executor import SYNTHETIC_TOKEN, TokenFn
 from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
 from simulator.fleet.replica import MIN_RUN, SimResult, SimulationError

@@ -11,7 +11,7 @@ from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.planning.grid import Grid
 from runtime.planning.job import SharedInputs
 from runtime.planning.sweep import Plan
-from simulator.model_base import CostModel
+from simulator.cost.model_base import CostModel
 from traces.generators import generate
 from traces.params import SamplingParams
 from traces.prompt import PromptSynthetic

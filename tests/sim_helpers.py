@@ -12,7 +12,7 @@ from pathlib import Path
 from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
 from runtime.engine.types import StepResult
-from simulator.replay import recorded_tokens  # noqa: F401  (tests import it from here)
+from simulator.replay.replay import recorded_tokens  # noqa: F401  (tests import it from here)
 from tests.helpers import SeededTokenExecutor
 from traces.events import make_header
 from traces.generators import generate

@@ -8,7 +8,7 @@ from analysis.frames import frames_from_events, load_frames
 from analysis.metrics import render_summary, summarize
 from analysis.rejected import reason_kind
 from analysis.report import comparison_table
-from simulator.model_base import CostModel
+from simulator.cost.model_base import CostModel
 from simulator.sim import simulate
 from tests.sim_helpers import small_config
 from traces.events import Rejected
@@ -115,7 +115,7 @@ def test_a_log_whose_every_request_was_refused_is_still_a_report(tmp_path, capsy
 
 
 def test_a_resimulated_log_refuses_what_the_live_one_refused(tmp_path):
-    from simulator.replay import resimulate
+    from simulator.replay.replay import resimulate
     from traces.importers.log import read_log_workload
 
     path, _ = simulated(tmp_path)

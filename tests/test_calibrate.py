@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from runtime.cli import main
-from simulator.cost_model import StepData, load_cost_model
-from simulator.intake import fit_intake_delay
+from simulator.cost.cost_model import StepData, load_cost_model
+from simulator.fitting.intake import fit_intake_delay
 
 H = Path(__file__).resolve().parent / "data" / "h200"
 CONV, CODE = H / "heldout_conv_on_0.7.jsonl.gz", H / "heldout_code_on_0.7.jsonl.gz"
@@ -65,7 +65,7 @@ def test_calibrate_warns_when_the_log_is_another_model_or_far_off(tmp_path, caps
 def test_the_front_door_service_time_is_fitted_by_resimulation():
     """A service time from the grid, the intake delay refitted with it, both kept in the model's host
     timing and in what a simulation asks of it."""
-    from simulator.intake import fit_intake_service
+    from simulator.fitting.intake import fit_intake_service
 
     model = load_cost_model("qwen3-0.6b-h200")
     out = fit_intake_service(model, [str(CONV)], grid=(0.0, 0.002), iterations=3)

@@ -11,7 +11,7 @@ import argparse
 import pytest
 
 from runtime.engine.config import EngineConfig, SchedulerConfig, default_batched_tokens
-from simulator.config_diff import config_changes, what_if
+from simulator.fidelity.config_diff import config_changes, what_if
 
 
 @pytest.mark.parametrize(("chunked", "max_model_len", "budget"),

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.cost_model import (
+from simulator.cost.cost_model import (
     FEATURES,
     MISSING_COEFFICIENT,
     CostModelError,
@@ -19,10 +19,10 @@ from simulator.cost_model import (
     shipped_cost_models,
     step_features,
 )
-from simulator.features import EXT_FEATURES, ext_features
-from simulator.model_base import CostModel
-from simulator.nnls import nnls
-from simulator.roofline import H200, QWEN3_0_6B, analytic_cost_model
+from simulator.cost.features import EXT_FEATURES, ext_features
+from simulator.cost.model_base import CostModel
+from simulator.cost.nnls import nnls
+from simulator.cost.roofline import H200, QWEN3_0_6B, analytic_cost_model
 from simulator.sim import simulate
 from tests.sim_helpers import mixed_workload, small_config
 from traces.decode_splits import DecodeSplits
@@ -224,7 +224,7 @@ def test_shipped_h200_model_is_a_fit_with_its_held_out_error():
     prefill) of two workloads plus a profile sweep; host timing and intake from the served runs."""
     assert "qwen3-0.6b-h200" in shipped_cost_models()
     m = load_cost_model("qwen3-0.6b-h200")
-    doc = json.loads((Path(__import__("simulator").__file__).parent / "cost_models" / "qwen3-0.6b-h200.json"
+    doc = json.loads((Path(__import__("simulator").__file__).parent / "cost" / "cost_models" / "qwen3-0.6b-h200.json"
                       ).read_text())
     assert doc["provenance"] == "fit" and doc["hardware"] == "NVIDIA H200" and doc["dtype"] == "bfloat16"
     assert doc["heldout"]["steps"] > 100 and 0 < doc["heldout"]["mape"] < 20  # 9.1%

@@ -11,9 +11,9 @@ import pytest
 from analysis.frames import load_frames
 from analysis.metrics import latencies
 from runtime.cli import main
-from simulator.cost_model import LinearCostModel, RecordedCostModel
-from simulator.fidelity import check, fidelity, times_of_log
-from simulator.request_times import RequestTimes
+from simulator.cost.cost_model import LinearCostModel, RecordedCostModel
+from simulator.fidelity.fidelity import check, fidelity, times_of_log
+from simulator.replay.request_times import RequestTimes
 from tests.sim_helpers import (
     VARYING_TRUTH,
     VaryingDurationExecutor,
@@ -110,7 +110,7 @@ def test_cli_prints_the_table_writes_json_and_a_plot_and_exits_on_tolerance(logs
 def test_an_overlapped_live_log_is_simulated_with_overlap(logs):
     """record_live's steps tile, as an async-scheduling engine's do: a model fitted on sequential
     steps is run overlapped there, and the report says so."""
-    from simulator.host_timing import HostTiming, fit_host_timing, log_overlaps
+    from simulator.cost.host_timing import HostTiming, fit_host_timing, log_overlaps
 
     on, _ = logs
     assert log_overlaps(on) and fit_host_timing([on]).overlap
@@ -203,7 +203,7 @@ def test_cli_by_arrival_prints_the_windows(logs, tmp_path, capsys):
 
 
 def test_by_arrival_puts_requests_that_arrive_at_once_in_one_window():
-    from simulator.fidelity import by_arrival
+    from simulator.fidelity.fidelity import by_arrival
 
     live = RequestTimes(arrival={0: 1.0, 1: 1.0}, first={0: 1.5, 1: 2.0}, admitted={0: 1.0, 1: 1.25})
     sim = RequestTimes(arrival={0: 1.0, 1: 1.0}, first={0: 1.5})  # request 1 got no first token

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from runtime.cli import main
-from simulator.cost_model import LinearCostModel, StepData, TreeCostModel, load_cost_model
-from simulator.fit import CANDIDATES, EXTRAPOLATING, fit_candidate, fit_cost_model, select_model
-from simulator.host_timing import HostData, HostTiming, fit_host_timing
-from simulator.model_base import CostModel
-from simulator.ranges import FeatureRanges, RangeTracker
+from simulator.cost.cost_model import LinearCostModel, StepData, TreeCostModel, load_cost_model
+from simulator.cost.host_timing import HostData, HostTiming, fit_host_timing
+from simulator.cost.model_base import CostModel
+from simulator.cost.ranges import FeatureRanges, RangeTracker
+from simulator.cost.trees import TreeEnsemble
+from simulator.fitting.fit import CANDIDATES, EXTRAPOLATING, fit_candidate, fit_cost_model, select_model
 from simulator.sim import simulate
-from simulator.trees import TreeEnsemble
 from tests.sim_helpers import VaryingDurationExecutor, mixed_workload, record_async_style, small_config
 from traces.events import Span, Step
 from traces.log import LogWriter, read_log
@@ -190,7 +190,7 @@ def test_ranges_warn_with_the_share_of_steps_and_time_outside():
 
 def test_the_range_tracker_simulates_as_its_model_does():
     """Its timing is its model's: an overlapped model's tracker plans ahead, with its intake delay."""
-    from simulator.host_timing import HostTiming
+    from simulator.cost.host_timing import HostTiming
 
     model = LinearCostModel({"const": 1e-3})
     model.set_host(HostTiming(intake_delay=0.002, overlap=True))
@@ -269,7 +269,7 @@ def test_the_range_tracker_of_a_padded_model_counts_its_budget_view_into_one_rep
 
 
 def test_a_weighted_log_counts_its_training_steps_that_many_times(padded_logs, tmp_path, capsys):
-    from simulator.cost_model import StepData
+    from simulator.cost.cost_model import StepData
 
     train, _ = padded_logs
     data = StepData.from_logs(train)

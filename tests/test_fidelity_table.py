@@ -1,5 +1,5 @@
-"""The fidelity table over several runs (simulator/fidelity_table.py, ``minivllm fidelity-table``),
-the intake delay fitted by re-simulation (simulator/intake.py) and decode-only training steps."""
+"""The fidelity table over several runs (simulator/fidelity/fidelity_table.py, ``minivllm fidelity-table``),
+the intake delay fitted by re-simulation (simulator/fitting/intake.py) and decode-only training steps."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import re
 
 import pytest
 
-from simulator.cost_model import LinearCostModel, RecordedCostModel, StepData
-from simulator.fidelity_table import (
+from simulator.cost.cost_model import LinearCostModel, RecordedCostModel, StepData
+from simulator.cost.host_timing import HostTiming
+from simulator.fidelity.fidelity_table import (
     kind_table,
     markdown,
     overrides_between,
@@ -22,9 +23,8 @@ from simulator.fidelity_table import (
     signs_beyond,
     within,
 )
-from simulator.fit import decode_steps, fit_cost_model
-from simulator.host_timing import HostTiming
-from simulator.intake import fit_intake_delay, live_ttft_p50, simulated_ttft_p50
+from simulator.fitting.fit import decode_steps, fit_cost_model
+from simulator.fitting.intake import fit_intake_delay, live_ttft_p50, simulated_ttft_p50
 from tests.sim_helpers import VARYING_TRUTH, record_on_off
 
 TRUTH = VARYING_TRUTH

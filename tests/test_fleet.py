@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from analysis.frames import load_frames
 from runtime.cli import main
 from runtime.engine.routers import LeastLoaded, PrefixAffinity, ReplicaLoad, RouteRequest, make_router, prefix_key
-from simulator.cost_model import LinearCostModel
+from simulator.cost.cost_model import LinearCostModel
+from simulator.cost.host_timing import HostTiming
 from simulator.fleet.fleet import Fleet, ReplicaSpec, simulate_fleet
-from simulator.host_timing import HostTiming
 from simulator.sim import simulate
 from tests.sim_helpers import mixed_workload, small_config
 from traces.events import Admitted, Routed, Step, make_header
@@ -197,8 +197,8 @@ def test_one_replica_is_the_single_engine_simulation(tmp_path):
 
 def test_a_fleet_log_resimulated_by_its_own_model_is_reproduced_exactly(tmp_path):
     """``fidelity`` of a fleet log: its requests through as many replicas and its router again."""
-    from simulator.cost_model import load_cost_model
-    from simulator.fidelity import fidelity
+    from simulator.cost.cost_model import load_cost_model
+    from simulator.fidelity.fidelity import fidelity
 
     out = tmp_path / "fleet.jsonl"
     assert main(["simulate", "tests/data/azure_conv_head200.csv", "--cost-model", "qwen3-0.6b-h200", "--replicas", "3",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cost_model import load_cost_model
-from simulator.fidelity_table import pair_row, run_row
+from simulator.cost.cost_model import load_cost_model
+from simulator.fidelity.fidelity_table import pair_row, run_row
 
 H = Path(__file__).resolve().parent / "data" / "h200"  # served runs the shipped model was not fitted on
 RUNS = ("heldout_conv_on_0.7", "heldout_conv_on_1.0", "heldout_code_on_0.7", "heldout_code_off_0.7")

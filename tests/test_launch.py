@@ -1,4 +1,4 @@
-"""The eager launch (simulator/launch.py): fitted from an overlapped engine's log, it holds back the
+"""The eager launch (simulator/cost/launch.py): fitted from an overlapped engine's log, it holds back the
 decode step before a prefill step in simulation the way the live engine's log shows."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from runtime.engine.config import CacheConfig, EngineConfig
-from simulator.cost_model import LinearCostModel, StepData
-from simulator.fit import fit_cost_model
-from simulator.host_timing import HostTiming
-from simulator.launch import fit_eager_launch, launch_pairs
-from simulator.replay import resimulate
+from simulator.cost.cost_model import LinearCostModel, StepData
+from simulator.cost.host_timing import HostTiming
+from simulator.cost.launch import fit_eager_launch, launch_pairs
+from simulator.fitting.fit import fit_cost_model
+from simulator.replay.replay import resimulate
 from simulator.sim import simulate
 from traces.events import Step
 from traces.log import read_log
@@ -101,8 +101,8 @@ def test_fitted_launch_reproduces_the_held_back_decode_steps_of_a_served_log():
 
 def test_cost_model_fit_eager_launch_flag_writes_and_reads_the_launch(tmp_path, capsys):
     from runtime.cli import main
-    from simulator.cost_model import load_cost_model
-    from simulator.ranges import track_ranges
+    from simulator.cost.cost_model import load_cost_model
+    from simulator.cost.ranges import track_ranges
 
     out = tmp_path / "m.json"
     argv = ["cost-model", "fit", str(H_LOG), "--kind", "linear-absolute", "--eager-launch", "--out", str(out)]

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from analysis.regress import regress
-from simulator.cost_model import RecordedCostModel
-from simulator.replay import resimulate
+from simulator.cost.cost_model import RecordedCostModel
+from simulator.replay.replay import resimulate
 from traces.events import SCHEMA_VERSION, Header, Step
 from traces.fold import FoldedState
 from traces.log import LogWriter, fold, read_log

@@ -12,10 +12,10 @@ import pytest
 
 from analysis.frames import load_frames
 from runtime.engine.core import EngineCore
-from simulator.cost_model import LinearCostModel, RecordedCostModel
-from simulator.execute import execute_replay
-from simulator.policy import LoggedPolicy
-from simulator.replay import resimulate, timing_replay
+from simulator.cost.cost_model import LinearCostModel, RecordedCostModel
+from simulator.replay.execute import execute_replay
+from simulator.replay.policy import LoggedPolicy
+from simulator.replay.replay import resimulate, timing_replay
 from tests.sim_helpers import VaryingDurationExecutor, mixed_workload, small_config
 from traces.events import (
     TRACE_PROMPTS_KEY,

@@ -8,7 +8,15 @@ import math
 
 import pytest
 
-from runtime.bench.profile_plan import (
+from runtime.bench.profile_shapes import FINISH_REASON, ShapeSweep, run_sweep
+from runtime.cli import main
+from runtime.cli.profile import DEFAULT_LIMITS
+from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from runtime.engine.core import EngineCore
+from runtime.engine.types import StepResult
+from simulator.cost.cost_model import FEATURES, load_cost_model
+from simulator.fitting.fit import CANDIDATES, EXTRAPOLATING
+from simulator.fitting.profile_plan import (
     DECODE_HEADROOM,
     DecodeCase,
     PrefillCase,
@@ -16,14 +24,6 @@ from runtime.bench.profile_plan import (
     sweep_plan,
     warmup_plan,
 )
-from runtime.bench.profile_shapes import FINISH_REASON, ShapeSweep, run_sweep
-from runtime.cli import main
-from runtime.cli.profile import DEFAULT_LIMITS
-from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
-from runtime.engine.core import EngineCore
-from runtime.engine.types import StepResult
-from simulator.cost_model import FEATURES, load_cost_model
-from simulator.fit import CANDIDATES, EXTRAPOLATING
 from tests.model_helpers import make_tiny, one_thread
 from traces.events import Finished, Header, Span, Step
 from traces.log import LogWriter, fold, read_log

@@ -85,7 +85,7 @@ def replay_factory():
 @pytest.mark.slow  # ~30 s for the 8 logs on an idle 2-core CPU (the recorded steps, on the model)
 @pytest.mark.parametrize("name", LOGS)
 def test_execute_replay_samples_every_recorded_token(name, replay_factory):
-    from simulator.execute import execute_replay
+    from simulator.replay.execute import execute_replay
 
     events = list(read_log(golden(name)))
     report = execute_replay(events, replay_factory)
@@ -96,8 +96,8 @@ def test_execute_replay_samples_every_recorded_token(name, replay_factory):
 
 @pytest.mark.parametrize("name", LOGS)
 def test_resimulation_with_the_recorded_durations_makes_the_recorded_decisions(name, tmp_path):
-    from simulator.cost_model import RecordedCostModel
-    from simulator.replay import recorded_tokens, resimulate
+    from simulator.cost.cost_model import RecordedCostModel
+    from simulator.replay.replay import recorded_tokens, resimulate
 
     path = golden(name)
     resim = tmp_path / "resim.jsonl"
@@ -113,8 +113,8 @@ def test_resimulation_with_the_recorded_durations_makes_the_recorded_decisions(n
 
 @pytest.mark.parametrize("name", LOGS)
 def test_timing_replay_with_the_recorded_durations_is_exact(name):
-    from simulator.cost_model import RecordedCostModel
-    from simulator.replay import timing_replay
+    from simulator.cost.cost_model import RecordedCostModel
+    from simulator.replay.replay import timing_replay
 
     path = golden(name)
     s = timing_replay(path, RecordedCostModel.from_log(path)).summary

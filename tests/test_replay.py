@@ -7,10 +7,10 @@ import math
 import pytest
 
 from runtime.engine.types import StepResult
-from simulator.cost_model import LinearCostModel, RecordedCostModel
-from simulator.execute import execute_replay, render_execute_report
-from simulator.policy import LoggedPolicy
-from simulator.replay import render_by_kind, render_timing_replay, resimulate, timing_replay
+from simulator.cost.cost_model import LinearCostModel, RecordedCostModel
+from simulator.replay.execute import execute_replay, render_execute_report
+from simulator.replay.policy import LoggedPolicy
+from simulator.replay.replay import render_by_kind, render_timing_replay, resimulate, timing_replay
 from simulator.sim import simulate
 from tests.helpers import SeededTokenExecutor
 from tests.sim_helpers import VaryingDurationExecutor, mixed_workload, record_live, small_config

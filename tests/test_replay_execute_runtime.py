@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 def test_llm_log_replays_token_for_token_on_the_model_runner(tmp_path):
     from runtime.executor.setup import replay_executor_factory
     from runtime.serving.llm import LLM
-    from simulator.execute import execute_replay
+    from simulator.replay.execute import execute_replay
     from tests.model_helpers import tiny_hf_model
     from traces.events import Preempted, Step
     from traces.log import read_log
@@ -46,8 +46,8 @@ def test_llm_log_replays_token_for_token_on_the_model_runner(tmp_path):
     assert main(["replay", str(log), "--execute", "--device", "cpu", "--no-progress"]) == 0
 
     # the live log re-simulated with its own durations, gaps and tokens: the same decisions
-    from simulator.cost_model import RecordedCostModel
-    from simulator.replay import resimulate
+    from simulator.cost.cost_model import RecordedCostModel
+    from simulator.replay.replay import resimulate
     from tests.sim_helpers import recorded_tokens
     from traces.events import Admitted, Finished
 

@@ -286,7 +286,7 @@ def check_replay(server: Server) -> None:
     """The recorded batches, run again one at a time (sequentially, no overlap), give the tokens the
     overlapped server logged: no placeholder read a wrong row after an abort."""
     from runtime.executor.setup import replay_executor_factory
-    from simulator.execute import execute_replay, render_execute_report
+    from simulator.replay.execute import execute_replay, render_execute_report
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model: OpenMP barriers against a loaded CPU cost 10x

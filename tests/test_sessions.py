@@ -8,9 +8,9 @@ import msgspec
 import pytest
 
 from runtime.cli import main
-from simulator.cost_model import LinearCostModel
+from simulator.cost.cost_model import LinearCostModel
+from simulator.cost.host_timing import HostTiming
 from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
-from simulator.host_timing import HostTiming
 from simulator.sim import simulate
 from tests.sim_helpers import small_config
 from traces.events import Admitted, Arrived, Finished, Rejected

@@ -5,8 +5,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from simulator.cost_model import CostModelError, LinearCostModel, RecordedCostModel
-from simulator.replay import resimulate
+from simulator.cost.cost_model import CostModelError, LinearCostModel, RecordedCostModel
+from simulator.replay.replay import resimulate
 from simulator.sim import SYNTHETIC_TOKEN, simulate
 from tests.helpers import SeededTokenExecutor
 from tests.sim_helpers import VaryingDurationExecutor, mixed_workload, record_live, small_config

@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runtime.engine.core import EngineCore
-from simulator.cost_model import LinearCostModel, load_cost_model
-from simulator.host_timing import HostTiming
-from simulator.ranges import track_ranges
+from simulator.cost.cost_model import LinearCostModel, load_cost_model
+from simulator.cost.host_timing import HostTiming
+from simulator.cost.ranges import track_ranges
 from simulator.sim import simulate
 from tests.sim_helpers import mixed_workload, small_config
 from traces.decode_splits import DecodeSplits

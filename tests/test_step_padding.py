@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from simulator.cost_model import LinearCostModel, StepData, load_cost_model
-from simulator.features import EXT_FEATURES, FEATURES, ext_features, step_features
-from simulator.fit import fit_candidate
+from simulator.cost.cost_model import LinearCostModel, StepData, load_cost_model
+from simulator.cost.features import EXT_FEATURES, FEATURES, ext_features, step_features
+from simulator.cost.model_base import CostModelError, for_step_budget
+from simulator.fitting.fit import fit_candidate
 from simulator.fleet.fleet import Fleet, ReplicaSpec
-from simulator.model_base import CostModelError, for_step_budget
 from simulator.sim import simulate
 from tests.sim_helpers import mixed_workload, small_config
 from traces.events import Header, Span, make_header
@@ -187,7 +187,7 @@ def test_the_simulated_log_carries_the_padding_cost(tmp_path):
 def test_the_padding_cost_is_found_within_logs_whatever_their_levels(tmp_path):
     """Two logs whose steps cost the same but for a per-step level (another machine's const): the
     within-log estimate still finds the padded tokens' cost, and the fit takes it as given."""
-    from simulator.padding_cost import padding_cost
+    from simulator.cost.padding_cost import padding_cost
 
     logs = []
     for name, const, budget in (("a.jsonl", 0.004, 256), ("b.jsonl", 0.009, 512)):

@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.trees import LEAF, Tree, TreeEnsemble
+from simulator.cost.trees import LEAF, Tree, TreeEnsemble
 
 
 def random_tree(rng: random.Random, n_features: int, depth: int) -> Tree:
@@ -60,8 +60,8 @@ def test_the_memo_is_bounded():
 def test_a_tree_models_step_time_is_the_walk(seed):
     """TreeCostModel names a decode-only step's cell by its span count, context sum and longest
     context alone, and adds its linear part's terms left to right."""
-    from simulator.features import EXT_FEATURES, ext_features
-    from simulator.tree_model import TreeCostModel
+    from simulator.cost.features import EXT_FEATURES, ext_features
+    from simulator.cost.tree_model import TreeCostModel
     from traces.decode_splits import DecodeSplits
     from traces.events import Span
 
@@ -95,10 +95,10 @@ def test_a_run_of_decode_durations_is_step_time_step_by_step(seed, n, count, spl
     """decode_durations (the simulator's runs of decode steps), the tree model's own loop and the
     linear model's (TimedModel's), gives each step's step_time bit for bit, and stops before the
     first step that ends at or after ``due``."""
-    from simulator.cost_model import LinearCostModel
-    from simulator.features import EXT_FEATURES
-    from simulator.host_timing import HostTiming
-    from simulator.tree_model import TreeCostModel
+    from simulator.cost.cost_model import LinearCostModel
+    from simulator.cost.features import EXT_FEATURES
+    from simulator.cost.host_timing import HostTiming
+    from simulator.cost.tree_model import TreeCostModel
     from traces.decode_splits import DecodeSplits
     from traces.events import Span
 
@@ -128,9 +128,9 @@ def test_a_tree_file_from_before_a_feature_was_added_loads_by_feature_name(tmp_p
     index 7 then) still splits on ``tokens``."""
     import json
 
-    from simulator.cost_model import load_cost_model
-    from simulator.features import EXT_FEATURES
-    from simulator.tree_model import TreeCostModel
+    from simulator.cost.cost_model import load_cost_model
+    from simulator.cost.features import EXT_FEATURES
+    from simulator.cost.tree_model import TreeCostModel
     from traces.events import Span
 
     before = [f for f in EXT_FEATURES if f != "longest_program"]

@@ -1,4 +1,4 @@
-"""Drive the real engine through a sweep plan (runtime/bench/profile_plan.py) and log every step.
+"""Drive the real engine through a sweep plan (simulator/fitting/profile_plan.py) and log every step.
 
 Nothing is invented: each case is a workload (random-token prompts, greedy, ``ignore_eos``) added
 to a real ``EngineCore`` and stepped with the real executor, so the Step events — spans from the
@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from runtime.bench.profile_plan import Case, DecodeCase, PrefillCase, SweepLimits, longest_request, plan_summary
 from runtime.engine.core import EngineCore
 from runtime.engine.request import Request
 from runtime.engine.types import Executor, StepOutput
+from simulator.fitting.profile_plan import Case, DecodeCase, PrefillCase, SweepLimits, longest_request, plan_summary
 from traces.log import LogWriter
 from traces.params import SamplingParams
 from traces.prompt import PromptSynthetic

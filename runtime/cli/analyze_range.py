@@ -3,7 +3,7 @@
 ``simulate`` prints that warning when it finishes; the log it wrote names the cost model
 (``extra.cost_model`` of its Header) but not the result. So analyze loads the model named there
 (its ranges as the file has them now), counts the log's steps above any of them
-(simulator/ranges.py: the quantities come from the steps' columns, analysis/frames.py) and words
+(simulator/cost/ranges.py: the quantities come from the steps' columns, analysis/frames.py) and words
 the warning as the simulator does. A live log, or one whose cost model is not found here, has none.
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.frames import LogFrames
-from simulator.ranges import FeatureRanges, RangeReport
+from simulator.cost.ranges import FeatureRanges, RangeReport
 from traces.events import Header
 
-# quantity of simulator/ranges.py -> its column of LogFrames.steps
+# quantity of simulator/cost/ranges.py -> its column of LogFrames.steps
 COLUMNS = {"prefill_tokens": "prefill_tokens", "max_chunk": "max_chunk", "tokens": "num_tokens",
            "decode_seqs": "decode_seqs", "decode_context": "decode_context", "seqs": "num_spans",
            "prefill_attention": "prefill_attention"}
@@ -24,7 +24,7 @@ COLUMNS = {"prefill_tokens": "prefill_tokens", "max_chunk": "max_chunk", "tokens
 def model_ranges(header: Header | None) -> tuple[FeatureRanges | None, str | None]:
     """The profiled ranges of the cost model a simulated log names, or a note why there are none
     to check (None: nothing to say, e.g. a live log or a model without ranges)."""
-    from simulator.cost_model import load_cost_model
+    from simulator.cost.cost_model import load_cost_model
 
     spec = header.extra.get("cost_model") if header is not None and header.clock == "sim" else None
     if not isinstance(spec, str) or spec.startswith("recorded"):

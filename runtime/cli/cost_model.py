@@ -1,6 +1,6 @@
 """``minivllm cost-model {fit,eval,analytic}``: step-time models from logs.
 
-fit: every candidate (simulator/fit.py: linear on relative or absolute errors, boosted trees, a
+fit: every candidate (simulator/fitting/fit.py: linear on relative or absolute errors, boosted trees, a
 random forest, linear + boosted residual) is fitted on the Step events of LOG...; each one's error
 is measured on ``--holdout`` logs, or, without them, on every 5th step held out of the fit; the
 lowest held-out MAPE + |total-time error| among those with a linear part is kept (``--kind``
@@ -19,7 +19,7 @@ from runtime.cli.checks import Bounded
 from runtime.cli.errors import CLIError
 from runtime.cli.workload import require_file
 
-# simulator.fit's candidates, listed here so `--help` does not import scikit-learn
+# simulator.fitting.fit's candidates, listed here so `--help` does not import scikit-learn
 CANDIDATES = ("linear-relative", "linear-absolute", "gbm", "forest", "linear+gbm")
 
 
@@ -29,11 +29,11 @@ def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every
              command: str | None = None, calibrate_on: list[str] | None = None,
              decode_steps_of: list[str] | None = None, eager_launch: bool = False,
              weights: dict[str, int] | None = None):
-    """Fit a cost model on ``logs`` (simulator.fit.fit_cost_model); its error on ``holdout`` logs,
+    """Fit a cost model on ``logs`` (simulator.fitting.fit.fit_cost_model); its error on ``holdout`` logs,
     or on every ``holdout_every``-th step held out of the fit, goes to ``meta["heldout"]``.
     ``weighting`` (relative | absolute) is the older way to ask for one linear fit."""
-    from simulator.fit import fit_cost_model
-    from simulator.model_base import CostModelError
+    from simulator.cost.model_base import CostModelError
+    from simulator.fitting.fit import fit_cost_model
     from traces.log import read_header
 
     if weighting is not None:
@@ -60,7 +60,7 @@ def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every
 
 
 def print_fit(model, out: str) -> None:
-    from simulator.fit import EXTRAPOLATING
+    from simulator.fitting.fit import EXTRAPOLATING
 
     t, h = model.meta["training"], model.meta["heldout"]
     selection = model.meta.get("selection", {})
@@ -139,7 +139,7 @@ def _fit(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from simulator.cost_model import StepData
+    from simulator.cost.cost_model import StepData
 
     for path in args.logs:
         require_file(path, "log")
@@ -155,7 +155,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from simulator.fit import calibrate
+    from simulator.fitting.fit import calibrate
 
     for path in args.logs:
         require_file(path, "log")
@@ -167,7 +167,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError) as e:  # CostModelError, a log that can't be re-simulated
         raise CLIError(str(e)) from None
     if args.door_service:
-        from simulator.intake import fit_intake_service
+        from simulator.fitting.intake import fit_intake_service
 
         cal["door"] = fit_intake_service(model, args.logs)
         if cal["door"]:
@@ -199,7 +199,7 @@ def _warn_mismatch(model, logs: list[str], factor: float) -> None:
 
 
 def _analytic(args: argparse.Namespace) -> int:
-    from simulator.roofline import PRESETS, analytic_cost_model
+    from simulator.cost.roofline import PRESETS, analytic_cost_model
 
     if args.preset not in PRESETS:
         raise CLIError(f"unknown preset {args.preset!r}; known: {', '.join(PRESETS)}")
@@ -233,8 +233,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--eager-launch", action="store_true",
                    help="with overlapped logs: also fit the host time to launch a step that carries prefill, which "
                         "holds back the step before it; the step model then leaves out the steps a launch moves "
-                        "(simulator/launch.py; on the H200 logs of docs/BENCHMARKS.md it fixes the TTFT p50 bias by "
-                        "load but not the cell count on an unseen machine) (default: off)")
+                        "(simulator/cost/launch.py; on the H200 logs of docs/BENCHMARKS.md it fixes the TTFT p50 "
+                        "bias by load but not the cell count on an unseen machine) (default: off)")
     f.add_argument("--weight", action="append", metavar="LOG=N",
                    help="count the training steps of LOG (one of the fitted logs) N times: a profile sweep's few "
                         "steps of every shape against many live ones; its held-out steps count once (repeatable) "

@@ -48,7 +48,7 @@ def render(report: dict) -> str:
     lines.append(f"makespan: live {ms['live_s']:,.2f} s, sim {ms['sim_s']:,.2f} s ({_pct(ms['error_pct'])}); "
                  f"steps: live {st['live']:,}, sim {st['sim']:,} ({_pct(st['error_pct'])})")
     if "replay" in report:
-        from simulator.replay import render_by_kind
+        from simulator.replay.replay import render_by_kind
 
         r = report["replay"]
         lines.append(f"timing-replay (live decisions re-timed): per-step MAPE {r['step_mape']:.1f}%, total step time "
@@ -140,7 +140,7 @@ def plot_cdfs(dists: dict, path: Path, title: str) -> Path:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from simulator.fidelity import check, fidelity
+    from simulator.fidelity.fidelity import check, fidelity
 
     require_file(args.log, "log")
     if args.what_if_live:

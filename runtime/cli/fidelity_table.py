@@ -8,7 +8,7 @@ each row (``fidelity`` adapts its overlap to the log). Prints the markdown table
 adds, per run, each metric's elasticity to the step time and the step-time error its error amounts to.
 ``--repeat A_LOG:B_LOG`` (two live runs of one config; repeatable) measures the run-to-run spread per
 metric (the largest over the repeats) and counts, beside every sign, those of live differences beyond it.
-The rows come from simulator/fidelity_table.py.
+The rows come from simulator/fidelity/fidelity_table.py.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _split(flag: str, spec: str, shape: str) -> list[str]:
 
 
 def _print_tables(rows: list[dict], spread: dict | None, sensitivity: float | None) -> None:
-    from simulator.fidelity_table import kind_table, markdown, sensitivity_table, sign_table, signs_beyond
+    from simulator.fidelity.fidelity_table import kind_table, markdown, sensitivity_table, sign_table, signs_beyond
 
     print(markdown(rows))
     if any(r["kind"] == "run" for r in rows):
@@ -69,7 +69,7 @@ def _print_tables(rows: list[dict], spread: dict | None, sensitivity: float | No
 
 
 def _run(args: argparse.Namespace) -> int:
-    from simulator.fidelity_table import pair_row, repeat_spread, run_row
+    from simulator.fidelity.fidelity_table import pair_row, repeat_spread, run_row
 
     runs = [_split("--run", spec, "ROLE:LOG") for spec in args.run]
     pairs = [_split("--pair", spec, "ROLE:ON_LOG:OFF_LOG") for spec in args.pair]

@@ -64,7 +64,7 @@ def slo_arg(text: str | None, flag: str = "--slo"):
 def _base_config(args: argparse.Namespace, wl, identity: str):
     """``simulate``'s base: a log's own config, else the engine defaults with room for the workload."""
     from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
-    from simulator.replay import log_config
+    from simulator.replay.replay import log_config
     from traces.formats import detect_format
 
     if args.workload_format == "log" or (args.workload_format == "auto" and detect_format(args.workload) == "log"):

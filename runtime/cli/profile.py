@@ -4,7 +4,7 @@
     minivllm profile --model random:qwen3-0.6b --device cuda --dtype bfloat16 --out p.jsonl --fit m.json
     minivllm profile --for data/traces/AzureLLMInferenceTrace_code.csv --fit m.json   # sized to a workload
 
-The sweep (runtime/bench/profile_plan.py) covers the cost model's features: pure prefill chunks,
+The sweep (simulator/fitting/profile_plan.py) covers the cost model's features: pure prefill chunks,
 chunks on cached context, decode at batch sizes × contexts, decode + prefill mixed. A short
 unlogged warm-up runs first. With ``--fit`` the log is fitted at once (every Nth step held out).
 """
@@ -80,11 +80,11 @@ def _quiet_wait(args: argparse.Namespace) -> float:
 
 def _engine(args: argparse.Namespace):
     """The engine to profile, and the sweep limits for it (device defaults unless given)."""
-    from runtime.bench.profile_plan import DECODE_HEADROOM, derive_limits
     from runtime.engine.config import ConfigError, default_batched_tokens
     from runtime.executor.model.loader import load_model
     from runtime.executor.model.spec import ModelLoadError
     from runtime.executor.setup import build_engine
+    from simulator.fitting.profile_plan import DECODE_HEADROOM, derive_limits
 
     opts = engine_options(args)
     announce_load(args.model)
@@ -126,8 +126,8 @@ def _engine(args: argparse.Namespace):
 
 
 def _fit(args: argparse.Namespace, result, plan) -> None:
-    from runtime.bench.profile_plan import plan_summary
     from runtime.cli.cost_model import fit_logs, print_fit
+    from simulator.fitting.profile_plan import plan_summary
     from traces.log import read_header
 
     model = fit_logs([args.out], holdout_every=args.holdout_every, command=command_line(args.profile_parser, args))
@@ -141,8 +141,8 @@ def _fit(args: argparse.Namespace, result, plan) -> None:
 
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    from runtime.bench.profile_plan import plan_summary, sweep_plan, warmup_plan
     from runtime.bench.profile_shapes import profile
+    from simulator.fitting.profile_plan import plan_summary, sweep_plan, warmup_plan
 
     parts, limits = _engine(args)
     runner = parts.runner

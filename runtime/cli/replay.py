@@ -18,7 +18,7 @@ from runtime.cli.workload import require_file
 
 
 def _timing(args: argparse.Namespace) -> int:
-    from simulator.replay import render_timing_replay, timing_replay
+    from simulator.replay.replay import render_timing_replay, timing_replay
 
     model = cost_models.load(args.cost_model, log=args.log)
     report = timing_replay(args.log, model)
@@ -51,7 +51,7 @@ def _execute(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from runtime.executor.setup import replay_executor_factory
-    from simulator.execute import execute_replay, render_execute_report
+    from simulator.replay.execute import execute_replay, render_execute_report
     from traces.log import read_header
 
     header = read_header(args.log)

@@ -191,10 +191,6 @@ def _engine_thread(args: argparse.Namespace, options: dict):
     return engine, llm_engine.tokenizer, close
 
 
-def _stop(signum: int, frame) -> None:
-    raise SystemExit(0)
-
-
 def resolve_model(args: argparse.Namespace) -> str | None:
     """The model: MODEL or --model (vLLM takes either); both is an error."""
     if args.model_arg is not None and args.model is not None:
@@ -210,10 +206,9 @@ def run(args: argparse.Namespace) -> int:
 
     args.model = resolve_model(args)
     sock = bind(args.host, args.port)  # before the model loads: a taken port is an error at once
-    # SIGTERM is a request to stop: uvicorn shuts down gracefully, then raises the signal again
-    # under the handler it found, this one, so the engine is stopped (its log closed) below
-    signal.signal(signal.SIGTERM, _stop)
     died = EngineDeath()
+    signal.signal(signal.SIGTERM, died.told_to_stop)
+    signal.signal(signal.SIGINT, died.told_to_stop)
     try:
         app, engine, close = build_app(args, on_dead=died)
     except BaseException:
@@ -233,13 +228,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         if not died.reason:
             server.run(sockets=[sock])  # as uvicorn.run, on the socket bound above
-    except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down; so does the engine, below
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C or SIGTERM: uvicorn has shut down; so does the engine, below
         pass
     finally:
         close()
         sock.close()
-    if died.reason:
+    if died.reason and not died.stopping:  # (an engine that ends with a Ctrl-C to the process group is no death)
         return ENGINE_DIED_STATUS
+    if died.stopping == signal.SIGINT:
+        return 130
     return 0 if server.started else 3  # 3: uvicorn's exit status for a server that never started
 
 
@@ -249,10 +246,17 @@ class EngineDeath:
 
     def __init__(self) -> None:
         self.reason: str | None = None
+        self.stopping: int | None = None  # the signal that asked the server to stop
         self._server = None
 
+    def told_to_stop(self, signum: int, frame) -> None:
+        """SIGINT or SIGTERM: stop serving (uvicorn shuts down gracefully, then raises the signal again
+        under the handler it found, this one, so the engine is stopped, its log closed)."""
+        self.stopping = signum
+        raise KeyboardInterrupt if signum == signal.SIGINT else SystemExit(0)
+
     def __call__(self, reason: str) -> None:
-        if self.reason is not None:  # (each replica of a data-parallel server reports its own)
+        if self.reason is not None or self.stopping:  # (each replica of a data-parallel server reports its own)
             return
         self.reason = reason
         print(f"minivllm: {reason}; shutting down (exit status {ENGINE_DIED_STATUS}) so a supervisor can start "

@@ -48,7 +48,7 @@ def engine_config(args: argparse.Namespace, workload, base=None, model_identity:
 
 def print_config_changes(base, config, what: str) -> list[str]:
     """Every field ``config`` changes from ``base`` (the A/B states its difference)."""
-    from simulator.config_diff import config_changes
+    from simulator.fidelity.config_diff import config_changes
 
     lines = config_changes(base, config)
     if lines:
@@ -81,7 +81,7 @@ def _run(args: argparse.Namespace) -> int:
     from analysis.metrics import render_summary, summarize
     from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
     from simulator.fleet.replica import SimResult
-    from simulator.replay import log_config
+    from simulator.replay.replay import log_config
     from traces.events import make_header
     from traces.fleet_log import fleet_extra, replica_log_path
     from traces.formats import detect_format
@@ -97,7 +97,7 @@ def _run(args: argparse.Namespace) -> int:
             base = None  # a saved workload carries no engine config
     wl = workload_from_args(args, args.workload, seed=config_options(args).get("seed", 0))
     require_requests(wl, args, args.workload)
-    from simulator.ranges import track_ranges
+    from simulator.cost.ranges import track_ranges
 
     cost_model = cost_models.load(args.cost_model, log=args.workload if is_log else None)
     identity = getattr(cost_model, "meta", {}).get("model_identity", "")

@@ -134,7 +134,7 @@ def replay_executor_factory(model: str | None = None, **runner_options: Any) -> 
     """A factory building the real ModelRunner as the recording did: the log's model (unless
     ``model`` says otherwise), dtype (unless given), KV geometry, budget and seed; other
     ``RunnerConfig`` fields from ``runner_options``. ``minivllm replay --execute`` hands it to
-    ``simulator.execute.execute_replay``."""
+    ``simulator.replay.execute.execute_replay``."""
 
     def make(header: Header) -> Executor:
         sched, extra = header.config.get("scheduler", {}), header.extra

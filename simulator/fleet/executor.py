@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 
 from runtime.engine.request import Request
 from runtime.engine.types import KnownStep, StepPlan, StepResult
-from simulator.engine_timing import EngineTiming
+from simulator.cost.engine_timing import EngineTiming
 
 SYNTHETIC_TOKEN = 0  # the token every simulated step samples (no eos in simulation)
 # a step's tokens without a token_fn: this one list for every sampling span (read, never changed)

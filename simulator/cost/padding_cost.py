@@ -6,14 +6,14 @@ confounded with their levels. On the H200 fit set (one machine's served runs) th
 fit of every step gives it 0, although within each conv run a padded token costs 0.6–1.3 µs. So it
 is estimated within logs: least squares over the steps that carry prefill, one intercept per log,
 beside the features that vary among those steps. The step models then take it
-as given (LinearCostModel.fit) and the trees never split on it (simulator/fit.py).
+as given (LinearCostModel.fit) and the trees never split on it (simulator/fitting/fit.py).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from simulator.features import FEATURES, PADDED
+from simulator.cost.features import FEATURES, PADDED
 
 # what else varies among steps that carry prefill (const and prefill_step: the per-log intercepts)
 _BESIDE = [i for i, name in enumerate(FEATURES) if name not in ("const", "prefill_step", "padded_tokens")]

@@ -18,7 +18,7 @@ fitted model carries, besides its step model:
   eager_launch the host time to plan and launch a step that carries prefill (no CUDA graph: its
                kernels go one by one), ``eager_launch + eager_launch_per_token · extra tokens``
                (tokens beyond one per span); with overlap it holds back the end of the step in
-               flight (simulator/launch.py)
+               flight (simulator/cost/launch.py)
 
 ``HostData.from_log`` separates busy gaps from wakes the way RecordedCostModel does (an engine is
 idle when every request that arrived so far has finished).

@@ -24,7 +24,7 @@ A span's ``start`` is the tokens already in the KV cache, ``num_tokens`` the chu
                      model without ``step_padding``
 
 ``EXT_FEATURES`` add what a tree model splits on besides: tokens in the step, prefill spans, the
-largest chunk. They are also the quantities whose profiled range a model records (simulator/ranges.py).
+largest chunk. They are also the quantities whose profiled range a model records (simulator/cost/ranges.py).
 A saved model names its features; a file from before a feature existed loads (a linear one without
 the coefficient, a tree one with its splits mapped to the features by name). ``max_context``, this
 feature's name before models knew the split policy, is read as ``longest_program``: without

@@ -8,7 +8,7 @@ difference (sim off vs sim on) has the sign of the live one (live off vs live on
 for the makespan. ``markdown`` renders the rows; ``within`` says which goals a row misses;
 ``kind_table`` gives each run's step-time error by kind of step (decode-only, with prefill).
 ``run_row(..., sensitivity_pct=p)`` adds each metric's elasticity to the step time
-(``simulator.fidelity.sensitivity``); ``sensitivity_table`` shows it with the step-time error each
+(``simulator.fidelity.fidelity.sensitivity``); ``sensitivity_table`` shows it with the step-time error each
 run's latency errors amount to (error ÷ elasticity). ``repeat_spread(a_log, b_log)``: how far two
 live runs of one config differ per metric; a live on → off difference within that spread can
 change sign from one pair of runs to the next, so ``signs_beyond(row, spread)`` judges only the
@@ -22,9 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from simulator.config_diff import flat
-from simulator.fidelity import CHECKED, compare, fidelity, rel_error, times_of_log
-from simulator.replay import log_config
+from simulator.fidelity.config_diff import flat
+from simulator.fidelity.fidelity import CHECKED, compare, fidelity, rel_error, times_of_log
+from simulator.replay.replay import log_config
 
 COLUMNS = tuple((m, p) for m, ps in CHECKED.items() for p in ps)  # (ttft, p50), (ttft, p90), ...
 GOALS = {"run": (5.0, 2.0), "what-if": (10.0, 10.0)}  # (latency %, makespan %)

@@ -26,14 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from simulator.cost_model import LinearCostModel, StepData, TreeCostModel
-from simulator.features import FEATURES, PADDED
-from simulator.host_timing import fit_host_timing
-from simulator.intake import fit_intake_delay
-from simulator.launch import held_back_excess, launch_pairs, set_eager_launch
-from simulator.model_base import CostModelError, mape
-from simulator.ranges import FeatureRanges
-from simulator.trees import TreeEnsemble
+from simulator.cost.cost_model import LinearCostModel, StepData, TreeCostModel
+from simulator.cost.features import FEATURES, PADDED
+from simulator.cost.host_timing import fit_host_timing
+from simulator.cost.launch import held_back_excess, launch_pairs, set_eager_launch
+from simulator.cost.model_base import CostModelError, mape
+from simulator.cost.ranges import FeatureRanges
+from simulator.cost.trees import TreeEnsemble
+from simulator.fitting.intake import fit_intake_delay
 
 CANDIDATES = ("linear-relative", "linear-absolute", "gbm", "forest", "linear+gbm")
 EXTRAPOLATING = ("linear-relative", "linear-absolute", "linear+gbm")  # what auto may keep
@@ -67,7 +67,7 @@ def fit_candidate(name: str, train: StepData, meta: dict[str, Any] | None = None
     elif name in ("gbm", "forest", "linear+gbm"):
         data = train.subset(keep)
         ext, y = data.ext, data.durations
-        # the trees never split on the padding: the line carries it (simulator/padding_cost.py). Its
+        # the trees never split on the padding: the line carries it (simulator/cost/padding_cost.py). Its
         # range follows the step budget (at most 511 at 2,048, up to 2,047 at 8,192): a split learned
         # at one budget would be a cliff at another
         X = ext.copy()
@@ -132,8 +132,8 @@ def calibrate(model, logs: list[str]) -> dict[str, Any]:
     """Scale ``model`` so its total step time on ``logs`` matches theirs: the shape of the step
     cost from a profile sweep, its level from live runs (another load on a shared CPU, the live
     engine's own overheads). Host timing then comes from ``logs`` too (and the eager launch, when
-    the model has one: simulator/launch.py); where their steps overlap (gaps show no intake), the
-    intake delay is the one whose re-simulation of ``logs`` has their TTFT p50 (simulator/intake.py;
+    the model has one: simulator/cost/launch.py); where their steps overlap (gaps show no intake), the
+    intake delay is the one whose re-simulation of ``logs`` has their TTFT p50 (simulator/fitting/intake.py;
     logs whose TTFT is mostly queueing are left out, and with only those the delay stays the
     model's). Returns what it did."""
     data = StepData.from_logs(logs)
@@ -174,7 +174,7 @@ def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout
     ``decode_steps_of``: logs of which only the pure-decode steps join the training data (a
     profile whose prefill steps an engine change made stale, still covering large batches).
     ``eager_launch``: with overlapped logs, fit the host time to launch a step that carries prefill
-    too (simulator/launch.py). ``weights``: a log of ``logs`` → how many times its training steps
+    too (simulator/cost/launch.py). ``weights``: a log of ``logs`` → how many times its training steps
     count (a profile sweep's few steps against many live ones); its held-out steps count once."""
     data = StepData.from_logs(logs)
     if decode_steps_of:

@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 
 from runtime.engine.config import EngineConfig
-from simulator.config_diff import config_changes, what_if
+from simulator.cost.host_timing import log_overlaps
+from simulator.cost.ranges import track_ranges
+from simulator.fidelity.config_diff import config_changes, what_if
 from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
 from simulator.fleet.replica import SimResult
-from simulator.host_timing import log_overlaps
-from simulator.ranges import track_ranges
-from simulator.replay import log_config, resimulate, timing_replay
-from simulator.request_times import METRICS, RequestTimes, times_of_log
+from simulator.replay.replay import log_config, resimulate, timing_replay
+from simulator.replay.request_times import METRICS, RequestTimes, times_of_log
 from traces.fleet_log import FleetLog, is_fleet
 from traces.importers.log import read_log_workload
 from traces.log import read_header

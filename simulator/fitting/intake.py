@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from simulator.replay import resimulate
-from simulator.request_times import RequestTimes, times_of_log
+from simulator.replay.replay import resimulate
+from simulator.replay.request_times import RequestTimes, times_of_log
 
 
 def _ttft_p50(times: RequestTimes) -> float:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.engine.types import Executor
-from simulator.policy import LoggedPolicy
+from simulator.replay.policy import LoggedPolicy
 from traces.events import Event, Header
 from traces.log import LogError, read_log
 

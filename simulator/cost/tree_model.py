@@ -6,7 +6,7 @@ residual, which keeps the linear part's extrapolation beyond the fitted shapes (
 there) while the trees pick up what a line cannot: GEMMs padded to 16 rows on the CPU, the jump
 from a CUDA-graph decode step to an eager mixed one, a kernel's switch of tile size.
 
-Saved as JSON (``kind: "trees"``): the coefficients, the trees as arrays (simulator/trees.py), and
+Saved as JSON (``kind: "trees"``): the coefficients, the trees as arrays (simulator/cost/trees.py), and
 the parts every fitted model has (model_base.TimedModel). No pickle.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.features import (
+from simulator.cost.features import (
     EXT_FEATURES,
     FEATURE_DOC,
     FEATURES,
@@ -28,8 +28,8 @@ from simulator.features import (
     decode_ext_features,
     ext_features,
 )
-from simulator.model_base import FORMAT, CostModelError, TimedModel, prediction_errors
-from simulator.trees import TreeEnsemble
+from simulator.cost.model_base import FORMAT, CostModelError, TimedModel, prediction_errors
+from simulator.cost.trees import TreeEnsemble
 from traces.decode_splits import DecodeSplits
 from traces.events import Span
 

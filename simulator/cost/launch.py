@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.features import FEATURES
+from simulator.cost.features import FEATURES
 
 MIN_STEPS = 10  # steps followed by a prefill step needed to fit the launch
 

@@ -1,15 +1,15 @@
 """Step-time models: how long an engine step takes, from the step's shape alone.
 
 A step's shape is its spans, so any log's ``Step`` events are training data; the features are in
-simulator/features.py. A model file written before a feature existed has no coefficient for it:
+simulator/cost/features.py. A model file written before a feature existed has no coefficient for it:
 that coefficient is 0 (``MISSING_COEFFICIENT``), so such a file loads and predicts exactly what it
 did before.
 
 ``LinearCostModel`` is a non-negative least-squares fit over the features (weighting relative —
 short and long steps count alike — or absolute, which keeps the total time);
-``TreeCostModel`` (simulator/tree_model.py) adds boosted trees or a forest; which one a fit keeps
-is chosen by held-out error (simulator/fit.py). Either may carry host timing and the ranges it
-was fitted on (simulator/model_base.py). ``RecordedCostModel`` returns a log's own step durations
+``TreeCostModel`` (simulator/cost/tree_model.py) adds boosted trees or a forest; which one a fit keeps
+is chosen by held-out error (simulator/fitting/fit.py). Either may carry host timing and the ranges it
+was fitted on (simulator/cost/model_base.py). ``RecordedCostModel`` returns a log's own step durations
 (for trace-vs-live tests and zero-error timing replay). ``load_cost_model`` reads any of them.
 """
 
@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from simulator.engine_timing import EngineTiming
-from simulator.features import (
+from simulator.cost.engine_timing import EngineTiming
+from simulator.cost.features import (
     EXT_FEATURES,
     FEATURE_DOC,
     FEATURES,
@@ -33,7 +33,7 @@ from simulator.features import (
     ext_features,
     step_features,
 )
-from simulator.model_base import (
+from simulator.cost.model_base import (
     FORMAT,
     CostModel,
     CostModelError,
@@ -43,9 +43,9 @@ from simulator.model_base import (
     read_model_doc,
     total_error,
 )
-from simulator.nnls import nnls
-from simulator.padding_cost import padding_cost
-from simulator.tree_model import TreeCostModel
+from simulator.cost.nnls import nnls
+from simulator.cost.padding_cost import padding_cost
+from simulator.cost.tree_model import TreeCostModel
 from traces.decode_splits import DecodeSplits
 from traces.events import Header, Span, Step
 from traces.log import read_log
@@ -79,7 +79,7 @@ class StepData:
     extra: np.ndarray | None = None  # [steps, len(EXTRA)]: the rest of EXT_FEATURES
     decode_splits: DecodeSplits | None = None  # the logs' decode kernel split policy (their headers)
     # per step, of its log's next step when that one starts as this one ends (an overlapped engine's
-    # steps tile): its tokens beyond one per span (0: none, or a decode-only step; simulator/launch.py)
+    # steps tile): its tokens beyond one per span (0: none, or a decode-only step; simulator/cost/launch.py)
     next_extra: np.ndarray | None = None
     step_padding: StepPadding | None = None  # the first padded log's (each log's steps padded as its header says)
 
@@ -239,7 +239,7 @@ class LinearCostModel(TimedModel):
         """Non-negative least squares; ``relative`` weighting minimizes squared relative error."""
         X, y = data.features, data.durations
         keep = y > 0
-        # the padded tokens' cost comes from within logs (simulator/padding_cost.py); the rest is fitted around it
+        # the padded tokens' cost comes from within logs (simulator/cost/padding_cost.py); the rest is fitted around it
         c_pad = padding_cost(X, y, data.log_index)
         X, y = X[keep].copy(), y[keep]
         rest = y - c_pad * X[:, PADDED]
@@ -372,7 +372,7 @@ class RecordedCostModel(CostModel):
 
 
 def load_cost_model(spec: str | Path) -> CostModel:
-    """A cost model from a JSON file, ``recorded:LOG``, or a name shipped in simulator/cost_models."""
+    """A cost model from a JSON file, ``recorded:LOG``, or a name shipped in simulator/cost/cost_models."""
     spec = str(spec)
     if spec.startswith("recorded:"):
         return RecordedCostModel.from_log(spec.split(":", 1)[1])

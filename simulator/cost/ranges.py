@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from simulator.engine_timing import EngineTiming
-from simulator.features import EXT_FEATURES, decode_ext_features, ext_features
+from simulator.cost.engine_timing import EngineTiming
+from simulator.cost.features import EXT_FEATURES, decode_ext_features, ext_features
 from traces.events import Span
 
 # quantity (an EXT_FEATURES name) -> how the warning names it

@@ -1,8 +1,8 @@
 """What every fitted step-time model shares: the file format, the error, the per-step MAPE, and
-the parts besides the step model — host timing (simulator/host_timing.py) and the ranges it was
-fitted on (simulator/ranges.py).
+the parts besides the step model — host timing (simulator/cost/host_timing.py) and the ranges it was
+fitted on (simulator/cost/ranges.py).
 
-The simulator asks a model for its ``timing`` (simulator/engine_timing.py): ``step_time(step,
+The simulator asks a model for its ``timing`` (simulator/cost/engine_timing.py): ``step_time(step,
 spans)`` and, where the model has them, ``host_gap(previous_spans)`` (engine time before a step;
 None after idle), ``intake_delay`` (seconds from a request's arrival stamp until the engine sees
 it), planning ahead with a launch time, and runs of decode steps priced at once.
@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from simulator.engine_timing import EngineTiming
-from simulator.host_timing import HostTiming
-from simulator.ranges import FeatureRanges
+from simulator.cost.engine_timing import EngineTiming
+from simulator.cost.host_timing import HostTiming
+from simulator.cost.ranges import FeatureRanges
 from traces.decode_splits import DecodeSplits
 from traces.events import Span
 from traces.step_padding import StepPadding
@@ -33,7 +33,7 @@ class CostModelError(ValueError):
 
 class CostModel:
     """A step-time model: ``step_time`` prices a step from its spans; ``timing`` is everything a
-    simulation asks of the model (simulator/engine_timing.py), for an engine of a step budget. A
+    simulation asks of the model (simulator/cost/engine_timing.py), for an engine of a step budget. A
     model that times only steps need define ``step_time`` alone."""
 
     def step_time(self, step: int, spans: list[Span]) -> float:
@@ -103,7 +103,7 @@ class TimedModel(CostModel):
     @property
     def launch_time(self):
         """``f(extra_tokens) -> seconds``: the host time to plan and launch a step that carries
-        prefill, which the overlapped engine spends while the step before runs (simulator/launch.py);
+        prefill, which the overlapped engine spends while the step before runs (simulator/cost/launch.py);
         None when the model has none (steps then end when their device work does)."""
         host = self.host
         if host is None or not host.overlap or not (host.eager_launch or host.eager_launch_per_token):

@@ -8,7 +8,7 @@
 - ``resimulate(log, cost_model, config)``: the log's workload through the live scheduler again
   (simulator.sim) — with the recorded durations it reproduces the recorded decisions.
 
-Execute-replay (the recorded plans on a real executor) is in ``simulator.execute``.
+Execute-replay (the recorded plans on a real executor) is in ``simulator.replay.execute``.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 
 from runtime.engine.config import EngineConfig
-from simulator.cost_model import CostModel, mape, total_error
-from simulator.model_base import for_step_budget
-from simulator.ranges import track_ranges
+from simulator.cost.cost_model import CostModel, mape, total_error
+from simulator.cost.model_base import for_step_budget
+from simulator.cost.ranges import track_ranges
 from simulator.sim import SimResult, simulate
 from traces.events import Arrived, Event, Finished, Header, Step
 from traces.importers.log import read_log_workload

@@ -1,1 +1,0 @@
-"""Shipped step-time cost models (JSON); load them by name with simulator.cost_model.load_cost_model."""
