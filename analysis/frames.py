@@ -9,7 +9,7 @@ status (finished | aborted | unfinished), num_preemptions.
 token), decode_seqs (spans of 1 token), num_tokens, num_sampled, max_chunk (longest prefill
 chunk), decode_context (Σ start + 1 over decode spans), prefill_attention (query-key pairs of the
 prefill chunks), num_admitted, num_preempted. The last three shape columns are what a cost
-model's profiled range is stated in (simulator/ranges.py).
+model's profiled range is stated in (simulator/cost/ranges.py).
 
 ``gaps``: one row per gap between two consecutive token deliveries of a request (a delivery =
 the end of a step that sampled for it; several tokens of one span are one delivery): request_id,
