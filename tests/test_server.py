@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import httpx
 import openai
@@ -137,11 +136,13 @@ def test_queue_full_is_429(smollm2_tokenizer, mode):
         results = []
         threads = [threading.Thread(target=lambda: results.append(
             httpx.post(s.url + "/v1/completions", json=body, timeout=20).status_code)) for _ in range(4)]
-        for i, t in enumerate(threads):
+        threads[0].start()  # taken in by the (blocked) engine
+        wait_until(lambda: s.engine.state.adds_taken == 1, what="the first request taken in")
+        threads[1].start()  # fills the queue
+        wait_until(lambda: s.engine._adds_sent == 2, what="the second request queued")
+        for t in threads[2:]:
             t.start()
-            if i == 0:  # taken in by the (blocked) engine; the second then fills the queue
-                wait_until(lambda: s.engine.state.adds_taken == 1, what="the first request taken in")
-            time.sleep(0.2)
+        wait_until(lambda: s.engine.rejected_overloaded == 2, what="the other two refused")
         s.gate.set()
         for t in threads:
             t.join()

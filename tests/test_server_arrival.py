@@ -28,6 +28,8 @@ def test_logged_arrival_is_the_receive_time_not_the_pickup(smollm2_tokenizer, mo
         second = threading.Thread(target=lambda: result.setdefault("r", httpx.post(
             s.url + "/v1/completions", json={"prompt": "second", "max_tokens": 2}, timeout=30)))
         second.start()
+        wait_until(lambda: s.engine._adds_sent == 2, what="the second request received and queued")
+        queued = s.engine.now()
         time.sleep(STALL)
         s.gate.set()  # the engine picks the second request up only now
         first.join()
@@ -43,11 +45,11 @@ def test_logged_arrival_is_the_receive_time_not_the_pickup(smollm2_tokenizer, mo
         finished = {e.request_id: e.time for e in events if isinstance(e, Finished)}
         rid = max(arrived)
         # received (the HTTP layer's stamp, on the engine's clock even from another process) ...
-        assert sent <= arrived[rid] < sent + 0.2
-        assert admitted[rid] >= sent + STALL - 0.05  # ... long before the engine could look at it
+        assert sent <= arrived[rid] <= queued
+        assert admitted[rid] >= queued + STALL  # ... long before the engine could look at it
         # so the wait the client saw is in the log (a pickup stamp would make it ~0) and in the metrics
         waited = admitted[rid] - arrived[rid]
-        assert waited >= STALL - 0.25 and finished[rid] - arrived[rid] > waited
+        assert waited >= STALL and finished[rid] - arrived[rid] > waited
         metrics = httpx.get(s.url + "/metrics").text
         queue = next(line for line in metrics.splitlines() if line.startswith("vllm:request_queue_time_seconds_sum"))
         assert float(queue.rsplit(" ", 1)[1]) >= STALL - 0.25
