@@ -11,6 +11,10 @@ a chunk with a ``finish_reason``. ``time_limit`` cancels what is still running a
 
 ``run`` returns one ``RequestRecord`` per request; ``summarize`` turns them into percentiles,
 throughput and goodput under SLOs (the share of requests that meet every SLO, per second).
+
+The client must not be what it measures: every body is serialised before the clock starts, events
+are parsed with msgspec, the loop is uvloop's when installed, and ``--client-processes`` spreads
+the requests over processes (runtime/bench/serve_shards.py).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from traces.prompt import materialize
@@ -105,7 +110,19 @@ def request_bodies(workload: Workload, model: str, *, ignore_eos: bool = True, v
     return bodies
 
 
-async def _one(client, url: str, headers: dict, body: dict, record: RequestRecord, t0: float,
+_decode_event = msgspec.json.decode
+
+
+def run_loop(main) -> Any:
+    """``asyncio.run(main)``, on uvloop when it is installed (its loop and sockets are C)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
+async def _one(client, url: str, headers: dict, body: bytes, record: RequestRecord, t0: float,
                timeout: float) -> None:
     import httpx
 
@@ -119,7 +136,7 @@ async def _one(client, url: str, headers: dict, body: dict, record: RequestRecor
     last = start
     chunks = 0
     try:
-        async with client.stream("POST", url, json=body, headers=headers, timeout=timeout) as resp:
+        async with client.stream("POST", url, content=body, headers=headers, timeout=timeout) as resp:
             if resp.status_code != 200:
                 text = (await resp.aread()).decode("utf-8", "replace")
                 record.error = f"http {resp.status_code}"
@@ -133,7 +150,7 @@ async def _one(client, url: str, headers: dict, body: dict, record: RequestRecor
                 if data == "[DONE]":
                     done = True
                     break
-                event = json.loads(data)
+                event = _decode_event(data)
                 if "error" in event:
                     record.error = "stream error"
                     record.detail = json.dumps(event["error"])[:300]
@@ -164,7 +181,7 @@ async def _one(client, url: str, headers: dict, body: dict, record: RequestRecor
     except httpx.ConnectError as e:
         record.error = "connect"
         record.detail = str(e)[:300]
-    except (httpx.HTTPError, json.JSONDecodeError) as e:
+    except (httpx.HTTPError, msgspec.DecodeError) as e:
         record.error = type(e).__name__
         record.detail = str(e)[:300]
 
@@ -174,17 +191,20 @@ async def replay(base_url: str, bodies: Sequence[dict], records: list[RequestRec
     import httpx
 
     url = base_url.rstrip("/") + "/completions"
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    payloads = [msgspec.json.encode(b) for b in bodies]  # before the clock starts
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
         t0 = time.perf_counter()
 
-        async def tracked(body: dict, record: RequestRecord) -> None:
+        async def tracked(body: bytes, record: RequestRecord) -> None:
             await _one(client, url, headers, body, record, t0, timeout)
             if progress is not None:
                 progress(record)
 
-        tasks = [asyncio.ensure_future(tracked(b, r)) for b, r in zip(bodies, records)]
+        tasks = [asyncio.ensure_future(tracked(b, r)) for b, r in zip(payloads, records)]
         done, pending = await asyncio.wait(tasks, timeout=time_limit)
         for task in pending:  # past the time limit: cancelled, counted as errors ("time limit", "not sent")
             task.cancel()
@@ -211,7 +231,7 @@ def run(base_url: str, workload: Workload, model: str, *, api_key: str | None = 
     """Replay ``workload`` against ``base_url`` (``http://host:port/v1``); (records, wall seconds).
     ``time_limit``: seconds after which requests still running or unsent are cancelled."""
     bodies, records = prepare(workload, model, ignore_eos=ignore_eos, vocab=vocab, decode=decode)
-    wall = asyncio.run(replay(base_url, bodies, records, api_key, timeout, max_connections, progress, time_limit))
+    wall = run_loop(replay(base_url, bodies, records, api_key, timeout, max_connections, progress, time_limit))
     return records, wall
 
 

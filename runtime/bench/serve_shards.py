@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from runtime.bench.serve_client import RequestRecord, replay
+from runtime.bench.serve_client import RequestRecord, replay, run_loop
 
 _START_MARGIN_S = 0.2  # between "all ready" and the common start: every process is waiting by then
 
@@ -33,7 +33,7 @@ def _shard(base_url: str, bodies: Sequence[dict], records: list[RequestRecord], 
         await asyncio.sleep(max(0.0, start_epoch - time.time()))
         return await replay(base_url, bodies, records, api_key, timeout, max_connections, progress, time_limit)
 
-    wall = asyncio.run(main())
+    wall = run_loop(main())
     out.put(("records", records, wall))
 
 

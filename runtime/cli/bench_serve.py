@@ -159,12 +159,17 @@ def _serve(args: argparse.Namespace) -> int:
             server.stop()
     summary = serve_client.summarize(records, wall, slo)
     print(serve_client.render(summary))
+    gap = None
     if server is not None:
+        from runtime.bench import serve_gap
+
+        gap = serve_gap.compare(summary, serve_gap.engine_side(args.server_trace))
+        print(serve_gap.render(gap))
         print(f"server log: {args.server_trace} (minivllm analyze {args.server_trace})")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         doc = {"benchmark": "serve", "url": url, "model": model, "workload": wl.source or "synthetic",
-               "launch": args.launch, "summary": summary,
+               "launch": args.launch, "summary": summary, "engine_vs_client": gap,
                "requests": [{"arrival": r.arrival, "sent": r.sent, "prompt_tokens": r.prompt_tokens,
                              "output_tokens": r.output_tokens, "ttft": r.ttft, "e2e": r.e2e, "error": r.error}
                             for r in records]}

@@ -55,6 +55,7 @@ from runtime.serving.engine_protocol import (
 )
 from runtime.serving.engine_thread import EngineThread
 from runtime.serving.llm_engine import EngineStats, LLMEngine, OutputDelta, StepTimings, with_extra_eos
+from runtime.serving.output_queue import OutputQueue
 from runtime.serving.warmup import WarmupReport
 from traces.params import InvalidRequest, SamplingParams
 
@@ -106,7 +107,7 @@ class _Limits:
 class _Handle:
     key: int
     loop: asyncio.AbstractEventLoop
-    out: asyncio.Queue
+    out: OutputQueue
     done: bool = False  # its last item is queued, or it was cancelled: nothing more goes in
 
 
@@ -201,7 +202,7 @@ class AsyncLLMEngine:
                 raise EngineOverloaded("the engine's request queue is full; retry later")
             key = self._next_key
             self._next_key += 1
-            handle = _Handle(key, loop, asyncio.Queue(maxsize=self.output_queue_size))
+            handle = _Handle(key, loop, OutputQueue(self.output_queue_size))
             self._handles[key] = handle
             self._first_token[key] = len(prompt_token_ids)  # before it is sent: its first token may come at once
             try:
@@ -367,7 +368,7 @@ class RequestStream:
             self._finished = True
         return item
 
-    def _merge_waiting(self, first: OutputDelta, out: asyncio.Queue) -> OutputDelta:
+    def _merge_waiting(self, first: OutputDelta, out: OutputQueue) -> OutputDelta:
         deltas = [first]
         while not out.empty() and deltas[-1].finish_reason is None:
             item = out.get_nowait()

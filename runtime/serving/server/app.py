@@ -22,12 +22,12 @@ import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sse_starlette.sse import EventSourceResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runtime.serving.async_engine import AsyncLLMEngine, RequestStream
 from runtime.serving.llm_engine import OutputDelta
 from runtime.serving.server import errors
+from runtime.serving.server.event_stream import EventStream
 from runtime.serving.server.guards import ApiKeyGuard, BodyLimit
 from runtime.serving.server.metrics import ServerMetrics
 from runtime.serving.server.prompts import Prompts
@@ -228,11 +228,11 @@ def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str, *, api_k
     return app
 
 
-def _event_stream(events: Callable[[anyio.Event], AsyncIterator[str]]) -> EventSourceResponse:
+def _event_stream(events: Callable[[anyio.Event], AsyncIterator[bytes]]) -> EventStream:
     """An SSE response whose events end with an error event and [DONE] when the server stops: the
     shutdown signal comes 5 s before sse-starlette cancels a stream, so clients get a clean end."""
     shutdown = anyio.Event()
-    return EventSourceResponse(events(shutdown), ping=15, shutdown_event=shutdown, shutdown_grace_period=5)
+    return EventStream(events(shutdown), ping=15, shutdown_event=shutdown, shutdown_grace_period=5)
 
 
 def _client_gone() -> Response:

@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from runtime.serving.async_engine import AsyncLLMEngine
 from runtime.serving.llm_engine import StepTimings
+from runtime.serving.server.bulk_histogram import BulkHistogram
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120)
 # vLLM's
@@ -162,8 +163,9 @@ class ServerMetrics:
         tokens = build_1_2_5_buckets(engine.config.scheduler.max_model_len)
         self.v_ttft = vllm("time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                            _TTFT_BUCKETS)
-        self.v_itl = vllm("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                          _ITL_BUCKETS)
+        self.v_itl = BulkHistogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                                   _ITL_BUCKETS, _VLLM_LABELS, [model_name, _ENGINE_INDEX])  # one a token: in bulk
+        registry.register(self.v_itl)
         self.v_e2e = vllm("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
                           _REQUEST_BUCKETS)
         self.v_queue = vllm("request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
@@ -176,8 +178,7 @@ class ServerMetrics:
         for ttft in timings.first_token_latencies:
             self.ttft.observe(ttft)
             self.v_ttft.observe(ttft)
-        for gap in timings.token_gaps:
-            self.v_itl.observe(gap)
+        self.v_itl.observe_many(timings.token_gaps)
         for r in timings.ended:
             if r.finish_reason == "abort":
                 continue  # latency and size of completed requests only

@@ -130,6 +130,9 @@ async def sse_events(streams: Sequence[RequestStream], base: dict, prompt_tokens
     """SSE events, encoded: ``first`` chunks, one chunk per delta that carries something, usage,
     [DONE]; on a failure after the start (``shutdown`` set included), an error event then [DONE]."""
     stopper = asyncio.ensure_future(_fail_on(shutdown, streams)) if shutdown is not None else None
+    # every chunk is ``base`` plus its choice: ``base`` is encoded once, not once per token
+    head, tail = b"data: " + msgspec.json.encode(base)[:-1] + b',"choices":[', b"]}\r\n\r\n"
+    encode = msgspec.json.encode
     try:
         for chunk in first:
             yield _event(chunk)
@@ -138,7 +141,7 @@ async def sse_events(streams: Sequence[RequestStream], base: dict, prompt_tokens
             completion_tokens += len(d.token_ids)
             if not d.text and d.finish_reason is None and d.logprobs is None:
                 continue  # text held back (partial character or possible stop string): nothing to send yet
-            yield _event({**base, "choices": [choice(i, d)]})
+            yield head + encode(choice(i, d)) + tail
         if include_usage:
             yield _event({**base, "choices": [], "usage": usage(prompt_tokens, completion_tokens)})
     except Exception as exc:  # the status line is gone: say it in the stream (client disconnects aren't Exceptions)
