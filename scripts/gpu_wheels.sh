@@ -7,9 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # openai (+ distro, jiter): transformers serve's API types (scripts/gpu_hf_serve.sh); 2.x is the last line on httpx
 # (the machine has httpx; openai 3.x needs httpx2)
+# uvloop, httptools: the server's event loop and HTTP parser in C; hypothesis (+ attrs, sortedcontainers):
+# the sampling fuzz (tests/test_server_sampling_fuzz.py)
 PACKAGES=(msgspec gguf fastapi starlette uvicorn sse-starlette pydantic pydantic-core annotated-types
           typing-inspection opentelemetry-api importlib-metadata h11 anyio sniffio click openai==2.54.0 distro jiter
-          simpy)
+          simpy uvloop httptools hypothesis attrs sortedcontainers)
 mkdir -p .whl
 for py in 3.10 3.11 3.12 3.13; do
   python3 -m pip download -q --only-binary=:all: --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
