@@ -68,3 +68,50 @@ def run_checked(core: EngineCore, executor, events: list, *, now: float = 0.0, m
         if on_step is not None:
             on_step(out)
     return now
+
+
+class VerifyingExecutor(SeededTokenExecutor):
+    """``SeededTokenExecutor``'s target verifying speculative drafts as a greedy target would: the
+    drafts are accepted while each is the target's token at its position; the first that is not is
+    replaced by the target's, and after the last accepted one the target's next token follows."""
+
+    def execute(self, plan: StepPlan, requests: Mapping[int, Request]) -> StepResult:
+        self.calls += 1
+        drafts = plan.drafts or {}
+        tokens = []
+        for s in plan.spans:
+            if not s.sample:
+                continue
+            draft = drafts.get(s.request_id, [])
+            first = s.start + s.num_tokens - len(draft)  # the position the decode's own token samples
+            out = []
+            for i, d in enumerate(draft):
+                want = self.token(s.request_id, first + i)
+                out.append(want)
+                if d != want:
+                    break
+            else:
+                out.append(self.token(s.request_id, first + len(draft)))
+            tokens.append(out)
+        return StepResult(tokens, self.duration)
+
+
+class OracleDrafter:
+    """Proposes ``num_tokens`` drafts: each the target's token (of ``target``, a SeededTokenExecutor)
+    with probability ``rate`` and a wrong one otherwise, seeded by (seed, request, position)."""
+
+    def __init__(self, target: SeededTokenExecutor, num_tokens: int, rate: float, seed: int = 0) -> None:
+        self.target, self.num_tokens, self.rate, self.seed = target, num_tokens, rate, seed
+
+    def propose(self, requests, limits):
+        out = []
+        for req, n in zip(requests, limits):
+            first = len(req.token_ids)
+            draft = []
+            for i in range(n):
+                t = self.target.token(req.request_id, first + i)
+                h = hashlib.blake2b(f"{self.seed}/{req.request_id}/{first + i}".encode(), digest_size=8).digest()
+                right = int.from_bytes(h, "little") / 2**64 < self.rate
+                draft.append(t if right else (t + 1) % self.target.vocab)
+            out.append(draft)
+        return out

@@ -65,6 +65,14 @@ class BlockFreed(_BlockEvent, tag="free"):
     request_id: int
 
 
+class BlockTrimmed(_BlockEvent, tag="trim"):
+    """A request's table cut to its first ``num_blocks`` blocks: the tail blocks held only KV of
+    rejected speculative drafts (never cached); each goes back to the free list, tail first."""
+
+    request_id: int
+    num_blocks: int
+
+
 class Reserved(_BlockEvent, tag="reserve"):
     """A request's block reservation set to ``num_blocks`` (at admission)."""
 
@@ -72,7 +80,7 @@ class Reserved(_BlockEvent, tag="reserve"):
     num_blocks: int
 
 
-BlockEvent = BlockAllocated | PrefixHit | BlockCached | BlockFreed | Reserved
+BlockEvent = BlockAllocated | PrefixHit | BlockCached | BlockFreed | BlockTrimmed | Reserved
 
 
 class Span(msgspec.Struct, array_like=True, frozen=True):
@@ -130,6 +138,9 @@ class Step(_Event, tag="Step"):
     spans: list[Span]
     tokens: list[list[int]]  # per sampling span, in span order
     block_events: list[BlockEvent] = []
+    # speculative decoding: per sampling span, the drafts it verified (its span is 1 + len(drafts)
+    # tokens); its tokens are the accepted drafts and one more. Absent when no span speculated.
+    drafts: list[list[int]] = []
 
 
 class Finished(_Event, tag="Finished"):

@@ -22,6 +22,7 @@ from traces.events import (
     BlockCached,
     BlockEvent,
     BlockFreed,
+    BlockTrimmed,
     Event,
     Finished,
     Header,
@@ -31,6 +32,7 @@ from traces.events import (
     Step,
 )
 from traces.log_errors import LogError
+from traces.speculation import computed_ends
 
 __all__ = ["BlockState", "FoldedState", "fold"]
 
@@ -102,6 +104,13 @@ class FoldedState:
                     if refs[b] == 0:
                         (self.evictable if b in cached else self.free)[b] = None
             self.reserved.pop(rid, None)
+        elif cls is BlockTrimmed:
+            table = self.tables[ev.request_id]  # type: ignore[union-attr]
+            keep = ev.num_blocks  # type: ignore[union-attr]
+            for b in reversed(table[keep:]):
+                refs[b] -= 1
+                self.free[b] = None
+            del table[keep:]
         elif cls is BlockCached:
             table = self.tables[ev.request_id]  # type: ignore[union-attr]
             self.cached.update(table[i] for i in block_ids(ev.runs))  # type: ignore[union-attr]
@@ -117,8 +126,8 @@ class FoldedState:
         if isinstance(event, Step):
             for ev in event.block_events:
                 self.apply_block_event(ev)
-            for span in event.spans:
-                self.computed[span.request_id] = span.start + span.num_tokens
+            for span, end in zip(event.spans, computed_ends(event)):
+                self.computed[span.request_id] = end
             self.step = event.step
         elif isinstance(event, Arrived):
             self.computed[event.request_id] = 0

@@ -31,6 +31,7 @@ import msgspec
 
 from traces.events import Aborted, Admitted, BlockEvent, Event, Finished, Preempted, Span, Step
 from traces.log_errors import LogError
+from traces.speculation import computed_ends
 
 __all__ = ["StepCodec", "StepLine"]
 
@@ -45,12 +46,13 @@ class StepLine(msgspec.Struct, tag="Step", tag_field="type", omit_defaults=True,
     spans: list[Span] = []  # the spans after them
     tokens: int | list[int | list[int]] = []  # per sampling span, an int x for [x]; an int: each drew [x]
     block_events: list[BlockEvent] = msgspec.field(default_factory=list, name="blocks")
+    drafts: list[list[int]] = []  # as the Step's (speculative decoding)
 
     @property
     def plain(self) -> bool:
         """Only an end and tokens: a run of such lines with the same tokens can be one line."""
         return (self.step is None and self.start is None and self.decodes is None and not self.spans
-                and not self.block_events and (self.tokens.__class__ is int or not self.tokens))
+                and not self.block_events and not self.drafts and (self.tokens.__class__ is int or not self.tokens))
 
 
 
@@ -107,15 +109,17 @@ class StepCodec:
         self.next_step = step.step + 1
         self.last_end = step.end
         decoding, computed = self.decoding, self.computed
+        ends = computed_ends(step) if step.drafts else None
         for s in step.spans:
             rid = s.request_id
+            end = s.start + s.num_tokens if ends is None else next(ends)
             was = decoding.get(rid)
             if was is not None:
                 sample = s.sample
                 if was is not sample:
                     decoding[rid] = sample
                     self._order = None
-                computed[rid] = s.start + s.num_tokens
+                computed[rid] = end
 
     def _decoding(self) -> list[int]:
         order = self._order
@@ -148,6 +152,7 @@ class StepCodec:
             spans=rest,
             tokens=_tokens_out(step.tokens, k, rest),
             block_events=step.block_events,
+            drafts=step.drafts,
         )
 
     def stepped(self, step: Step) -> None:
@@ -161,7 +166,7 @@ class StepCodec:
         then ``StepLine(end, tokens, block_events)``: with no block events, a plain step. (``line``
         says the same, slower: the writer's shortcut for the commonest step.)"""
         start, last_end = step.start, self.last_end
-        if (step.step != self.next_step or start != last_end or last_end is None
+        if (step.step != self.next_step or start != last_end or last_end is None or step.drafts
                 or (start == 0.0 and not _same(last_end, start))):
             return None
         spans = step.spans
@@ -238,7 +243,7 @@ class StepCodec:
         else:
             tokens = [[t] if t.__class__ is int else t for t in tokens]  # type: ignore[union-attr,misc]
         step = Step(step=self.next_step if line.step is None else line.step, start=start, end=end, spans=spans,
-                    tokens=tokens, block_events=line.block_events)  # type: ignore[arg-type]
+                    tokens=tokens, block_events=line.block_events, drafts=line.drafts)  # type: ignore[arg-type]
         self._stepped(step)
         return step
 

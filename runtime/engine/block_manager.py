@@ -24,7 +24,7 @@ from collections import OrderedDict, deque
 
 from runtime.engine.request import Request
 from traces.block_runs import extend_runs, runs_of
-from traces.events import BlockAllocated, BlockCached, BlockEvent, BlockFreed, PrefixHit, Reserved
+from traces.events import BlockAllocated, BlockCached, BlockEvent, BlockFreed, BlockTrimmed, PrefixHit, Reserved
 from traces.fold import BlockState
 
 
@@ -283,6 +283,23 @@ class BlockManager:
             self.total_reserved -= reserved
         if table or reserved:
             self.events.append(BlockFreed(rid))
+
+    def trim(self, req: Request, num_tokens: int) -> None:
+        """Cut ``req``'s table to the blocks that cover positions [0, num_tokens): the KV past them
+        was written for speculative drafts that were rejected. Those blocks were taken for this
+        request and never computed (so never cached): each goes back to the free list, tail first."""
+        rid = req.request_id
+        table = self.tables.get(rid)
+        keep = -(-num_tokens // self.block_size)
+        if table is None or len(table) <= keep:
+            return
+        ref_counts, block_hash, free_blocks = self.ref_counts, self.block_hash, self.free_blocks
+        for block in reversed(table[keep:]):
+            assert ref_counts[block] == 1 and block_hash[block] is None, "a trimmed block is shared or cached"
+            ref_counts[block] = 0
+            free_blocks.append(block)
+        del table[keep:]
+        self.events.append(BlockTrimmed(rid, keep))
 
     def forget(self, req: Request) -> None:
         """Drop per-request memo once the request is gone for good (finished or aborted)."""

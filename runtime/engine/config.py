@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.engine.drafters import SpeculativeError, parse_speculative
 from runtime.engine.policies import POLICIES
 
 
@@ -117,6 +118,9 @@ class EngineConfig:
     # Identity of the weights the KV belongs to (name + revision/hash); roots the prefix-hash chain.
     model_identity: str = option("unknown", "the weights the KV belongs to", cli=False)
     seed: int = option(0, "engine seed: every request's sampling stream derives from it")
+    speculative: str = option("", "speculative decoding: ngram:K (prompt lookup) or model:PATH:K (a draft model "
+                              "sharing the tokenizer); each decoding request verifies up to K drafted tokens a "
+                              "step", shown="off")
 
     def __post_init__(self) -> None:
         _check(isinstance(self.cache, CacheConfig), "cache", self.cache, "must be a CacheConfig")
@@ -124,9 +128,18 @@ class EngineConfig:
                "must be a SchedulerConfig")
         _check(isinstance(self.seed, int) and not isinstance(self.seed, bool), "seed", self.seed,
                "must be an integer")
+        _check(isinstance(self.speculative, str), "speculative", self.speculative, "must be a string")
+        try:
+            parse_speculative(self.speculative)
+        except SpeculativeError as e:
+            raise ConfigError(f"speculative {e}") from None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field; ``speculative`` only when on (a log's Header of a plain engine reads as before)."""
+        data = dataclasses.asdict(self)
+        if not self.speculative:
+            del data["speculative"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EngineConfig:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from runtime.engine.block_manager import BlockManager, root_hash
 from runtime.engine.config import EngineConfig
+from runtime.engine.drafters import Drafter, make_drafter, parse_speculative
 from runtime.engine.request import Request, RequestStatus
 from runtime.engine.scheduler import Scheduler
 from runtime.engine.types import PLACEHOLDER, EventSink, Executor, RequestDelta, StepOutput, StepPlan, StepResult
@@ -33,8 +34,10 @@ _FINISHED = RequestStatus.FINISHED  # (an enum member read once: a class attribu
 class EngineCore:
     def __init__(
         self, config: EngineConfig, *, eos_token_id: int | None = None, sink: EventSink | None = None,
-        trace_prompts: str = "ids",
+        trace_prompts: str = "ids", drafter: Drafter | None = None,
     ) -> None:
+        """``drafter``: who proposes speculative drafts, when ``config.speculative`` is on; the
+        pure ones (``ngram``) are built from the config when none is given."""
         if trace_prompts not in TRACE_PROMPTS:
             raise ValueError(f"trace_prompts must be one of {', '.join(TRACE_PROMPTS)}; got {trace_prompts!r}")
         self.config = config
@@ -48,7 +51,11 @@ class EngineCore:
             cache.enable_prefix_caching,
             root_hash(config.model_identity, cache.hash_salt),
         )
-        self.scheduler = Scheduler(config.scheduler, self.block_manager)
+        spec = parse_speculative(config.speculative)
+        if drafter is None and spec is not None:
+            drafter = make_drafter(spec)
+        self.drafter = drafter
+        self.scheduler = Scheduler(config.scheduler, self.block_manager, drafter)
         self.requests: dict[int, Request] = {}  # unfinished requests
         self._watched = 0  # of those, how many a token value may matter to (``overlappable``)
         self._next_request_id = 0
@@ -203,6 +210,8 @@ class EngineCore:
         """True when no token this step samples can change the next schedule or the executor's
         next inputs (see ``Request.next_token_matters``): then the next step may be planned and
         launched before these tokens reach the host, and the log stays what a sequential run writes."""
+        if self.drafter is not None and plan.num_sampling:  # the next drafts follow these tokens
+            return False
         if not self._watched:  # no unfinished request's token values matter
             return True
         requests = self.requests
@@ -235,9 +244,12 @@ class EngineCore:
         if known is not None and not _one_token_each(known):
             known = None
         k = 0  # sampling spans so far
+        drafts = plan.drafts
         for span in plan.spans:
             req = requests[span.request_id]
             n = span.num_tokens
+            if drafts is not None and span.request_id in drafts:  # its last token's KV, the drafts' in complete
+                n -= len(drafts[span.request_id])
             computed = req.num_computed_tokens = span.start + n
             if computed % bs < n:  # a block became full (its end is in the span): cache it
                 bm.register_computed(req)
@@ -258,7 +270,8 @@ class EngineCore:
         requests = self.requests
         planned = self._planned.pop(plan.step)
         block_events, finished, known = self._advanced.pop(plan.step)
-        if known is not None and known is result.token_ids and not deltas and not self._watched:
+        drafts = plan.drafts
+        if known is not None and known is result.token_ids and not deltas and not self._watched and drafts is None:
             # advance wrote these tokens, one each, and no token value ends a request: its length did.
             # (_retire inline, with nothing cut: this is most steps of a simulation)
             for req in finished:
@@ -272,7 +285,7 @@ class EngineCore:
         k = 0  # sampling spans so far
         cut: dict[int, list[int]] = {}  # k -> what is kept of a sampling span's tokens a stop cut short
         logprobs = result.logprobs if deltas else None
-        stopped_by_value = False
+        stopped_by_value = speculated = False
         for span in plan.spans:
             if not span.sample:
                 continue
@@ -297,6 +310,9 @@ class EngineCore:
                         if i + 1 < len(new):
                             new = cut[k] = new[: i + 1]
                         break
+            if drafts is not None and span.request_id in drafts:
+                self._land_drafts(req, span, drafts[span.request_id], token_ids_of[k], reason)
+                speculated = True
             if deltas:
                 lps = logprobs[k] if logprobs is not None else None
                 out.append(RequestDelta(span.request_id, new, reason, lps[: len(new)] if lps is not None else None))
@@ -308,9 +324,23 @@ class EngineCore:
                     self._ended_in_step(req, finished)
         if stopped_by_value:
             self._stopped_by_value(plan)
+        if stopped_by_value or speculated:
             block_events = block_events + self.block_manager.drain_events()
         self._retire(plan, planned, start, end, token_ids_of, k, cut, block_events, finished)
         return out
+
+    def _land_drafts(self, req: Request, span: Span, drafts: list[int], new: list[int], reason: str | None) -> None:
+        """A speculating span's commit beyond ``advance``'s: the accepted drafts' KV counts as
+        computed (their full blocks cached), the blocks past the next token's slot are given back."""
+        if len(new) > len(drafts) + 1 or new[:-1] != drafts[: len(new) - 1]:
+            raise ValueError(f"the executor committed {new} for request {span.request_id}, whose drafts were "
+                             f"{drafts}: it must commit a prefix of the drafts and at most one token more")
+        if reason is not None:  # ended in this round: its KV is freed already
+            return
+        bm = self.block_manager
+        req.num_computed_tokens = span.start + len(new)
+        bm.register_computed(req)
+        bm.trim(req, req.num_computed_tokens + 1)
 
     # --- runs of decode steps (a simulator's fast path) -------------------------------------------
 
@@ -321,8 +351,8 @@ class EngineCore:
         length or a new block not fit (no preemption). 0 when ``plan`` is not such a step."""
         scheduler = self.scheduler
         spans = plan.spans
-        if self._watched or len(scheduler.waiting) or plan.admitted or plan.preempted or len(spans) != len(
-                scheduler.running):
+        if (self._watched or self.drafter is not None or len(scheduler.waiting) or plan.admitted or plan.preempted
+                or len(spans) != len(scheduler.running)):
             return 0
         bm = self.block_manager
         bs, tables, requests = bm.block_size, bm.tables, self.requests
@@ -446,8 +476,10 @@ class EngineCore:
         for a in plan.admitted:
             sink(Admitted(time=planned, step=plan.step, request_id=a.request_id, num_cached_tokens=a.num_cached_tokens,
                           num_reserved_blocks=a.num_reserved_blocks))
+        drafts = plan.drafts
         sink(Step(step=plan.step, start=start, end=end, spans=plan.spans, tokens=committed,
-                  block_events=block_events))
+                  block_events=block_events,
+                  drafts=[] if drafts is None else [drafts.get(s.request_id, []) for s in plan.spans if s.sample]))
         for req in finished:
             sink(Finished(time=end, request_id=req.request_id, reason=req.finish_reason,  # type: ignore[arg-type]
                           num_output_tokens=req.num_output_tokens))

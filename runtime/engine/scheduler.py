@@ -3,7 +3,9 @@
 Order of a step
 1. decode: every running request with one token left gets it (allocating a block when it
    crosses a block boundary); when blocks run out the policy's victim (FCFS: the most recently
-   admitted request) is preempted by recompute;
+   admitted request) is preempted by recompute. With a drafter (speculative decoding,
+   runtime/engine/drafters.py) each decode also verifies the drafts proposed for it: its span is
+   1 + len(drafts) tokens of the budget (drafts cut to what the budget has left);
 2. continuing prefill chunks of running requests;
 3. admission of waiting requests (in the order of the policy, runtime/engine/policies.py) while
    budget, sequence slots and KV capacity allow. With chunked prefill off, a prompt's whole
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from runtime.engine.block_manager import BlockManager
 from runtime.engine.config import SchedulerConfig
+from runtime.engine.drafters import Drafter
 from runtime.engine.policies import make_policy
 from runtime.engine.request import Request, RequestStatus
 from runtime.engine.types import Admission, StepPlan
@@ -24,9 +27,10 @@ _RUNNING = RequestStatus.RUNNING  # (an enum member read once: a class attribute
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, block_manager: BlockManager) -> None:
+    def __init__(self, config: SchedulerConfig, block_manager: BlockManager, drafter: Drafter | None = None) -> None:
         self.config = config
         self.bm = block_manager
+        self.drafter = drafter
         self.waiting = make_policy(config.policy)
         self.running: dict[int, Request] = {}  # admission order
         self._admit_counter = 0
@@ -51,9 +55,9 @@ class Scheduler:
         req.num_preemptions += 1
         self.waiting.push(req, front=True)
 
-    def _fit(self, req: Request, n: int, spans: list[Span], preempted: list[int]) -> int:
+    def _fit(self, req: Request, n: int, spans: list[Span], preempted: list[int], drafted: bool = False) -> int:
         """Allocate blocks for ``n`` more tokens of ``req``, preempting while they don't fit; on
-        success schedule it (append its span).
+        success schedule it (append its span; ``drafted``: a decode and its drafts, which samples).
 
         Returns the net budget used: ``n`` if scheduled, minus what un-scheduled victims gave back
         (their spans are dropped by ``schedule``).
@@ -68,7 +72,7 @@ class Scheduler:
             if victim is req:
                 return used
         start = req.num_computed_tokens
-        spans.append(Span(req.request_id, start, n, start + n == len(req.token_ids)))
+        spans.append(Span(req.request_id, start, n, drafted or start + n == len(req.token_ids)))
         return used + n
 
     # --- the step ----------------------------------------------------------------------------------
@@ -88,23 +92,34 @@ class Scheduler:
         # here (its block exists); from the first that needs a block on, in order in the loop below
         decodes: list[Request] = []
         prefills: list[Request] = []
+        drafter = self.drafter
         for req in running.values():
             computed = req.num_computed_tokens
             if len(req.token_ids) - computed != 1:
                 prefills.append(req)
-            elif decodes or budget <= 0 or computed >= len(table := tables[req.request_id]) * bs:
+            elif decodes or budget <= 0 or drafter or computed >= len(table := tables[req.request_id]) * bs:
                 decodes.append(req)
             else:
                 spans.append(Span(req.request_id, computed, 1, True))
                 block_tables.append(table)
                 budget -= 1
 
+        drafts: dict[int, list[int]] | None = None
+        if drafter is not None and decodes:
+            drafts = self._drafts(drafter, decodes, budget)
         for req in decodes:
             if budget <= 0:
                 break
             if req.status is not status:  # preempted earlier in this step
                 continue
             computed = req.num_computed_tokens
+            if drafts and (draft := drafts.get(req.request_id)):
+                if len(draft) >= budget:  # the budget holds the decode and what is left of the drafts
+                    draft = drafts[req.request_id] = draft[: budget - 1]
+                if draft:
+                    budget -= self._fit(req, 1 + len(draft), spans, preempted, drafted=True)
+                    continue
+                del drafts[req.request_id]
             if computed < len(tables[req.request_id]) * bs:  # its block already exists
                 spans.append(Span(req.request_id, computed, 1, True))
                 budget -= 1
@@ -127,6 +142,8 @@ class Scheduler:
         if preempted:  # no admission in a step that preempted; victims lose their spans
             gone = set(preempted)
             spans = [s for s in spans if s.request_id not in gone]
+            if drafts:
+                drafts = {rid: d for rid, d in drafts.items() if rid not in gone}
         elif budget > 0 and len(running) < cfg.max_num_seqs and len(self.waiting):
             budget = self._admit(budget, spans, admitted)
         if len(block_tables) != len(spans) or preempted:
@@ -134,7 +151,19 @@ class Scheduler:
         # without prefills or admissions every span decodes, so samples (the count most steps take)
         sampling = len(spans) if not prefills and not admitted else sum(s.sample for s in spans)
         return StepPlan(step, spans, block_tables, admitted, preempted, cfg.max_num_batched_tokens - budget,
-                        sampling)
+                        sampling, drafts or None)
+
+    @staticmethod
+    def _drafts(drafter: Drafter, decodes: list[Request], budget: int) -> dict[int, list[int]]:
+        """The drafter's proposals for the decodes (request id -> drafts; none empty), each at most
+        what its length limit leaves after the decode's own token and what the budget could hold."""
+        k = drafter.num_tokens
+        cap = budget - len(decodes)  # drafts that could fit beside every decode's own token
+        limits = [max(0, min(k, cap, req.max_total_tokens - len(req.token_ids) - 1)) for req in decodes]
+        if not any(limits):
+            return {}
+        proposed = drafter.propose(decodes, limits)
+        return {req.request_id: list(d[:n]) for req, d, n in zip(decodes, proposed, limits) if n and d}
 
     def _admit(self, budget: int, spans: list[Span], admitted: list[Admission]) -> int:
         """Admit waiting requests (policy order) while budget, sequence slots and KV capacity allow;

@@ -41,6 +41,9 @@ class StepPlan(msgspec.Struct, frozen=True, gc=False):  # a Struct: built once a
     preempted: list[int]
     num_scheduled_tokens: int
     num_sampling: int  # spans that sample: how many token lists the executor returns
+    # speculative decoding: request id -> the drafts its span verifies after its last token (the
+    # span is 1 + len(drafts) tokens); None when no span speculates
+    drafts: dict[int, list[int]] | None = None
 
     @property
     def empty(self) -> bool:
@@ -48,7 +51,8 @@ class StepPlan(msgspec.Struct, frozen=True, gc=False):  # a Struct: built once a
 
 
 class StepResult(msgspec.Struct, frozen=True, gc=False):
-    """What the executor did: tokens per sampling span (in span order) and the time it took."""
+    """What the executor did: tokens per sampling span (in span order) and the time it took. A
+    speculating span's tokens are the drafts it accepted (a prefix of its drafts) and one more."""
 
     token_ids: list[list[int]]
     duration: float

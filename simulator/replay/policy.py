@@ -21,6 +21,7 @@ from traces.events import (
     Admitted,
     Arrived,
     BlockFreed,
+    BlockTrimmed,
     Event,
     Finished,
     Header,
@@ -30,6 +31,7 @@ from traces.events import (
 )
 from traces.log import FoldedState, LogError
 from traces.prompt import materialize
+from traces.speculation import computed_ends
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,12 @@ class LoggedPolicy:
                 tables = self._apply_step_blocks(ev)
                 for s in ev.spans:  # as the live scheduler leaves them while the step executes
                     self._request(s.request_id, ev).num_computed_tokens = s.start
+                drafts = None
+                if ev.drafts:
+                    sampling = [s for s in ev.spans if s.sample]
+                    drafts = {s.request_id: d for s, d in zip(sampling, ev.drafts) if d} or None
                 plan = StepPlan(ev.step, list(ev.spans), tables, admitted, preempted,
-                                sum(s.num_tokens for s in ev.spans), sum(s.sample for s in ev.spans))
+                                sum(s.num_tokens for s in ev.spans), sum(s.sample for s in ev.spans), drafts)
                 yield LoggedStep(plan, ev)
                 self._commit(ev)
                 admitted, preempted = [], []
@@ -101,21 +107,21 @@ class LoggedPolicy:
         in_step = {s.request_id for s in ev.spans}
         snapshot: dict[int, list[int]] | None = None
         for bev in ev.block_events:
-            if snapshot is None and isinstance(bev, BlockFreed) and bev.request_id in in_step:
+            if snapshot is None and isinstance(bev, BlockFreed | BlockTrimmed) and bev.request_id in in_step:
                 snapshot = {rid: list(state.tables.get(rid, ())) for rid in in_step}
             state.apply_block_event(bev)
         if snapshot is None:
             snapshot = {rid: list(state.tables.get(rid, ())) for rid in in_step}
-        for s in ev.spans:
-            state.computed[s.request_id] = s.start + s.num_tokens
+        for s, end in zip(ev.spans, computed_ends(ev)):
+            state.computed[s.request_id] = end
         state.step = ev.step
         return [snapshot[s.request_id] for s in ev.spans]
 
     def _commit(self, ev: Step) -> None:
         """Advance the requests as the live commit did, with the recorded tokens."""
         tokens = iter(ev.tokens)
-        for s in ev.spans:
+        for s, end in zip(ev.spans, computed_ends(ev)):
             req = self.requests[s.request_id]
-            req.num_computed_tokens = s.start + s.num_tokens
+            req.num_computed_tokens = end
             if s.sample:
                 req.token_ids.extend(next(tokens))

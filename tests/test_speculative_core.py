@@ -1,0 +1,141 @@
+"""Speculative decoding in the engine core: budgets, KV roll-back, stops on the committed stream,
+the log (fold after every step, byte round trip, replay), against a deterministic target."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.engine.config import CacheConfig, ConfigError, EngineConfig, SchedulerConfig
+from runtime.engine.core import EngineCore
+from runtime.engine.drafters import NgramDrafter, parse_speculative
+from simulator.replay.policy import LoggedPolicy
+from tests.helpers import OracleDrafter, VerifyingExecutor, run_checked
+from traces.events import BlockTrimmed, Step
+from traces.log import LogWriter, read_log
+from traces.params import SamplingParams
+from traces.speculation import rounds
+
+TARGET = VerifyingExecutor(vocab=50)
+
+
+def engine(events=None, drafter=None, num_blocks=64, budget=32, eos=None, speculative="ngram:4"):
+    cfg = EngineConfig(cache=CacheConfig(block_size=4, num_blocks=num_blocks),
+                       scheduler=SchedulerConfig(max_num_batched_tokens=budget, max_model_len=128),
+                       speculative=speculative)
+    return EngineCore(cfg, eos_token_id=eos, sink=None if events is None else events.append, drafter=drafter)
+
+
+def outputs(core):
+    done = {}
+    seen = set()
+
+    def on_step(out):
+        for d in out.deltas:
+            done.setdefault(d.request_id, []).extend(d.new_token_ids)
+            seen.add(d.request_id)
+    return done, on_step
+
+
+def run(core, prompts, params, events):
+    for p in prompts:
+        core.add_request(p, params, 0.0)
+    done, on_step = outputs(core)
+    run_checked(core, TARGET, events, on_step=on_step)
+    return done
+
+
+PROMPTS = [[i % 7 + 1 for i in range(n)] for n in (5, 9, 13, 3, 17, 6)]
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.5, 0.9, 1.0])
+def test_speculation_commits_what_the_target_would_alone(rate):
+    """Whatever the drafts, a greedy target's output is the same with and without speculation; the
+    block manager's invariants and fold(log) == live state hold after every step (run_checked)."""
+    params = SamplingParams(max_tokens=23, ignore_eos=True)
+    plain = run(engine(speculative=""), PROMPTS, params, None)
+    events = []
+    spec = run(engine(events, OracleDrafter(TARGET, 4, rate)), PROMPTS, params, events)
+    assert spec == plain
+    proposed = accepted = 0
+    for ev in events:
+        if isinstance(ev, Step):
+            for _, p, a in rounds(ev):
+                proposed, accepted = proposed + p, accepted + a
+    assert proposed > 0
+    assert (accepted == 0) == (rate == 0.0) and (accepted == proposed) == (rate == 1.0)
+    steps = sum(isinstance(e, Step) for e in events)
+    if rate == 1.0:  # 1 + 4 tokens a round: 23 tokens in 5 rounds (+ the prefill's first)
+        assert steps < 12
+    assert any(isinstance(b, BlockTrimmed) for e in events if isinstance(e, Step) for b in e.block_events) == (
+        0 < rate < 1 or rate == 0.0)
+
+
+def test_the_budget_holds_the_drafts():
+    """Each speculating decode takes 1 + drafts of the step's budget; drafts are cut to what is left."""
+    events = []
+    core = engine(events, OracleDrafter(TARGET, 8, 1.0), budget=10)
+    params = SamplingParams(max_tokens=30, ignore_eos=True)
+    done = run(core, PROMPTS[:3], params, events)
+    for ev in events:
+        if isinstance(ev, Step):
+            assert sum(s.num_tokens for s in ev.spans) <= 10
+    assert done == run(engine(speculative=""), PROMPTS[:3], params, None)
+
+
+def test_drafts_never_run_past_max_tokens():
+    events = []
+    params = SamplingParams(max_tokens=7, ignore_eos=True)
+    done = run(engine(events, OracleDrafter(TARGET, 8, 1.0)), PROMPTS, params, events)
+    assert all(len(v) == 7 for v in done.values())
+
+
+def test_an_eos_inside_the_accepted_drafts_stops_there():
+    """The committed stream stops at its first stop token: the drafts after it are dropped."""
+    eos = next(t for t in range(50) if any(TARGET.token(0, p) == t for p in range(8, 20)))
+    params = SamplingParams(max_tokens=40)
+    plain = run(engine(speculative="", eos=eos), PROMPTS[:1], params, None)
+    events = []
+    spec = run(engine(events, OracleDrafter(TARGET, 6, 1.0), eos=eos), PROMPTS[:1], params, events)
+    assert spec == plain and plain[0][-1] == eos
+
+
+def test_logs_round_trip_and_replay(tmp_path):
+    """A speculative log reads back to the same events, and the replayed plans carry the drafts."""
+    events = []
+    params = SamplingParams(max_tokens=15, ignore_eos=True)
+    core = engine(events, OracleDrafter(TARGET, 3, 0.6))
+    from traces.events import make_header
+    events.append(make_header(core.config, clock="sim"))
+    events.insert(0, events.pop())
+    run(core, PROMPTS, params, events)
+    path = tmp_path / "spec.jsonl"
+    with LogWriter(path) as w:
+        for ev in events:
+            w(ev)
+    back = list(read_log(path))
+    assert back[1:] == events[1:]
+    assert back[0].config["speculative"] == "ngram:4"
+    replayed = list(LoggedPolicy(iter(back)).steps())
+    recorded = [e for e in events if isinstance(e, Step)]
+    assert [s.plan.spans for s in replayed] == [e.spans for e in recorded]
+    assert any(s.plan.drafts for s in replayed)
+
+
+def test_ngram_drafter_proposes_what_followed_the_latest_match():
+    d = NgramDrafter(3)
+    assert d.propose_one([1, 2, 3, 9, 9, 1, 2, 3, 7, 1, 2, 3], 3) == [7, 1, 2]  # the latest [1, 2, 3]
+    assert d.propose_one([5, 6, 7, 8], 3) == []
+    assert d.propose_one([256, 1, 0, 0, 1], 2) == []  # 1's bytes inside 256's are no token match
+    assert d.propose_one([4, 5, 4, 5], 4) == [4, 5]
+
+
+@pytest.mark.parametrize("text", ["ngram", "ngram:0", "ngram:17", "model:4", "eagle:3", "ngram:x:3"])
+def test_bad_speculative_values_name_the_field(text):
+    with pytest.raises(ConfigError, match="^speculative "):
+        EngineConfig(speculative=text)
+
+
+def test_speculative_specs():
+    assert parse_speculative("off") is None
+    assert str(parse_speculative("model:/a:b/draft:5")) == "model:/a:b/draft:5"
+    assert "speculative" not in EngineConfig().to_dict()
