@@ -32,6 +32,14 @@
 #              bench serve of 800 Azure conv requests: FLEET_CONFIGS of REPLICAS:ROUTER:RATE_SCALE; the fleet
 #              logs (fleet log + one per replica) come back in fleet_runs.tgz, for minivllm fidelity FLEET_LOG
 #   hfserve    scripts/gpu_hf_serve.sh: HF transformers' own server (continuous batching) under bench serve
+#   mcprofile  minivllm profile --for the Mooncake synthetic trace (.gpu/mooncake_40k.jsonl: its requests that
+#              fit Qwen3-0.6B's 40,960 positions; scripts/gpu_wheels.sh makes it): step shapes to 40k-token
+#              prompts, PROFILE_S seconds (default 150); the sweep log gzipped into $OUT (fit it on any machine)
+#   mcserve    bench serve --launch of that trace's first LIMIT (default 120) requests at RATE_SCALE (default
+#              0.7), MC_RUNS times (default 2: the live spread), --max-model-len 40960; served logs into $OUT
+#   stream     the front end under heavy streaming (SmolLM2-135M shapes): STREAM_N (default 1500) requests of
+#              128 prompt + 1,000 output tokens at STREAM_RATE (default 60) req/s, 8 client processes; then
+#              40k-token prompts (a shared 39,936-token prefix, cached) at 60 req/s on Qwen3-0.6B shapes
 #   machine    which machine this is (GPU UUID, host), for runs compared across machines
 # The packages the machine lacks travel as wheels in .whl/: run scripts/gpu_wheels.sh here first and
 # copy .whl to the GPU machine with the tree.
@@ -141,6 +149,25 @@ for pc in ('off', 'on'):
            done
            tar czf "$OUT/fleet_runs.tgz" -C /tmp/fleet .; ls -la /tmp/fleet ;;
     hfserve) OUT="$OUT" bash scripts/gpu_hf_serve.sh ;;
+    mcprofile) minivllm profile --model random:qwen3-0.6b --device cuda --dtype bfloat16 --max-model-len 40960 \
+                 --for .gpu/mooncake_40k.jsonl --time-limit "${PROFILE_S:-150}" --no-progress --out /tmp/profile_mooncake.jsonl
+               gzip -c /tmp/profile_mooncake.jsonl > "$OUT/profile_mooncake.jsonl.gz" ;;
+    mcserve) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-model-len 40960
+                  ${ENGINE_FLAGS:-})
+             for i in $(seq "${MC_RUNS:-2}"); do
+               minivllm bench serve .gpu/mooncake_40k.jsonl --limit "${LIMIT:-120}" --rate-scale "${RATE_SCALE:-0.7}" \
+                 --slo ttft_ms=2000,tpot_ms=50 --client-processes 4 --no-progress --json "$OUT/mooncake_serve_$i.json" \
+                 --server-trace /tmp/mooncake_$i.jsonl --server-log "$OUT/mooncake_server_$i.log" --launch "${SRV[@]}"
+               gzip -c /tmp/mooncake_$i.jsonl > "$OUT/mooncake_serve_$i.jsonl.gz"
+             done ;;
+    stream) minivllm bench serve --synthetic "${STREAM_N:-1500}" --rate "${STREAM_RATE:-60}" --input-len fixed:128 \
+              --output-len fixed:1000 --client-processes 8 --no-progress --json "$OUT/stream_smollm2.json" \
+              --server-trace /tmp/stream.jsonl --server-log "$OUT/stream_server.log" --launch --model random:smollm2-135m \
+              --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-num-seqs 512
+            minivllm bench serve --synthetic "${LONG_N:-600}" --rate 60 --input-len fixed:40000 --output-len fixed:16 \
+              --shared-prefix 39936 --client-processes 8 --no-progress --json "$OUT/stream_long_prompts.json" \
+              --server-trace /tmp/long.jsonl --server-log "$OUT/long_server.log" --launch --model random:qwen3-0.6b \
+              --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-model-len 40960 ;;
     machine) nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader; hostname; nproc ;;
     modeltests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_model_gpu.py tests/test_fused_norm_rope_gpu.py 2>&1 | tail -n 30 ;;
     *) echo "unknown stage $stage"; exit 2 ;;

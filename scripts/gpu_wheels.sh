@@ -33,3 +33,9 @@ for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
 PY
 head -n 1201 data/traces/AzureLLMInferenceTrace_conv.csv > .gpu/conv_head1200.csv
 head -n 1201 data/traces/AzureLLMInferenceTrace_code.csv > .gpu/code_head1200.csv
+# the Mooncake synthetic trace's requests that fit Qwen3-0.6B's 40,960 positions (3,686 of 3,993)
+.venv/bin/python -c "import json, sys
+rows = [l for l in open('data/traces/synthetic_trace.jsonl') if l.strip()]
+keep = [l for l in rows if (lambda r: r['input_length'] + r['output_length'] <= 40960)(json.loads(l))]
+open('.gpu/mooncake_40k.jsonl', 'w').writelines(keep)
+print(f'.gpu/mooncake_40k.jsonl: {len(keep)} of {len(rows)} requests')"
