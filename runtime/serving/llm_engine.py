@@ -133,6 +133,14 @@ class _NoText:
         return DetokenizerDelta("", False)
 
 
+def _through_stop(req: _Active, new_ids: list[int], logprobs: list | None) -> tuple[list[int], list | None]:
+    """The tokens of a multi-token delta up to the one that completed a stop string (the detokenizer
+    reads no further); the response's counts lose the rest."""
+    used = len(req.detokenizer.token_ids) - (req.num_output_tokens - len(new_ids))
+    req.num_output_tokens -= len(new_ids) - used
+    return new_ids[:used], None if logprobs is None else logprobs[:used]
+
+
 @dataclass(slots=True)
 class _Active:
     request: Request  # the core's (it outlives the core's table, for the last delta's counts)
@@ -353,16 +361,19 @@ class LLMEngine:
                         stats.requests_finished[d.finish_reason] = stats.requests_finished.get(d.finish_reason, 0) + 1
                         timings.ended.append(req.record(d.finish_reason, now))
                     continue
-                text, finish, stop_hit = apply_delta(req.detokenizer, d.new_token_ids, d.finish_reason)
+                new_ids, logprobs = d.new_token_ids, d.logprobs
+                text, finish, stop_hit = apply_delta(req.detokenizer, new_ids, d.finish_reason)
                 if stop_hit:
                     self.core.finish(d.request_id, now, "stop")
+                    if len(new_ids) > 1:  # a speculative round: the response ends at the stop string's token
+                        new_ids, logprobs = _through_stop(req, new_ids, logprobs)
                 if finish is not None:
                     del self._active[d.request_id]
                     stats.requests_finished[finish] = stats.requests_finished.get(finish, 0) + 1
                     timings.ended.append(req.record(finish, now))
                 r = req.request
-                deltas.append(OutputDelta(d.request_id, text, d.new_token_ids, finish, r.num_prompt_tokens,
-                                          req.num_output_tokens, d.logprobs, req.arrival_time,
+                deltas.append(OutputDelta(d.request_id, text, new_ids, finish, r.num_prompt_tokens,
+                                          req.num_output_tokens, logprobs, req.arrival_time,
                                           req.first_token_time, r.num_cached_tokens, r.num_preemptions))
             if self.observer is not None:
                 self.observer(timings)
