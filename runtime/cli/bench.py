@@ -143,6 +143,37 @@ def _profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _spec(args: argparse.Namespace) -> int:
+    from runtime.bench import spec_bench
+    from runtime.cli.config_flags import engine_options, flag_error
+    from runtime.cli.errors import CLIError
+    from runtime.engine.config import ConfigError
+
+    options = engine_options(args)
+    speculative = options.pop("speculative", "")
+    if not speculative and not args.acceptance:
+        raise CLIError("--speculative: give the drafter to measure (e.g. ngram:4), or --acceptance RATES")
+    if args.model and args.model_shape:
+        raise CLIError("--model-shape: give either --model or --model-shape, not both")
+    model = f"random:{args.model_shape}" if args.model_shape else args.model
+    try:
+        results = spec_bench.run(model, speculative=speculative, batches=args.batch, workloads=args.workload,
+                                 max_tokens=args.max_tokens, acceptance=args.acceptance, tokenizer=args.tokenizer,
+                                 **options)
+    except ConfigError as e:
+        raise flag_error(e) from None
+    print(spec_bench.table(results))
+    _write_json(args.json, "spec", [r.as_json() for r in results])
+    return 0 if all(r.identical is not False for r in results) else 1
+
+
+def _rates(text: str) -> list[float]:
+    rates = [float(x) for x in text.split(",") if x.strip()]
+    if not rates or any(not 0 <= r <= 1 for r in rates):
+        raise argparse.ArgumentTypeError(f"expected comma-separated rates in [0, 1], got {text!r}")
+    return rates
+
+
 def _decode_kernel(args: argparse.Namespace) -> int:
     from runtime.bench import decode_kernel_bench
 
@@ -213,6 +244,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     pr.add_argument("--json", metavar="PATH", help="also write per-step phases as JSON")
     pr.set_defaults(func=_profile)
+    sp = kinds.add_parser("spec", help="speculative decoding against plain decoding (tok/s, acceptance), "
+                          "single stream and batched, repetitive and open workloads")
+    from runtime.bench.spec_bench import WORKLOADS
+    from runtime.cli.config_flags import add_engine_args
+
+    add_engine_args(sp)
+    sp.add_argument("--model-shape", choices=["qwen3-0.6b", "smollm2-135m"],
+                    help="real model shapes with random weights (instead of --model; needs --tokenizer)")
+    sp.add_argument("--batch", type=int, nargs="+", default=[1, 8], action=Bounded, at_least=1,
+                    help="requests at once, one run each (default: 1 8)")
+    sp.add_argument("--workload", nargs="+", choices=WORKLOADS, default=list(WORKLOADS),
+                    help="repeat a passage, or write a story (default: both)")
+    sp.add_argument("--max-tokens", type=int, default=128, action=Bounded, at_least=1,
+                    help="output cap per request (default: %(default)s)")
+    sp.add_argument("--acceptance", type=_rates, default=[], metavar="RATES",
+                    help="also a drafter of controlled acceptance per rate, e.g. 0,0.5,0.8,1: it proposes the "
+                    "plain run's own tokens, each kept with that probability")
+    sp.add_argument("--json", metavar="PATH", help="also write results as JSON")
+    sp.set_defaults(func=_spec)
     dk = kinds.add_parser("decode-kernel", help="Triton paged decode vs torch gather+SDPA, µs and GB/s (CUDA)")
     dk.add_argument("--json", metavar="PATH", help="also write results as JSON")
     dk.set_defaults(func=_decode_kernel)

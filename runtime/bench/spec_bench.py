@@ -1,0 +1,194 @@
+"""``minivllm bench spec``: speculative decoding against plain decoding, side by side in one run.
+
+Two chat workloads on the model's own template: *repetitive* (each request asks to repeat a
+passage of public-domain prose word for word: what prompt lookup is for) and *open* (a short
+story on a topic: little to look up). Per workload and batch size (requests arriving at once,
+greedy, eos honoured, the same output-token cap), the engine runs without speculation, then with
+``--speculative``; greedy output must come out identical (it is checked). With ``--acceptance
+RATES`` it also runs a drafter of controlled acceptance: it proposes the plain run's own next
+tokens, each one kept with probability RATE and replaced by a wrong token otherwise, so the
+system's speed is measured apart from how well a real drafter guesses (random weights included).
+
+Figures: output tokens per second, the speed-up over plain, drafts accepted / proposed, tokens
+committed per speculating round, steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from runtime.engine.core import EngineCore
+from runtime.engine.drafters import parse_speculative
+from traces.events import Step
+from traces.params import SamplingParams
+from traces.speculation import rounds
+
+PASSAGES = (
+    "It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of "
+    "foolishness, it was the epoch of belief, it was the epoch of incredulity, it was the season of Light, "
+    "it was the season of Darkness, it was the spring of hope, it was the winter of despair.",
+    "Four score and seven years ago our fathers brought forth on this continent, a new nation, conceived in "
+    "Liberty, and dedicated to the proposition that all men are created equal. Now we are engaged in a great "
+    "civil war, testing whether that nation, or any nation so conceived and so dedicated, can long endure.",
+    "Call me Ishmael. Some years ago, never mind how long precisely, having little or no money in my purse, "
+    "and nothing particular to interest me on shore, I thought I would sail about a little and see the "
+    "watery part of the world.",
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in "
+    "want of a wife. However little known the feelings or views of such a man may be on his first entering "
+    "a neighbourhood, this truth is so well fixed in the minds of the surrounding families.",
+)
+TOPICS = ("a lighthouse keeper who finds a map", "a robot learning to paint", "a city that floats on a lake",
+          "two rivals stranded on a mountain", "a baker who can hear thoughts", "the last train of the night",
+          "a garden that grows in winter", "a detective who is afraid of the dark")
+WORKLOADS = ("repetitive", "open")
+
+
+def messages(workload: str, i: int) -> list[dict[str, str]]:
+    if workload == "repetitive":
+        passage = PASSAGES[i % len(PASSAGES)]
+        return [{"role": "user", "content": f"Repeat the following passage exactly, word for word:\n\n{passage}"}]
+    return [{"role": "user", "content": f"Write a short story about {TOPICS[i % len(TOPICS)]}."}]
+
+
+def encode_prompts(tokenizer, workload: str, n: int) -> list[list[int]]:
+    out = []
+    for i in range(n):
+        text = tokenizer.apply_chat_template(messages(workload, i), tokenize=False, add_generation_prompt=True)
+        out.append(list(tokenizer(text, add_special_tokens=False)["input_ids"]))
+    return out
+
+
+class ReplayDrafter:
+    """Proposes a plain run's own next tokens (``outputs[request id]``), each kept with probability
+    ``rate`` (seeded by request and position) and replaced by the next id otherwise: acceptance
+    under control, whatever the weights."""
+
+    def __init__(self, outputs: Sequence[Sequence[int]], num_tokens: int, rate: float, vocab: int,
+                 seed: int = 0) -> None:
+        self.outputs, self.num_tokens, self.rate, self.vocab, self.seed = outputs, num_tokens, rate, vocab, seed
+
+    def propose(self, requests, limits) -> list[list[int]]:
+        drafts = []
+        for req, n in zip(requests, limits):
+            done = req.num_output_tokens
+            want = self.outputs[req.request_id][done:done + n]
+            drafts.append([t if self._keep(req.request_id, done + i) else (t + 1) % self.vocab
+                           for i, t in enumerate(want)])
+        return drafts
+
+    def _keep(self, request_id: int, position: int) -> bool:
+        h = hashlib.blake2b(f"{self.seed}/{request_id}/{position}".encode(), digest_size=8).digest()
+        return int.from_bytes(h, "little") < self.rate * 2**64
+
+
+@dataclass
+class SpecRun:
+    workload: str
+    batch: int
+    drafter: str  # "off", the --speculative value, or "replay@RATE"
+    seconds: float
+    output_tokens: int
+    steps: int
+    rounds: int  # speculating spans
+    proposed: int
+    accepted: int
+    identical: bool | None = None  # greedy output equal to the plain run's (None: the plain run itself)
+    speedup: float | None = None
+
+    @property
+    def tok_s(self) -> float:
+        return self.output_tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.proposed if self.proposed else None
+
+    @property
+    def tokens_per_round(self) -> float | None:
+        return (self.accepted + self.rounds) / self.rounds if self.rounds else None
+
+    def as_json(self) -> dict:
+        return {**asdict(self), "tok_s": self.tok_s, "acceptance": self.acceptance,
+                "tokens_per_round": self.tokens_per_round}
+
+
+def run_once(parts, prompts: list[list[int]], max_tokens: int, speculative: str, drafter=None,
+             label: str | None = None, workload: str = "") -> tuple[SpecRun, list[list[int]]]:
+    """All ``prompts`` at once, greedy, until done; returns the run and each request's output."""
+    events: list = []
+    if drafter is None:  # the engine's own drafter for ``speculative`` (built as serve builds it)
+        core = dataclasses.replace(parts, config=dataclasses.replace(parts.config, speculative=speculative)).core(
+            sink=events.append)
+    else:
+        core = EngineCore(dataclasses.replace(parts.config, speculative=speculative),
+                          eos_token_id=parts.loaded.eos_token_id, sink=events.append, drafter=drafter)
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+    for p in prompts:
+        core.add_request(p, params, 0.0)
+    outputs: dict[int, list[int]] = {i: [] for i in range(len(prompts))}
+    t0 = time.perf_counter()
+    loop = parts.loop(core, lambda: time.perf_counter() - t0)
+    while core.has_unfinished() or loop.busy:
+        for out in loop.step():
+            for d in out.deltas:
+                outputs[d.request_id].extend(d.new_token_ids)
+    seconds = time.perf_counter() - t0
+    parts.runner.reset()
+    steps = [e for e in events if isinstance(e, Step)]
+    r = [x for s in steps for x in rounds(s)]
+    run = SpecRun(workload, len(prompts), label or speculative or "off", seconds,
+                  sum(map(len, outputs.values())), len(steps), len(r), sum(p for _, p, _ in r),
+                  sum(a for _, _, a in r))
+    return run, [outputs[i] for i in range(len(prompts))]
+
+
+def run(model: str | None, *, speculative: str, batches: Sequence[int] = (1, 8),
+        workloads: Sequence[str] = WORKLOADS, max_tokens: int = 128, acceptance: Sequence[float] = (),
+        tokenizer: str | None = None, **options) -> list[SpecRun]:
+    from runtime.executor.setup import build_engine
+
+    spec = parse_speculative(speculative)
+    k = spec.num_tokens if spec is not None else 4
+    print("loading the model …", file=sys.stderr, flush=True)
+    parts = build_engine(model, tokenizer=tokenizer, **options)
+    tok = parts.loaded.tokenizer
+    vocab = parts.loaded.spec.vocab_size
+    results: list[SpecRun] = []
+    warm = encode_prompts(tok, "open", 2)
+    run_once(parts, warm, 8, "")  # untimed: kernels and allocator warmed on both paths
+    run_once(parts, warm, 8, speculative or "ngram:4")
+    for workload in workloads:
+        for batch in batches:
+            prompts = encode_prompts(tok, workload, batch)
+            plain, outputs = run_once(parts, prompts, max_tokens, "", workload=workload)
+            results.append(plain)
+            tries = [(speculative, None, None)] if speculative else []
+            tries += [(f"ngram:{k}", ReplayDrafter(outputs, k, rate, vocab), f"replay@{rate:g}:{k}")
+                      for rate in acceptance]
+            for value, drafter, label in tries:
+                print(f"{workload}, batch {batch}: {label or value} …", file=sys.stderr, flush=True)
+                r, out = run_once(parts, prompts, max_tokens, value, drafter, label, workload)
+                r.identical = out == outputs
+                r.speedup = r.tok_s / plain.tok_s if plain.tok_s else None
+                results.append(r)
+    return results
+
+
+def table(results: list[SpecRun]) -> str:
+    head = ("workload", "batch", "drafter", "tok/s", "speed-up", "accepted", "tok/round", "steps", "same output")
+    rows = []
+    for r in results:
+        rows.append((r.workload, str(r.batch), r.drafter, f"{r.tok_s:.1f}",
+                     "" if r.speedup is None else f"{r.speedup:.2f}×",
+                     "" if r.acceptance is None else f"{r.acceptance:.0%} of {r.proposed}",
+                     "" if r.tokens_per_round is None else f"{r.tokens_per_round:.2f}", str(r.steps),
+                     "" if r.identical is None else ("yes" if r.identical else "NO")))
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    return "\n".join(lines)
