@@ -139,3 +139,23 @@ def test_speculative_specs():
     assert parse_speculative("off") is None
     assert str(parse_speculative("model:/a:b/draft:5")) == "model:/a:b/draft:5"
     assert "speculative" not in EngineConfig().to_dict()
+
+
+def test_ngram_drafter_leaves_a_request_alone_while_its_drafts_are_rejected():
+    """Text that does not repeat itself gets few drafts (each costs compute); repetitive text keeps them."""
+    from array import array
+
+    from runtime.engine.request import Request
+
+    d = NgramDrafter(4)
+    loop = Request(0, array("i", [1, 2, 3, 4] * 4), SamplingParams(max_tokens=64), 0.0, 256)
+    other = Request(1, array("i", [1, 2, 3, 4] * 4), SamplingParams(max_tokens=64), 0.0, 256)
+    got = {0: 0, 1: 0}
+    for step in range(40):
+        drafts = d.propose([loop, other], [4, 4])
+        got[0] += bool(drafts[0])
+        got[1] += bool(drafts[1])
+        loop.token_ids.extend(drafts[0][:2] or [1])  # accepted
+        other.token_ids.extend([100 + step, 1, 2])  # [1, 2] recurs, what follows it never does
+    assert got[0] == 40 and got[1] < 15, got
+    assert sum(bool(NgramDrafter(4).propose([other], [4])[0]) for _ in range(3)) == 3  # without backing off: each

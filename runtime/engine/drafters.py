@@ -11,7 +11,9 @@ home of the rule):
 
 - ``ngram:K``: prompt lookup. The longest of the request's last 4, 3 or 2 tokens that occurred
   before in its prompt + output is found (latest occurrence), and the K tokens that followed it
-  are proposed. Deterministic, pure Python, nothing to load.
+  are proposed. Deterministic, pure Python, nothing to load. A request whose drafts keep being
+  rejected (text that does not repeat itself) is left alone for a while, so it costs the batch
+  little: each verified draft is compute, and a rejected one buys nothing.
 - ``model:PATH:K``: a small draft model (any model the loader reads that shares the target's
   tokenizer), its greedy continuation: built by the executor (runtime/executor/draft_model.py),
   since it runs on the device.
@@ -80,17 +82,65 @@ class Drafter(Protocol):
         ...
 
 
+class _Track:
+    """What a drafter remembers of one request: its last proposal (at which length), how well its
+    proposals have fared lately, and until which length it stays quiet."""
+
+    __slots__ = ("request", "at", "drafts", "rate", "quiet_until")
+
+    def __init__(self, request: Request) -> None:
+        self.request, self.at, self.drafts, self.rate, self.quiet_until = request, 0, (), 1.0, 0
+
+
 class NgramDrafter:
-    """Prompt lookup (``ngram:K``): see the module docstring."""
+    """Prompt lookup (``ngram:K``): see the module docstring. Backing off is a function of the
+    request's own tokens (what was proposed against what was committed), so a run stays
+    deterministic and its log reproducible."""
 
     name = "ngram"
+    RATE_WEIGHT = 0.5  # of the latest round in the running acceptance rate
+    MIN_RATE = 0.2  # below it the request gets no drafts for QUIET_TOKENS tokens
+    QUIET_TOKENS = 32
 
     def __init__(self, num_tokens: int, sizes: Sequence[int] = NGRAM_SIZES) -> None:
         self.num_tokens = num_tokens
         self.sizes = tuple(sizes)
+        self._tracks: dict[int, _Track] = {}
 
     def propose(self, requests: Sequence[Request], limits: Sequence[int]) -> list[list[int]]:
-        return [self.propose_one(r.token_ids, n) if n > 0 else [] for r, n in zip(requests, limits)]
+        out = []
+        for req, n in zip(requests, limits):
+            track = self._track(req)
+            length = len(req.token_ids)
+            if n <= 0 or length < track.quiet_until:
+                out.append([])
+                continue
+            drafts = self.propose_one(req.token_ids, n)
+            track.at, track.drafts = length, tuple(drafts)
+            out.append(drafts)
+        if len(self._tracks) > 2 * len(requests) + 64:  # forget the requests that are done
+            self._tracks = {rid: t for rid, t in self._tracks.items() if not t.request.status.done}
+        return out
+
+    def _track(self, req: Request) -> _Track:
+        """The request's track, its last proposal scored against what was committed since."""
+        track = self._tracks.get(req.request_id)
+        if track is None or track.request is not req:
+            track = self._tracks[req.request_id] = _Track(req)
+        elif track.drafts and len(req.token_ids) > track.at:  # (no new tokens: its round did not run)
+            got = req.token_ids[track.at:track.at + len(track.drafts)]
+            accepted = 0
+            for d, t in zip(track.drafts, got):
+                if d != t:
+                    break
+                accepted += 1
+            w = self.RATE_WEIGHT
+            track.rate = (1 - w) * track.rate + w * accepted / len(track.drafts)
+            track.drafts = ()
+            if track.rate < self.MIN_RATE:
+                track.quiet_until = len(req.token_ids) + self.QUIET_TOKENS
+                track.rate = 0.5  # a fresh chance once the quiet ends
+        return track
 
     def propose_one(self, tokens: Sequence[int], limit: int) -> list[int]:
         """The ``limit`` tokens after the latest earlier occurrence of the longest suffix that has one."""
