@@ -19,9 +19,10 @@ from simulator.cost.cost_model import CostModel
 from simulator.fleet.executor import SYNTHETIC_TOKEN, TokenFn
 from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
 from simulator.fleet.replica import MIN_RUN, SimResult, SimulationError
+from simulator.fleet.speculation import Speculation
 from traces.workload import Workload
 
-__all__ = ["MIN_RUN", "SYNTHETIC_TOKEN", "SimResult", "SimulationError", "TokenFn", "simulate"]
+__all__ = ["MIN_RUN", "SYNTHETIC_TOKEN", "SimResult", "SimulationError", "Speculation", "TokenFn", "simulate"]
 
 
 def simulate(
@@ -34,8 +35,10 @@ def simulate(
     progress: Any = None,
     header_extra: dict[str, Any] | None = None,
     plain_runs: bool = True,
+    speculation: Speculation | None = None,
 ) -> SimResult:
     """Run ``workload`` through a simulated engine; write a Header (clock ``sim``) + events to ``sink``
-    (``plain_runs``: land runs of decode steps at once; False steps through them one by one)."""
+    (``plain_runs``: land runs of decode steps at once; False steps through them one by one;
+    ``speculation``: the rates a speculative config's drafts and acceptances are drawn from)."""
     return simulate_fleet(workload, [ReplicaSpec(config, cost_model, sink)], header_extra=header_extra,
-                          token_fn=token_fn, progress=progress, plain_runs=plain_runs)[0]
+                          token_fn=token_fn, progress=progress, plain_runs=plain_runs, speculation=speculation)[0]

@@ -10,7 +10,9 @@ the predicted difference; ``--what-if-live LOG`` (the live run of that config) c
 ``--sensitivity PCT`` re-simulates with every step PCT % shorter and longer and prints how far each
 checked latency moves per 1 % of step time, and so how close the step model must be for the
 tolerance. ``--by-arrival N`` splits the requests by arrival time into N windows and prints TTFT
-and queueing per window, live and simulated: where in the run a tail comes from.
+and queueing per window, live and simulated: where in the run a tail comes from. A speculative
+log is re-simulated with its own acceptance rates, per request; ``--acceptance LOG|RATE`` replaces
+them (e.g. ``--what-if speculative=ngram:4 --acceptance 0.7`` on a plain log).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import math
 from pathlib import Path
 
 from runtime.cli import cost_models
+from runtime.cli.acceptance_flags import add_acceptance_args, speculation_from_args
 from runtime.cli.checks import Bounded
 from runtime.cli.errors import CLIError
 from runtime.cli.workload import require_file
@@ -148,12 +151,23 @@ def _run(args: argparse.Namespace) -> int:
         if not args.what_if:
             raise CLIError("--what-if-live: needs --what-if FIELD=VALUE (the config that log ran)")
     model = cost_models.load(args.cost_model, log=args.log)
+    speculation = None
+    if args.acceptance is not None:
+        from simulator.fidelity.config_diff import what_if
+        from simulator.replay.replay import log_config
+
+        _, config = log_config(args.log)
+        try:
+            configs = [config, what_if(config, args.what_if or [])]
+        except ValueError as e:
+            raise CLIError(str(e)) from None
+        speculation = speculation_from_args(args, configs, None, config.seed)
     try:
         report, dists = fidelity(args.log, model, overrides=args.what_if or [], what_if_live=args.what_if_live,
                                  replay=not args.no_replay, sensitivity_pct=args.sensitivity,
-                                 arrival_windows=args.by_arrival)
+                                 arrival_windows=args.by_arrival, speculation=speculation)
     except ValueError as e:
-        if str(e).startswith("--what-if"):
+        if str(e).startswith(("--what-if", "--acceptance")):
             raise CLIError(str(e)) from None
         raise
     report["cost_model"] = str(args.cost_model)
@@ -219,4 +233,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", metavar="PATH", help="write the report as JSON")
     p.add_argument("--plot", metavar="PNG", help="CDF plot path (default: next to LIVE_LOG, *_fidelity.png)")
     p.add_argument("--no-replay", action="store_true", help="skip the timing-replay (per-step MAPE)")
+    add_acceptance_args(p)
     p.set_defaults(func=_run)

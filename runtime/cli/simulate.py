@@ -4,6 +4,10 @@ or a fleet of them (``--replicas N --router R``: LOG is then the fleet log, the 
 WORKLOAD is a workload JSONL, a recorded log (its requests are re-simulated, by default under
 the log's own engine config), an Azure CSV or a Mooncake JSONL. Engine flags override the
 config; the summary table comes from the written log (analysis.frames / analysis.metrics).
+
+Speculative decoding (``--speculative ngram:K``, or a speculative log's own config) draws its
+drafts and their acceptance from ``--acceptance LOG|RATE`` (runtime/cli/acceptance_flags.py); a
+speculative log re-simulated takes its own rates.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import time
 from pathlib import Path
 
 from runtime.cli import cost_models
+from runtime.cli.acceptance_flags import add_acceptance_args, report_speculation, speculation_from_args
 from runtime.cli.config_flags import add_config_flags, config_options
 from runtime.cli.errors import CLIError
 from runtime.cli.fleet_flags import add_fleet_args, replica_models, replica_overrides
@@ -112,6 +117,8 @@ def _run(args: argparse.Namespace) -> int:
     trackers = [track_ranges(m) for m in replica_models(args, cost_model, overrides)]
     models = [t or m for t, m in zip(trackers, replica_models(args, cost_model, overrides))]
     configs = [_replica_config(config, overrides.get(i)) for i in range(args.replicas)]
+    speculation = speculation_from_args(args, configs, args.workload if is_log else None, config.seed)
+    report_speculation(speculation, configs)
     logs = [replica_log_path(args.out, i) for i in range(args.replicas)] if fleet else [Path(args.out)]
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
@@ -124,7 +131,7 @@ def _run(args: argparse.Namespace) -> int:
         bar = stack.enter_context(tqdm(total=len(wl), unit="req", desc="simulate", disable=args.no_progress,
                                        mininterval=0.5))
         results = simulate_fleet(wl, [ReplicaSpec(c, m, w) for c, m, w in zip(configs, models, writers)],
-                                 args.router, route_sink=route_sink, progress=bar,
+                                 args.router, route_sink=route_sink, progress=bar, speculation=speculation,
                                  header_extra={"cost_model": str(args.cost_model),
                                                **({"point": args.point} if args.point else {})})
     wall = time.perf_counter() - t0
@@ -166,6 +173,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--point", metavar="TEXT", help="the sweep point this run re-runs (minivllm sweep's command "
                    "column), kept in the log's Header as extra.point")
     add_engine_args(p)
+    add_acceptance_args(p)
     add_fleet_args(p)
     add_workload_args(p)
     p.set_defaults(func=_run)

@@ -24,10 +24,13 @@ def flat(config: EngineConfig) -> dict[str, Any]:
             out.update({f"{key}.{k}": v for k, v in value.items()})
         else:
             out[key] = value
+    out.setdefault("speculative", config.speculative)  # (a plain config's dict leaves it out; a what-if turns it on)
     return out
 
 
 def _fmt(value: Any) -> str:
+    if value == "":  # (speculative decoding off)
+        return "off"
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, int):
@@ -41,7 +44,7 @@ def config_changes(base: EngineConfig, new: EngineConfig) -> list[str]:
     a, b = flat(base), flat(new)
     lines = []
     for key in sorted(set(a) | set(b)):
-        if a.get(key) == b.get(key) or key == "model_identity":
+        if a.get(key) == b.get(key) or key == "model_identity" or {a.get(key), b.get(key)} <= {"", "off"}:
             continue
         line = f"{key.split('.')[-1]} {_fmt(a.get(key))} → {_fmt(b.get(key))}"
         if key == BUDGET and not new.scheduler.enable_chunked_prefill and b[key] >= new.scheduler.max_model_len:

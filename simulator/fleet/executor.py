@@ -5,6 +5,10 @@ Timing of overlapped steps (the async engine): step k+1, launched at ``now`` whi
 flight, runs on the device after k; with an eager ``launch_time`` the host launches k+1 until
 ``now + launch`` and only then collects k, so k's tokens reach the host no earlier, and k+1 ends no
 earlier than its launch.
+
+Speculative decoding (simulator/fleet/speculation.py): a span that verifies drafts commits the
+drafts ``draws`` accepts and one token of its own; the step is priced by its spans, a verify span
+being a span of 1 + d tokens.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Callable, Mapping
 from runtime.engine.request import Request
 from runtime.engine.types import KnownStep, StepPlan, StepResult
 from simulator.cost.engine_timing import EngineTiming
+from simulator.fleet.speculation import DRAFT_TOKEN, RoundDraws
 
 SYNTHETIC_TOKEN = 0  # the token every simulated step samples (no eos in simulation)
 # a step's tokens without a token_fn: this one list for every sampling span (read, never changed)
@@ -23,15 +28,19 @@ TokenFn = Callable[[int, int], int]  # (request_id, position) -> token id
 
 
 class CostModelExecutor:
-    def __init__(self, timing: EngineTiming, clock: Callable[[], float], token_fn: TokenFn | None = None) -> None:
+    def __init__(self, timing: EngineTiming, clock: Callable[[], float], token_fn: TokenFn | None = None,
+                 draws: RoundDraws | None = None) -> None:
+        """``draws``: the acceptances of speculative rounds (needed when a plan carries drafts)."""
         self.step_time, self.launch_time = timing.step_time, timing.launch_time
-        self.clock, self.token_fn = clock, token_fn
+        self.clock, self.token_fn, self.draws = clock, token_fn, draws
         self.in_flight: KnownStep | None = None  # launched, not collected
 
     def launch(self, plan: StepPlan, requests: Mapping[int, Request]) -> KnownStep:
         now = self.clock()
         token_fn = self.token_fn
-        if token_fn is None:
+        if plan.drafts is not None:
+            tokens = self._verify(plan)
+        elif token_fn is None:
             tokens = _SYNTHETIC * plan.num_sampling
         else:
             tokens = [[token_fn(s.request_id, s.start + s.num_tokens)] for s in plan.spans if s.sample]
@@ -47,6 +56,28 @@ class CostModelExecutor:
                 end = ready
         self.in_flight = step = KnownStep(StepResult(tokens, duration), end)
         return step
+
+    def _verify(self, plan: StepPlan) -> list[list[int]]:
+        """A speculating step's tokens: per verify span, its accepted drafts and one token more."""
+        draws, token_fn, drafts = self.draws, self.token_fn, plan.drafts
+        if draws is None:
+            raise ValueError("a plan with drafts needs the acceptance draws (CostModelExecutor(draws=...))")
+        tokens = []
+        for s in plan.spans:
+            if not s.sample:
+                continue
+            rid = s.request_id
+            draft = drafts.get(rid)
+            if not draft:
+                position = s.start + s.num_tokens
+                tokens.append([SYNTHETIC_TOKEN if token_fn is None else token_fn(rid, position)])
+                continue
+            n = draws.accepted(rid, s.start + 1, len(draft))
+            own = SYNTHETIC_TOKEN if token_fn is None else token_fn(rid, s.start + 1 + n)
+            if n < len(draft) and own == draft[n]:  # (a token_fn's): the rejected draft must differ
+                own = DRAFT_TOKEN + 1
+            tokens.append(draft[:n] + [own])
+        return tokens
 
     def collect(self, handle: KnownStep) -> StepResult:
         if handle is self.in_flight:

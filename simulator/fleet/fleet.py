@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.engine.config import EngineConfig
+from runtime.engine.drafters import parse_speculative
 from runtime.engine.routers import ReplicaLoad, Router, RouteRequest, make_router, prefix_key
 from runtime.engine.types import EventSink
 from simulator.fleet.environment import SimEnvironment
@@ -20,6 +21,7 @@ from simulator.fleet.executor import TokenFn
 from simulator.fleet.front_door import FrontDoor, OpenLoopArrivals
 from simulator.fleet.replica import Replica, SimResult, SimulationError
 from simulator.fleet.sessions import SessionArrivals
+from simulator.fleet.speculation import Speculation
 from traces.events import Finished, Routed, make_header
 from traces.prompt import materialize
 from traces.workload import RequestSpec, Workload
@@ -37,8 +39,10 @@ class ReplicaSpec:
 class Fleet:
     def __init__(self, workload: Workload, replicas: Sequence[ReplicaSpec], router: Router | str = "round-robin", *,
                  door: FrontDoor | None = None, token_fn: TokenFn | None = None, progress: Any = None,
-                 plain_runs: bool = True, on_route: RouteSink | None = None) -> None:
-        """``door``: the front door (default: the first replica's cost model's intake delay and service time)."""
+                 plain_runs: bool = True, on_route: RouteSink | None = None,
+                 speculation: Speculation | None = None) -> None:
+        """``door``: the front door (default: the first replica's cost model's intake delay and service time);
+        ``speculation``: the rates speculative replicas draw drafts and acceptances from."""
         specs = workload.requests
         start = min(0.0, specs[0].arrival) if specs else 0.0
         self.env = env = SimEnvironment(initial_time=start)
@@ -55,9 +59,10 @@ class Fleet:
             # no replica's run could have been bounded by: every step is taken one at a time
             plain_runs = False
         due = self.arrivals.next_time
+        rates = speculation.matcher() if speculation is not None else None  # (shared: a request is claimed once)
         self.replicas = [Replica(env, r.config, r.cost_model, due=due,
                                  sink=self._watch_finishes(i, r.sink) if closed else r.sink,
-                                 token_fn=token_fn, plain_runs=plain_runs, progress=progress)
+                                 token_fn=token_fn, plain_runs=plain_runs, progress=progress, rates=rates)
                          for i, r in enumerate(replicas)]
         self.on_route = on_route
         # per replica: (its steps and requests taken, its load then): recomputed once it has changed
@@ -125,10 +130,14 @@ class Fleet:
 
 def simulate_fleet(workload: Workload, replicas: Sequence[ReplicaSpec], router: Router | str = "round-robin", *,
                    route_sink: EventSink | None = None, header_extra: dict[str, Any] | None = None,
-                   token_fn: TokenFn | None = None, progress: Any = None, plain_runs: bool = True) -> list[SimResult]:
+                   token_fn: TokenFn | None = None, progress: Any = None, plain_runs: bool = True,
+                   speculation: Speculation | None = None) -> list[SimResult]:
     """Run ``workload`` through the replicas; each replica's sink gets a Header (clock ``sim``) and its
-    events, ``route_sink`` a ``Routed`` event per request (the fleet log's, after its own Header)."""
+    events, ``route_sink`` a ``Routed`` event per request (the fleet log's, after its own Header).
+    ``speculation``: the rates a speculative config's rounds are drawn from (its Header says which)."""
     extra = {"workload": {"source": workload.source, "num_requests": len(workload), **workload.meta}}
+    if speculation is not None and any(parse_speculative(r.config.speculative) for r in replicas):
+        extra["speculation"] = speculation.header_extra()
     extra.update(header_extra or {})
     for i, r in enumerate(replicas):
         if r.sink is not None:
@@ -138,5 +147,5 @@ def simulate_fleet(workload: Workload, replicas: Sequence[ReplicaSpec], router: 
         def on_route(index: int, replica: int, request_id: int | None, time: float) -> None:
             route_sink(Routed(time=time, index=index, replica=replica, request_id=request_id))
     fleet = Fleet(workload, replicas, router, token_fn=token_fn, progress=progress, plain_runs=plain_runs,
-                  on_route=on_route)
+                  on_route=on_route, speculation=speculation)
     return fleet.run()

@@ -6,7 +6,13 @@
   only step durations are predicted. Reports per-step error and per-request TTFT/E2E error; with
   the log's own durations (RecordedCostModel) every error is zero.
 - ``resimulate(log, cost_model, config)``: the log's workload through the live scheduler again
-  (simulator.sim) — with the recorded durations it reproduces the recorded decisions.
+  (simulator.sim) — with the recorded durations it reproduces the recorded decisions. A
+  speculative config draws its drafts and acceptances from the log's own rates, per request
+  (simulator/fleet/speculation.py), unless given others.
+
+A speculative log's verify spans (a decode and its drafts, ``Step.drafts``) are spans of 1 + d
+tokens to the cost model; the timing replay counts the steps that verify drafts and carry no
+prefill chunk as a kind of their own.
 
 Execute-replay (the recorded plans on a real executor) is in ``simulator.replay.execute``.
 """
@@ -22,10 +28,11 @@ import numpy as np
 import pandas as pd
 
 from runtime.engine.config import EngineConfig
+from runtime.engine.drafters import parse_speculative
 from simulator.cost.cost_model import CostModel, mape, total_error
 from simulator.cost.model_base import for_step_budget
 from simulator.cost.ranges import track_ranges
-from simulator.sim import SimResult, simulate
+from simulator.sim import SimResult, Speculation, simulate
 from traces.events import Arrived, Event, Finished, Header, Step
 from traces.importers.log import read_log_workload
 from traces.log import LogError, read_log
@@ -45,7 +52,7 @@ def timing_replay(events_or_path: str | Path | list[Event], cost_model: CostMode
     last_step: dict[int, int] = {}  # request -> index of the last step that sampled for it
     finish: dict[int, float] = {}
     cols: dict[str, list] = {k: [] for k in ("step", "recorded", "predicted", "rec_start", "rec_end",
-                                             "pred_start", "pred_end", "prefill")}
+                                             "pred_start", "pred_end", "prefill", "verify")}
     prev_rec = prev_pred = -math.inf
     tracker = step_time = None  # (set by the Header: the model for the log's step budget)
     for ev in events:
@@ -59,13 +66,16 @@ def timing_replay(events_or_path: str | Path | list[Event], cost_model: CostMode
             pred = step_time(ev.step, ev.spans)
             pred_end = pred_start + pred
             k = len(cols["step"])
+            verify = _verify_spans(ev)
             for s in ev.spans:
                 if s.sample:
                     first_step.setdefault(s.request_id, k)
                     last_step[s.request_id] = k
             for name, value in (("step", ev.step), ("recorded", ev.end - ev.start), ("predicted", pred),
                                 ("rec_start", ev.start), ("rec_end", ev.end), ("pred_start", pred_start),
-                                ("pred_end", pred_end), ("prefill", any(s.num_tokens > 1 for s in ev.spans))):
+                                ("pred_end", pred_end),
+                                ("prefill", any(s.num_tokens > 1 and s.request_id not in verify for s in ev.spans)),
+                                ("verify", bool(verify))):
                 cols[name].append(value)
             prev_rec, prev_pred = ev.end, pred_end
         elif isinstance(ev, Arrived):
@@ -104,6 +114,14 @@ def timing_replay(events_or_path: str | Path | list[Event], cost_model: CostMode
     return TimingReplay(steps, requests, summary)
 
 
+def _verify_spans(step: Step) -> set[int]:
+    """The requests whose spans in ``step`` verify drafts."""
+    if not step.drafts:
+        return set()
+    sampling = (s.request_id for s in step.spans if s.sample)
+    return {rid for rid, drafts in zip(sampling, step.drafts) if drafts}
+
+
 def _errors(pred: pd.Series, rec: pd.Series) -> dict[str, float]:
     ok = pred.notna() & rec.notna()
     p, r = pred[ok].to_numpy(float), rec[ok].to_numpy(float)
@@ -129,9 +147,16 @@ def _summary(steps: pd.DataFrame, requests: pd.DataFrame) -> dict[str, Any]:
         "makespan_predicted_s": span(steps["pred_start"], steps["pred_end"]),
         "ttft": _errors(requests["ttft_pred"], requests["ttft_rec"]),
         "e2e": _errors(requests["e2e_pred"], requests["e2e_rec"]),
-        "by_kind": {kind: _kind_errors(pred[mask], rec[mask]) for kind, mask in (
-            ("decode", ~steps["prefill"].to_numpy(bool)), ("prefill", steps["prefill"].to_numpy(bool)))},
+        "by_kind": _by_kind(steps, pred, rec),
     }
+
+
+def _by_kind(steps: pd.DataFrame, pred: np.ndarray, rec: np.ndarray) -> dict[str, dict[str, Any]]:
+    prefill, verify = steps["prefill"].to_numpy(bool), steps["verify"].to_numpy(bool)
+    kinds = [("decode", ~prefill & ~verify), ("prefill", prefill)]
+    if verify.any():  # (a speculative log's: decodes verifying drafts, no prefill chunk)
+        kinds.append(("verify", verify & ~prefill))
+    return {kind: _kind_errors(pred[mask], rec[mask]) for kind, mask in kinds}
 
 
 def _kind_errors(pred: np.ndarray, rec: np.ndarray) -> dict[str, Any]:
@@ -143,7 +168,8 @@ def _kind_errors(pred: np.ndarray, rec: np.ndarray) -> dict[str, Any]:
 
 def render_by_kind(by_kind: dict[str, dict[str, Any]]) -> str:
     """``by_kind`` of a timing replay's summary, one line."""
-    names = {"decode": "decode-only steps", "prefill": "steps with prefill"}
+    names = {"decode": "decode-only steps", "prefill": "steps with prefill",
+             "verify": "steps verifying drafts (no prefill)"}
     parts = [f"{names[k]} ({v['steps']:,}): total {v['error_pct']:+.1f}%, MAPE {v['mape']:.1f}%"
              for k, v in by_kind.items() if v["steps"]]
     return "by kind of step: " + "; ".join(parts)
@@ -179,12 +205,25 @@ def log_config(path: str | Path) -> tuple[Header, EngineConfig]:
 
 
 def resimulate(path: str | Path, cost_model: CostModel, config: EngineConfig | None = None, *,
-               sink=None, token_fn=None, progress=None) -> SimResult:
-    """Simulate the workload of a recorded log under ``config`` (default: the log's own)."""
+               sink=None, token_fn=None, progress=None, speculation: Speculation | None = None) -> SimResult:
+    """Simulate the workload of a recorded log under ``config`` (default: the log's own); a
+    speculative config draws its rounds from ``speculation`` (default: the log's own rates)."""
     if config is None:
         _, config = log_config(path)
+    if speculation is None and parse_speculative(config.speculative) is not None:
+        speculation = own_speculation([path], config.seed)
     return simulate(read_log_workload(path), config, cost_model, sink=sink, token_fn=token_fn,
-                    progress=progress, header_extra={"resimulated_from": str(path)})
+                    progress=progress, header_extra={"resimulated_from": str(path)}, speculation=speculation)
+
+
+def own_speculation(paths: list[str | Path], seed: int) -> Speculation:
+    """A speculative log's own rates, per request: what its re-simulation draws from. ValueError
+    (``--acceptance``: ...) when the log recorded no speculative round (a what-if that turns
+    speculation on must say what to draw from)."""
+    try:
+        return Speculation.from_logs(paths, per_request=True, seed=seed)
+    except ValueError as e:
+        raise ValueError(f"--acceptance: {e}; give --acceptance LOG (a speculative log) or RATE") from None
 
 
 def recorded_tokens(path: str | Path):
@@ -192,11 +231,14 @@ def recorded_tokens(path: str | Path):
     (a re-simulation with them makes the recorded run's token-dependent decisions)."""
     from traces.events import Step
     from traces.log import read_log
+    from traces.speculation import span_drafts
 
     table: dict[tuple[int, int], int] = {}
     for ev in read_log(path):
         if isinstance(ev, Step):
-            for span, tokens in zip((s for s in ev.spans if s.sample), ev.tokens):
+            sampling = [(s, d) for s, d in zip(ev.spans, span_drafts(ev)) if s.sample]
+            for (span, drafts), tokens in zip(sampling, ev.tokens):
+                first = span.start + span.num_tokens - len(drafts)  # a verify span's first draft's position
                 for i, tok in enumerate(tokens):
-                    table[span.request_id, span.start + span.num_tokens + i] = tok
+                    table[span.request_id, first + i] = tok
     return lambda request_id, position: table[request_id, position]
