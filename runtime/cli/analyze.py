@@ -65,8 +65,13 @@ def run(args: argparse.Namespace) -> int:
     factor = STALL_FACTOR if args.stall_factor is None else args.stall_factor
     summaries = [summarize(frames, stall_s, factor) for _, frames in runs]
     warnings = [f"{label}: {w}" for label, frames in runs if (w := range_warning(frames))]
-    for label, summary in zip(labels, summaries):
+    from analysis.speculation import acceptance_summary, render_acceptance
+
+    for label, summary, path in zip(labels, summaries, args.logs):
         print(render_summary(summary, title=label))
+        spec = acceptance_summary(path)
+        if spec is not None:
+            print(render_acceptance(spec, title=label))
     for w in warnings:
         print(w)
     if len(runs) > 1:  # what differs between the runs, before the numbers that compare them

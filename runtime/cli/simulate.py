@@ -112,12 +112,12 @@ def _run(args: argparse.Namespace) -> int:
 
     overrides = replica_overrides(args)
     fleet = args.replicas > 1
+    configs = [_replica_config(config, overrides.get(i)) for i in range(args.replicas)]
+    speculation = speculation_from_args(args, configs, args.workload if base is not None else None, config.seed)
     print(f"simulating {len(wl):,} requests ({wl.duration:,.1f} s of arrivals) → {args.out}"
           + (f" ({args.replicas} replicas, {args.router})" if fleet else ""))
     trackers = [track_ranges(m) for m in replica_models(args, cost_model, overrides)]
     models = [t or m for t, m in zip(trackers, replica_models(args, cost_model, overrides))]
-    configs = [_replica_config(config, overrides.get(i)) for i in range(args.replicas)]
-    speculation = speculation_from_args(args, configs, args.workload if is_log else None, config.seed)
     report_speculation(speculation, configs)
     logs = [replica_log_path(args.out, i) for i in range(args.replicas)] if fleet else [Path(args.out)]
     t0 = time.perf_counter()

@@ -42,6 +42,7 @@ from traces.events import TRACE_PROMPTS_KEY
 from traces.log import LogWriter
 from traces.params import InvalidRequest, SamplingParams
 from traces.prompt import TRACE_PROMPTS
+from traces.speculation import num_accepted
 
 PromptInput = str | Sequence[int]
 
@@ -84,6 +85,22 @@ class EngineStats(msgspec.Struct, array_like=True):
     # counted by the server's engine loop when the engine aborts (as logged)
     slow_client_aborts: int = 0
     client_aborts: int = 0
+    # speculative decoding, as the log's rounds (traces/speculation.py): decodes that verified drafts,
+    # their drafts, the drafts accepted, and those by position ("0": the first draft)
+    spec_drafts: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
+    spec_accepted_per_pos: dict[str, int] = {}
+
+    def count_round(self, drafts: list[int], committed: list[int]) -> None:
+        """A speculating decode's round: its drafts and the tokens it committed (the log's)."""
+        accepted = num_accepted(drafts, committed)
+        self.spec_drafts += 1
+        self.spec_draft_tokens += len(drafts)
+        self.spec_accepted_tokens += accepted
+        per = self.spec_accepted_per_pos
+        for j in range(accepted):
+            per[str(j)] = per.get(str(j), 0) + 1
 
 
 class RequestRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -384,6 +401,12 @@ class LLMEngine:
         stats.steps += 1
         stats.preemptions += len(out.plan.preempted)
         start = now - out.result.duration  # the step's start: when its admissions left the queue
+        drafts = out.plan.drafts
+        if drafts:  # speculative rounds, from the committed tokens (the log's Step.tokens)
+            for d in out.deltas:
+                draft = drafts.get(d.request_id)
+                if draft:
+                    stats.count_round(draft, d.new_token_ids)
         for a in out.plan.admitted:
             stats.prefix_hit_tokens += a.num_cached_tokens
             req = self._active.get(a.request_id)

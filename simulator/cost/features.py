@@ -23,6 +23,20 @@ A span's ``start`` is the tokens already in the KV cache, ``num_tokens`` the chu
                      1,100-token step runs 1,536); 0 in a decode-only step, in an eager one and in a
                      model without ``step_padding``
 
+A speculative decode's verify span (its last token and d drafts, ``Step.drafts``) is a span of
+1 + d tokens, and priced as the executor runs it: its 1 + d rows go through every GEMM
+(``prefill_tokens``), its queries attend causally to the context and to each other
+(``prefill_attention``), and its step is a ``prefill_step``: the decode CUDA graphs take one-token
+spans only (runtime/executor/model_inputs.py, ``decode_only``), so a step that verifies drafts runs
+the mixed path, as one with a prefill chunk does. No feature reads ``sample``: they key on the chunk
+size alone, which a verify span shares with a prefill's last chunk of the same length (the same
+work, but for its logits). Two things a span does not show, so no feature prices them: the
+d + 1 logits rows a verify span samples (``seqs`` counts one per span: the LM head and the sampler
+on d more rows are left out), and that a few queries over a long context read its KV at the memory
+rate, not the per-pair rate ``prefill_attention`` is fitted at on long chunks. Both make a verify
+step look cheaper than it is; a model fitted on speculative logs carries the cost of the steps it
+saw in its other coefficients.
+
 ``EXT_FEATURES`` add what a tree model splits on besides: tokens in the step, prefill spans, the
 largest chunk. They are also the quantities whose profiled range a model records (simulator/cost/ranges.py).
 A saved model names its features; a file from before a feature existed loads (a linear one without

@@ -59,7 +59,8 @@ class Fleet:
             # no replica's run could have been bounded by: every step is taken one at a time
             plain_runs = False
         due = self.arrivals.next_time
-        rates = speculation.matcher() if speculation is not None else None  # (shared: a request is claimed once)
+        # (shared by the replicas: a logged request's rates are claimed once)
+        self.rates = rates = speculation.matcher() if speculation is not None else None
         self.replicas = [Replica(env, r.config, r.cost_model, due=due,
                                  sink=self._watch_finishes(i, r.sink) if closed else r.sink,
                                  token_fn=token_fn, plain_runs=plain_runs, progress=progress, rates=rates)

@@ -16,6 +16,12 @@ records); ``vllm:inter_token_latency_seconds`` is one observation per token gap;
 ``vllm:request_queue_time_seconds`` runs from arrival to the start of the step that first
 scheduled the request; ``vllm:kv_cache_usage_perc`` is referenced blocks / all blocks (0..1;
 cached-but-free blocks count as free); prefix-cache queries and hits are in tokens, per admission.
+
+Speculative decoding (exported when the engine speculates): ``vllm:spec_decode_num_drafts`` counts
+the decodes that verified drafts (rounds), ``..._num_draft_tokens`` their drafts,
+``..._num_accepted_tokens`` the drafts accepted and ``..._num_accepted_tokens_per_pos{position}``
+those by position (0: a round's first draft), all from the tokens each round committed, so they
+agree with the log's ``Step.drafts`` / ``Step.tokens`` (traces/speculation.py's ``rounds``).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from runtime.engine.drafters import parse_speculative
 from runtime.serving.async_engine import AsyncLLMEngine
 from runtime.serving.llm_engine import StepTimings
 from runtime.serving.server.bulk_histogram import BulkHistogram
@@ -140,6 +147,25 @@ class _EngineCollector:
         for reason, n in sorted(reasons.items()):
             success.add_metric([*self.labels, reason], n)
         yield success
+        yield from self._spec_decode(s)
+
+    def _spec_decode(self, s):
+        spec = parse_speculative(self.engine.config.speculative)
+        if spec is None:
+            return
+        for name, doc, value in (
+                ("spec_decode_num_drafts", "Number of spec decoding drafts.", s.spec_drafts),
+                ("spec_decode_num_draft_tokens", "Number of draft tokens.", s.spec_draft_tokens),
+                ("spec_decode_num_accepted_tokens", "Number of accepted tokens.", s.spec_accepted_tokens)):
+            metric = CounterMetricFamily(f"vllm:{name}", doc, labels=_VLLM_LABELS)
+            metric.add_metric(self.labels, value)
+            yield metric
+        per = CounterMetricFamily("vllm:spec_decode_num_accepted_tokens_per_pos",
+                                  "Accepted tokens per draft position.", labels=[*_VLLM_LABELS, "position"])
+        counts = s.spec_accepted_per_pos
+        for j in range(max([spec.num_tokens, *(int(p) + 1 for p in counts)])):
+            per.add_metric([*self.labels, str(j)], counts.get(str(j), 0))
+        yield per
 
 
 class ServerMetrics:
