@@ -128,15 +128,17 @@ def run_engine(loaded: LoadedModel, prompts: list[list[int]], max_tokens: int | 
                block_size: int = 4, num_blocks: int = 256, staggered: bool = False,
                waves: list[int] | None = None,
                device: str = "cpu", attention_backend: str = "torch", enforce_eager: bool = False,
-               overlap: bool = False, piecewise: bool = False, **sched) -> EngineRun:
+               overlap: bool = False, piecewise: bool = False, speculative: str = "", drafter=None,
+               **sched) -> EngineRun:
     """Greedy outputs of ``prompts`` through the real engine. ``staggered``: each prompt is added
     only after the previous one finished (so later prompts hit the prefix cache); ``waves``: sizes of
     groups of prompts, each added once the previous group finished (an idle engine between them); ``overlap``:
     steps run through the overlapping StepLoop (placeholder inputs filled on the device);
-    ``piecewise``: prefill and mixed steps go through PiecewiseGraphs (a dry run off CUDA)."""
+    ``piecewise``: prefill and mixed steps go through PiecewiseGraphs (a dry run off CUDA);
+    ``speculative`` / ``drafter``: speculative decoding (EngineConfig.speculative, EngineCore's drafter)."""
     sched.setdefault("max_model_len", 512)
     config = EngineConfig(cache=CacheConfig(block_size=block_size, num_blocks=num_blocks),
-                          scheduler=SchedulerConfig(**sched))
+                          scheduler=SchedulerConfig(**sched), speculative=speculative)
     runner = ModelRunner(loaded, RunnerConfig(attention_backend=attention_backend, device=device,
                                               enforce_eager=enforce_eager), config)
     if piecewise and runner.piecewise is None:
@@ -144,7 +146,7 @@ def run_engine(loaded: LoadedModel, prompts: list[list[int]], max_tokens: int | 
                                            max_tokens=config.scheduler.max_num_batched_tokens,
                                            max_seqs=config.scheduler.max_num_seqs, device=runner.device)
         runner.piecewise.capture()
-    core = EngineCore(config, eos_token_id=None)
+    core = EngineCore(config, eos_token_id=None, drafter=drafter)
     if isinstance(max_tokens, int):
         max_tokens = [max_tokens] * len(prompts)
     outputs: dict[int, list[int]] = {}

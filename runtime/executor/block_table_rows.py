@@ -4,12 +4,13 @@ A step's block table is [sequences, blocks]: flattening every request's table in
 a pass over thousands of Python ints per step (256 sequences x ~50 blocks), the largest host cost
 of a decode step. A table only grows while its request holds it (a re-admitted request gets a new
 list), so each step copies just the blocks added since the last one and gathers its rows with a
-single numpy indexing op.
+single numpy indexing op. The one exception, a speculating request's table trimmed after its
+step, is announced (``invalidate``) and copied whole next time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Container, Iterable, Sequence
 
 import numpy as np
 
@@ -17,7 +18,8 @@ import numpy as np
 class BlockTableRows:
     def __init__(self, width: int = 64, capacity: int = 64) -> None:
         self.array = np.zeros((capacity, width), np.int32)
-        self._rows: dict[int, tuple[list[int], int, int]] = {}  # request id -> (its table, blocks copied, row)
+        # request id -> (its table, blocks copied, row); table None: copy it whole next time
+        self._rows: dict[int, tuple[list[int] | None, int, int]] = {}
         self._free = list(range(capacity - 1, -1, -1))
 
     def gather(self, request_ids: Sequence[int], tables: Sequence[list[int]], live: Container[int]) -> np.ndarray:
@@ -45,6 +47,15 @@ class BlockTableRows:
                 rows[rid] = (table, n, row)
             index.append(row)
         return arr[index, :width]
+
+    def invalidate(self, request_ids: Iterable[int]) -> None:
+        """The tables of ``request_ids`` may shrink before the next gather (speculative drafts'
+        blocks trimmed, runtime/engine/core.py): their rows are copied whole next time."""
+        rows = self._rows
+        for rid in request_ids:
+            entry = rows.get(rid)
+            if entry is not None:
+                rows[rid] = (None, 0, entry[2])
 
     def _new_row(self, live: Container[int]) -> int:
         if not self._free:

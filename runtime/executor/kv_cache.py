@@ -29,17 +29,23 @@ def activation_reserve(spec: ModelSpec, dtype: torch.dtype, max_tokens: int, max
 
 
 def plan_num_blocks(spec: ModelSpec, dtype: torch.dtype, device: torch.device, block_size: int,
-                    runner: RunnerConfig, scheduler: SchedulerConfig) -> int:
-    """How many blocks the runner's KV budget holds."""
-    per_block = block_bytes(spec, dtype, block_size)
+                    runner: RunnerConfig, scheduler: SchedulerConfig, *, logits_rows: int | None = None,
+                    extra_block_bytes: int = 0, reserve_bytes: int = 0) -> int:
+    """How many blocks the runner's KV budget holds. ``logits_rows``: the most logits rows a step
+    samples (default max_num_seqs; speculative decoding samples 1 + K per decode); a draft model's
+    pool beside it (runtime/executor/draft_model.py) takes ``extra_block_bytes`` per block and
+    ``reserve_bytes`` more out of the same budget."""
+    per_block = block_bytes(spec, dtype, block_size) + extra_block_bytes
     if runner.kv_cache_gb is not None:
         budget = int(runner.kv_cache_gb * (1 << 30))
     elif device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
+        rows = max(scheduler.max_num_seqs, logits_rows or 0)
         budget = int(free - total * (1 - runner.gpu_memory_utilization)
-                     - activation_reserve(spec, dtype, scheduler.max_num_batched_tokens, scheduler.max_num_seqs))
+                     - activation_reserve(spec, dtype, scheduler.max_num_batched_tokens, rows))
     else:
         budget = int(DEFAULT_CPU_KV_GB * (1 << 30))
+    budget -= reserve_bytes
     blocks = budget // per_block
     if blocks < 1:
         raise ValueError(f"the KV budget ({budget / 2**30:.2f} GiB) holds no block of {per_block} bytes; "

@@ -6,6 +6,10 @@ request's token array), then sent to the device with one copy per tensor.
 Order: attention wants every q_len == 1 span first (its batched decode path), so spans are
 reordered stably; ``logits_indices`` are listed in *plan* order of the sampling spans, so the
 sampled rows come back in the order the core expects without any remapping.
+
+A speculating span (``plan.drafts``: its request's last token and D drafts) reads the drafts as its
+input after the last token and has D + 1 logits rows, one per position, in position order
+(runtime/executor/speculative.py); ``rows_per_sample`` says how many rows each sampling span has.
 """
 
 from __future__ import annotations
@@ -35,13 +39,15 @@ class HostInputs:
     query_start: np.ndarray  # [S + 1] int64
     seq_lens: np.ndarray  # [S] int32
     block_table: np.ndarray  # [S, max_blocks] int32
-    logits_indices: np.ndarray  # [num sampling spans] int64, plan order
+    logits_indices: np.ndarray  # [rows] int64, plan order: one per sampling span (1 + D if it speculates)
     num_decodes: int
-    sampled_requests: list[Request]  # plan order, one per row of the logits
+    sampled_requests: list[Request]  # plan order, one per sampling span
     # decode rows whose input token is a placeholder, and the rows of the previous launch's sampled
     # ids that hold those tokens on the device (runtime/engine/step_loop.py); empty when none
     fill_rows: np.ndarray  # [P] int64
     fill_from: np.ndarray  # [P] int64
+    # per sampling span, its logits rows (1 + its drafts); None when no span speculates (one each)
+    rows_per_sample: list[int] | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -58,8 +64,8 @@ class StepInputs:
     input_ids: torch.Tensor  # [T] int64
     positions: torch.Tensor  # [T] int64
     meta: AttentionMetadata
-    logits_indices: torch.Tensor  # [num sampling spans] int64, plan order
-    sampled_requests: list[Request]  # plan order, one per row of the logits
+    logits_indices: torch.Tensor  # [rows] int64, plan order (as HostInputs')
+    sampled_requests: list[Request]  # plan order, one per sampling span
     num_tokens: int
 
 
@@ -89,10 +95,14 @@ def host_inputs(plan: StepPlan, requests: Mapping[int, Request], block_size: int
         ids = array("i", [requests[s.request_id].token_ids[s.start] for s in ordered])
     else:
         ids = array("i")
+        drafts = plan.drafts
         for s in ordered:
             tokens = requests[s.request_id].token_ids
             if s.num_tokens == 1:
                 ids.append(tokens[s.start])
+            elif drafts is not None and s.request_id in drafts:  # its last token, then its drafts
+                ids.append(tokens[s.start])
+                ids.extend(drafts[s.request_id])
             else:
                 ids.extend(tokens[s.start : s.start + s.num_tokens])
 
@@ -121,6 +131,13 @@ def host_inputs(plan: StepPlan, requests: Mapping[int, Request], block_size: int
     else:
         sample_rows = np.array(sample_plan_idx, dtype=np.int64)
     logits_indices = query_start[1:][sample_rows] - 1 if len(sample_rows) else np.zeros(0, np.int64)
+    rows_per_sample = None
+    if plan.drafts is not None:  # a speculating span's rows: its last D + 1 positions
+        rows_per_sample = [1 + len(plan.drafts.get(spans[i].request_id, ())) for i in sample_plan_idx]
+        counts = np.array(rows_per_sample, dtype=np.int64)
+        firsts = np.cumsum(counts) - counts
+        offsets = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(firsts, counts)
+        logits_indices = np.repeat(logits_indices - counts + 1, counts) + offsets
 
     input_ids = np.frombuffer(ids, dtype=np.int32).astype(np.int64)
     fill_rows = fill_from = _NONE
@@ -144,6 +161,7 @@ def host_inputs(plan: StepPlan, requests: Mapping[int, Request], block_size: int
         sampled_requests=[requests[spans[i].request_id] for i in sample_plan_idx],
         fill_rows=fill_rows,
         fill_from=fill_from,
+        rows_per_sample=rows_per_sample,
     )
 
 

@@ -7,10 +7,15 @@ returns the tokens with the measured wall time of the whole step.
 Randomness: each request draws from its own stream (``runtime.executor.sampling.request_rng``: seeded from
 ``SamplingParams.seed`` or from (engine seed, request id)); so a request's tokens depend only on
 its logits and its stream, never on which other requests share the batch.
+
+Speculative decoding: a span that verifies drafts (``plan.drafts``) gets one logits row per position,
+each sampled as a decode would be, and commits its accepted drafts and one token more
+(runtime/executor/speculative.py).
 """
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from collections.abc import Mapping
@@ -31,6 +36,7 @@ from runtime.executor.model.loader import LoadedModel
 from runtime.executor.model_inputs import host_inputs, to_device
 from runtime.executor.piecewise_graphs import PiecewiseGraphs
 from runtime.executor.sampling import GREEDY_EPS, PendingSample, Sampler, SamplingBatch, plain_greedy, request_rng
+from runtime.executor.speculative import Rewind, num_accepted, row_histories
 
 # the reason a request whose logits went NaN or infinite is aborted with (the log's Aborted event)
 NONFINITE_LOGITS = "non-finite logits"
@@ -68,6 +74,7 @@ class ModelRunner:
                                                                sched.max_model_len)
         block_size = engine.cache.block_size
         self.loaded = loaded
+        self.config = config
         self.model = loaded.model
         self.spec = loaded.spec
         self.device = loaded.device
@@ -150,7 +157,12 @@ class ModelRunner:
         t2 = time.perf_counter()
         reqs = host.sampled_requests
         params = [r.params for r in reqs]
-        if plain_greedy(params):
+        counts = host.rows_per_sample
+        rewinds: dict[int, Rewind] | None = None
+        if counts is not None:  # speculating spans: a row per position
+            batch, rewinds = self._verify_batch(reqs, params, counts, plan.drafts)
+            self.table_rows.invalidate(plan.drafts)  # the core trims their rejected drafts' blocks
+        elif plain_greedy(params):
             batch = SamplingBatch.greedy(len(reqs), self.device)
         else:
             batch = SamplingBatch.build(params, [self.rng(r) for r in reqs],
@@ -158,10 +170,36 @@ class ModelRunner:
                                         self.spec.vocab_size)
         pending = self.sampler.sample_async(logits, batch)
         self._previous_ids = pending.device_ids
-        self._previous_rows = {r.request_id: i for i, r in enumerate(reqs)}
+        if counts is None:
+            self._previous_rows = {r.request_id: i for i, r in enumerate(reqs)}
+        else:  # a speculating span's last token is not known at launch: no later input reads it
+            firsts = itertools.accumulate(counts, initial=0)
+            self._previous_rows = {r.request_id: i for r, i, c in zip(reqs, firsts, counts) if c == 1}
         self._forget_finished(requests)
+        drafts = None if counts is None else [plan.drafts.get(r.request_id, []) for r in reqs]
         return _Launched(pending, reqs, len(plan.spans), host.num_tokens, t0, t1 - t0, t2 - t1,
-                         time.perf_counter() - t2)
+                         time.perf_counter() - t2, drafts, rewinds)
+
+    def _verify_batch(self, reqs: list[Request], params: list, counts: list[int],
+                      drafts: dict[int, list[int]]) -> tuple[SamplingBatch, dict[int, Rewind]]:
+        """The sampling rows of a step with speculating spans: each span's request once per row, its
+        history growing by the drafts before the row; its stream drawn once per row (``Rewind``
+        gives back what the commit does not use)."""
+        row_params = [p for p, c in zip(params, counts) for _ in range(c)]
+        if plain_greedy(params):
+            return SamplingBatch.greedy(len(row_params), self.device), {}
+        rngs, histories, rewinds = [], [], {}
+        for r, p, c in zip(reqs, params, counts):
+            rng = self.rng(r)
+            rngs += [rng] * c
+            if c > 1 and rng is not None:
+                rewinds[r.request_id] = Rewind(rng, c)
+            penalised = p.repetition_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
+            if c > 1 and penalised:
+                histories += row_histories(r.token_ids, r.num_prompt_tokens, drafts[r.request_id])
+            else:
+                histories += [(r.token_ids, r.num_prompt_tokens)] * c
+        return SamplingBatch.build(row_params, rngs, histories, self.device, self.spec.vocab_size), rewinds
 
     def collect(self, launched: _Launched) -> StepResult:
         """Wait for a launched step's tokens."""
@@ -179,11 +217,37 @@ class ModelRunner:
         st.tokens += launched.num_tokens
         if self.record_steps:
             st.per_step.append((launched.num_spans, launched.num_tokens, total, launched.forward))
+        if launched.drafts is not None:
+            return self._commit_verified(launched, out, t_end - launched.start)
         logprobs = None if out.logprobs is None else [None if lp is None else [lp] for lp in out.logprobs]
         failed = None
         if out.nonfinite:
             failed = {launched.requests[row].request_id: NONFINITE_LOGITS for row in out.nonfinite}
         return StepResult([[t] for t in out.token_ids], t_end - launched.start, logprobs, failed)
+
+    @staticmethod
+    def _commit_verified(launched: _Launched, out, duration: float) -> StepResult:
+        """A step with speculating spans: per span its accepted drafts and the row token after them,
+        a logprobs dict per committed token (its row's), failed if a committed row was not finite."""
+        ids, lps, bad = out.token_ids, out.logprobs, set(out.nonfinite)
+        tokens: list[list[int]] = []
+        logprobs: list | None = None if lps is None else []
+        failed: dict[int, str] = {}
+        row = 0
+        for req, drafts in zip(launched.requests, launched.drafts):
+            c = 1 + len(drafts)
+            rows = ids[row:row + c]
+            a = num_accepted(drafts, rows) if drafts else 0
+            tokens.append([*drafts[:a], rows[a]])
+            if logprobs is not None:
+                mine = lps[row:row + a + 1]
+                logprobs.append(None if mine[0] is None else mine)
+            if bad and any(j in bad for j in range(row, row + a + 1)):
+                failed[req.request_id] = NONFINITE_LOGITS
+            if launched.rewinds and (rewind := launched.rewinds.get(req.request_id)) is not None:
+                rewind.keep(a + 1)  # the uniforms of the rows after the committed one go back
+            row += c
+        return StepResult(tokens, duration, logprobs, failed or None)
 
 
 @dataclass(slots=True)
@@ -198,3 +262,5 @@ class _Launched:
     prepare: float
     forward: float
     sample: float
+    drafts: list[list[int]] | None = None  # per sampling span (of requests), when some span speculates
+    rewinds: dict[int, Rewind] | None = None  # request id -> its stream as before its rows drew

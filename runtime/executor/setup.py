@@ -4,8 +4,13 @@ pool, and the log Header. ``LLMEngine`` (so ``LLM`` and the server), the benchma
 execute-replay all build engines through here.
 
 Options are the config fields by name: ``RunnerConfig``'s (runtime/executor/config.py),
-``CacheConfig``'s and ``SchedulerConfig``'s (runtime/engine/config.py) and ``seed``; dotted names
-(``scheduler.max_num_seqs``) work too. An unknown name raises ConfigError naming it.
+``CacheConfig``'s and ``SchedulerConfig``'s (runtime/engine/config.py), ``seed`` and ``speculative``;
+dotted names (``scheduler.max_num_seqs``) work too. An unknown name raises ConfigError naming it.
+
+``speculative="model:PATH:K"``: the draft model is loaded here, beside the target, and its KV pool
+shares the target's budget (``kv_cache_gb``, or what the GPU has free): the target gets as many
+blocks as both pools of that many blocks hold (runtime/executor/draft_model.py). The engine cores
+``EngineParts.core`` makes use it; the pure drafters (``ngram:K``) are the core's own.
 """
 
 from __future__ import annotations
@@ -21,10 +26,18 @@ import torch
 
 from runtime.engine.config import CacheConfig, ConfigError, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
+from runtime.engine.drafters import Drafter, SpeculativeError, SpeculativeSpec, parse_speculative
 from runtime.engine.step_loop import StepLoop
 from runtime.engine.types import EventSink, Executor
 from runtime.executor.config import RunnerConfig
 from runtime.executor.cpu_threads import busy_warning, choose_threads, others_load, usable_cores
+from runtime.executor.draft_model import (
+    DraftModelDrafter,
+    build_draft_drafter,
+    draft_block_bytes,
+    draft_pool_blocks,
+    load_draft,
+)
 from runtime.executor.kv_cache import plan_num_blocks
 from runtime.executor.model.loader import LoadedModel, load_model, load_tokenizer
 from runtime.executor.model_runner import ModelRunner
@@ -40,6 +53,7 @@ class EngineParts:
     loaded: LoadedModel
     runner: ModelRunner
     config: EngineConfig
+    drafter: DraftModelDrafter | None = None  # ``model:PATH:K``'s (built for the config's spec)
 
     def header(self, clock: str = "wall") -> Header:
         spec, runner = self.loaded.spec, self.runner
@@ -60,7 +74,20 @@ class EngineParts:
                            })
 
     def core(self, sink: EventSink | None = None, trace_prompts: str = "ids") -> EngineCore:
-        return EngineCore(self.config, eos_token_id=self.loaded.eos_token_id, sink=sink, trace_prompts=trace_prompts)
+        return EngineCore(self.config, eos_token_id=self.loaded.eos_token_id, sink=sink, trace_prompts=trace_prompts,
+                          drafter=self.make_drafter())
+
+    def make_drafter(self) -> Drafter | None:
+        """The drafter a core of ``config`` needs from the executor: ``model:PATH:K``'s, loaded once
+        (and again only for another spec), with no request of an earlier core; None otherwise (no
+        speculation, or a pure drafter the core builds)."""
+        spec = parse_speculative(self.config.speculative)
+        if spec is None or spec.method != "model":
+            return None
+        if self.drafter is None or self.drafter.spec != spec:
+            self.drafter = _draft_drafter(spec, self.loaded, self.config, self.runner.config)
+        self.drafter.reset()
+        return self.drafter
 
     @property
     def overlap(self) -> bool:
@@ -84,7 +111,7 @@ def split_options(options: dict[str, Any]) -> tuple[dict, dict, dict, dict]:
             cache[name] = value
         elif name in _SCHED and group in ("", "scheduler"):
             sched[name] = value
-        elif key == "seed":
+        elif key in ("seed", "speculative"):
             top[key] = value
         else:
             raise ConfigError(f"unknown option {key!r}")
@@ -108,14 +135,43 @@ def build_engine(model: str | None = None, *, loaded: LoadedModel | None = None,
         raise ConfigError(f"scheduler.max_model_len {sched_opts['max_model_len']} exceeds the model's "
                           f"{loaded.model.rotary.max_positions} positions")
     sched = SchedulerConfig(**sched_opts)
+    spec = _speculative(top.get("speculative", ""))
+    draft = None
+    if spec is not None and spec.method == "model":  # loaded first: its weights are not the KV budget's
+        draft = load_draft(spec, loaded, sched.max_model_len, top.get("seed", 0))
     if "num_blocks" not in cache_opts:
-        num_blocks = plan_num_blocks(loaded.spec, loaded.dtype, loaded.device, cache.block_size, rc, sched)
+        extra = {}
+        if spec is not None:  # a speculating decode samples 1 + K rows
+            extra["logits_rows"] = min(sched.max_num_batched_tokens, sched.max_num_seqs * (1 + spec.num_tokens))
+        if draft is not None:  # the draft's pool: a block per target block, and the fed drafts' overhang
+            per_block = draft_block_bytes(draft, cache.block_size)
+            extra["extra_block_bytes"] = per_block
+            extra["reserve_bytes"] = per_block * (draft_pool_blocks(0, cache.block_size, sched.max_num_seqs,
+                                                                    spec.num_tokens))
+        num_blocks = plan_num_blocks(loaded.spec, loaded.dtype, loaded.device, cache.block_size, rc, sched, **extra)
         cache = dataclasses.replace(cache, num_blocks=num_blocks)
     config = EngineConfig(cache=cache, scheduler=sched, model_identity=loaded.identity, **top)
     if loaded.device.type == "cpu":
         set_cpu_threads(rc.cpu_threads)
     runner = ModelRunner(loaded, rc, config, sync_timing=sync_timing, record_steps=record_steps)
-    return EngineParts(loaded, runner, config)
+    drafter = None if draft is None else _draft_drafter(spec, loaded, config, rc, draft)
+    return EngineParts(loaded, runner, config, drafter)
+
+
+def _speculative(text: str) -> SpeculativeSpec | None:
+    try:
+        return parse_speculative(text)
+    except SpeculativeError as e:
+        raise ConfigError(f"speculative {e}") from None
+
+
+def _draft_drafter(spec: SpeculativeSpec, loaded: LoadedModel, config: EngineConfig, rc: RunnerConfig,
+                   draft: LoadedModel | None = None) -> DraftModelDrafter:
+    sched = config.scheduler
+    return build_draft_drafter(spec, loaded, block_size=config.cache.block_size, num_blocks=config.cache.num_blocks,
+                               max_model_len=sched.max_model_len, max_num_seqs=sched.max_num_seqs,
+                               attention_backend=rc.attention_backend, enforce_eager=rc.enforce_eager,
+                               seed=config.seed, draft=draft)
 
 
 def set_cpu_threads(requested: int) -> int:

@@ -65,7 +65,8 @@ def _phases(engine: LLMEngine) -> list[list[tuple[int, SamplingParams, int]]]:
 def warm_up(engine: LLMEngine, *, on_step: Callable[[int], None] | None = None, seed: int = 0) -> WarmupReport:
     """Run the warm-up waves on a scratch core over ``engine``'s executor."""
     t0 = time.perf_counter()
-    scratch = LLMEngine.from_core(EngineCore(engine.core.config, eos_token_id=None), engine.executor,
+    drafter = engine.core.drafter  # (a draft model's is the executor's: the scratch core shares it)
+    scratch = LLMEngine.from_core(EngineCore(engine.core.config, eos_token_id=None, drafter=drafter), engine.executor,
                                   overlap=engine.loop.overlap)
     rng = random.Random(seed)
     vocab = min(1000, engine.vocab_size or 256)  # ids that every model and tokenizer here knows
@@ -92,7 +93,8 @@ def warm_up(engine: LLMEngine, *, on_step: Callable[[int], None] | None = None, 
         while scratch.busy:
             scratch.step()
             steps += 1
-    reset = getattr(engine.executor, "reset", None)
-    if reset is not None:
-        reset()
+    for part in (engine.executor, drafter):
+        reset = getattr(part, "reset", None)
+        if reset is not None:
+            reset()
     return WarmupReport(steps, time.perf_counter() - t0, requests)
