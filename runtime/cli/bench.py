@@ -255,7 +255,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--batch", type=int, nargs="+", default=[1, 8], action=Bounded, at_least=1,
                     help="requests at once, one run each (default: 1 8)")
     sp.add_argument("--workload", nargs="+", choices=WORKLOADS, default=list(WORKLOADS),
-                    help="repeat a passage, or write a story (default: both)")
+                    help="repeat a passage, or write a story (default: repetitive open)")
     sp.add_argument("--max-tokens", type=int, default=128, action=Bounded, at_least=1,
                     help="output cap per request (default: %(default)s)")
     sp.add_argument("--acceptance", type=_rates, default=[], metavar="RATES",
