@@ -40,6 +40,9 @@
 #   stream     the front end under heavy streaming (SmolLM2-135M shapes): STREAM_N (default 1500) requests of
 #              128 prompt + 1,000 output tokens at STREAM_RATE (default 60) req/s, 8 client processes; then
 #              40k-token prompts (a shared 39,936-token prefix, cached) at 60 req/s on Qwen3-0.6B shapes
+#   spec       speculative decoding: the GPU tests (greedy equal to plain and HF with Triton + CUDA graphs,
+#              sampled equal to plain), then bench spec on both shapes with a drafter of controlled
+#              acceptance (0, 0.5, 0.8, 1), single stream and batch 8, greedy, 256 tokens
 #   machine    which machine this is (GPU UUID, host), for runs compared across machines
 # The packages the machine lacks travel as wheels in .whl/: run scripts/gpu_wheels.sh here first and
 # copy .whl to the GPU machine with the tree.
@@ -168,6 +171,11 @@ for pc in ('off', 'on'):
               --shared-prefix 39936 --client-processes 8 --no-progress --json "$OUT/stream_long_prompts.json" \
               --server-trace /tmp/long.jsonl --server-log "$OUT/long_server.log" --launch --model random:qwen3-0.6b \
               --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-model-len 40960 ;;
+    spec) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_speculative_gpu.py 2>&1 | tail -n 20
+          for shape in qwen3-0.6b smollm2-135m; do
+            minivllm bench spec --model-shape $shape --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 \
+              --workload open --batch 1 8 --max-tokens 256 --acceptance 0,0.5,0.8,1 --json "$OUT/spec_${shape%%-*}.json"
+          done ;;
     machine) nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader; hostname; nproc ;;
     modeltests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_model_gpu.py tests/test_fused_norm_rope_gpu.py 2>&1 | tail -n 30 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
