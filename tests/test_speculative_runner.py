@@ -7,7 +7,6 @@ when committed; execute-replay of a speculative log reproduces it; build_engine 
 
 from __future__ import annotations
 
-import hashlib
 import random
 import types
 
@@ -23,17 +22,13 @@ from runtime.executor.draft_model import build_draft_drafter, check_compatible
 from runtime.executor.model_inputs import host_inputs
 from runtime.executor.model_runner import NONFINITE_LOGITS, ModelRunner
 from runtime.executor.piecewise_graphs import PiecewiseGraphs
-from tests.helpers import run_checked
 from tests.model_helpers import make_tiny, one_thread
 from tests.sampling_reference import chi_square_ok, reference_probs
+from tests.speculative_helpers import BLOCK, ReplayDrafter, by_prompt, drive, spec_rounds
 from traces.events import BlockTrimmed, Preempted, PrefixHit, Step
 from traces.params import SamplingParams
-from traces.speculation import rounds
 
 pytestmark = pytest.mark.usefixtures(one_thread.__name__)
-
-BLOCK = 4
-
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
@@ -51,63 +46,6 @@ PREFIX = [_rng.randrange(320) for _ in range(9)]
 PROMPTS = ([PREFIX + [_rng.randrange(320) for _ in range(n)] for n in (2, 5, 11)]
            + [[_rng.randrange(320) for _ in range(n)] for n in (6, 1, 15)] + [[7, 8, 9, 10] * 3])
 GREEDY = SamplingParams(max_tokens=22, temperature=0.0, ignore_eos=True)
-
-
-class ReplayDrafter:
-    """Proposes what a plain run committed, each draft wrong (off by one) with probability
-    ``1 - rate`` by a hash of (request, position): a drafter of chosen acceptance."""
-
-    def __init__(self, plain: dict[tuple, list[int]], num_tokens: int, rate: float) -> None:
-        self.plain, self.num_tokens, self.rate = plain, num_tokens, rate
-
-    def propose(self, requests, limits):
-        out = []
-        for req, n in zip(requests, limits):
-            done = req.num_output_tokens
-            want = self.plain[tuple(req.prompt_token_ids)][done:done + n]
-            drafts = []
-            for i, t in enumerate(want):
-                h = hashlib.blake2b(f"{req.request_id}/{done + i}".encode(), digest_size=8).digest()
-                right = int.from_bytes(h, "little") / 2**64 < self.rate
-                drafts.append(t if right else (t + 1) % 320)
-            out.append(drafts)
-        return out
-
-
-def drive(loaded, prompts, params, *, speculative="", drafter=None, num_blocks=28, budget=16, max_num_seqs=6,
-          runner=None, prefix_caching=True):
-    """Run ``prompts`` (all at once) to completion, checked after every step (tests.helpers.run_checked);
-    returns (outputs, logprobs by request, events, core, runner)."""
-    config = EngineConfig(cache=CacheConfig(block_size=BLOCK, num_blocks=num_blocks,
-                                            enable_prefix_caching=prefix_caching),
-                          scheduler=SchedulerConfig(max_num_batched_tokens=budget, max_num_seqs=max_num_seqs,
-                                                    max_model_len=128), speculative=speculative, seed=3)
-    runner = runner or ModelRunner(loaded, RunnerConfig(attention_backend="torch", device="cpu"), config)
-    events: list = []
-    core = EngineCore(config, sink=events.append, drafter=drafter)
-    params = params if isinstance(params, list) else [params] * len(prompts)
-    for p, sp in zip(prompts, params):
-        core.add_request(p, sp, 0.0)
-    outputs: dict[int, list[int]] = {i: [] for i in range(len(prompts))}
-    logprobs: dict[int, list] = {i: [] for i in range(len(prompts))}
-
-    def on_step(out):
-        for d in out.deltas:
-            outputs[d.request_id].extend(d.new_token_ids)
-            if d.logprobs is not None:
-                assert len(d.logprobs) == len(d.new_token_ids)
-                logprobs[d.request_id].extend(d.logprobs)
-
-    run_checked(core, runner, events, on_step=on_step)
-    return outputs, logprobs, events, core, runner
-
-
-def spec_rounds(events):
-    return [r for e in events if isinstance(e, Step) for r in rounds(e)]
-
-
-def by_prompt(prompts, outputs):
-    return {tuple(p): outputs[i] for i, p in enumerate(prompts)}
 
 
 @pytest.fixture(scope="module")
@@ -429,3 +367,23 @@ def test_execute_replay_of_a_speculative_log(tmp_path, tiny, other, speculative)
     assert report.ok, report.first and report.first.context
     assert report.compared_tokens == sum(len(t) for e in events if isinstance(e, Step) for t in e.tokens)
     assert main(["replay", str(log), "--execute", "--device", "cpu", "--no-progress"]) == 0
+
+
+def test_warm_up_shares_the_draft_model_and_forgets_its_requests(tiny):
+    """A server's warm-up runs on a scratch core: with a draft model it drafts too (the drafter is
+    the executor's, shared), and the served core starts with none of its requests."""
+    from runtime.serving.llm_engine import LLMEngine
+    from runtime.serving.warmup import warm_up
+
+    engine = LLMEngine(str(tiny.folder), device="cpu", block_size=4, num_blocks=64, max_model_len=128,
+                       speculative=f"model:{tiny.folder}:2")
+    drafter = engine.core.drafter
+    assert drafter is engine.parts.drafter
+    warm_up(engine)
+    assert drafter.stats["rounds"] > 0 and not drafter._seqs and drafter.bm.num_used_blocks == 0
+    rid = engine.add_request([3, 4, 5, 6], max_tokens=6, temperature=0, ignore_eos=True)
+    ids = []
+    while not engine.is_finished(rid):
+        for out in engine.step():
+            ids += out.token_ids
+    assert ids == tiny.reference([3, 4, 5, 6], 6)
