@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from runtime.engine.config import EngineConfig
+from runtime.engine.drafters import SpeculativeSpec, parse_speculative
 from runtime.engine.request import Request
 from runtime.engine.types import StepPlan, StepResult
 from runtime.executor.attention import AttentionBackend, get_backend
@@ -40,6 +41,13 @@ from runtime.executor.speculative import Rewind, num_accepted, row_histories
 
 # the reason a request whose logits went NaN or infinite is aborted with (the log's Aborted event)
 NONFINITE_LOGITS = "non-finite logits"
+
+
+def logits_rows(max_num_seqs: int, max_num_batched_tokens: int, speculative: SpeculativeSpec | None) -> int:
+    """The most logits rows a step samples: one per sequence, 1 + K per speculating decode."""
+    if speculative is None:
+        return max_num_seqs
+    return max(max_num_seqs, min(max_num_batched_tokens, max_num_seqs * (1 + speculative.num_tokens)))
 
 
 @dataclass
@@ -70,6 +78,7 @@ class ModelRunner:
         ``backend``: an instance instead of ``config.attention_backend`` (e.g. Triton under
         TRITON_INTERPRET on the CPU); ``sync_timing`` / ``record_steps``: benchmark instruments."""
         sched = engine.scheduler
+        speculative = parse_speculative(engine.speculative)
         max_num_batched_tokens, max_num_seqs, max_model_len = (sched.max_num_batched_tokens, sched.max_num_seqs,
                                                                sched.max_model_len)
         block_size = engine.cache.block_size
@@ -97,7 +106,8 @@ class ModelRunner:
                                        max_model_len=max_model_len, block_size=block_size, device=self.device)
             self.graphs.capture()
             self.piecewise = PiecewiseGraphs(self.model, self.kv_caches, self.backend,
-                                             max_tokens=max_num_batched_tokens, max_seqs=max_num_seqs,
+                                             max_tokens=max_num_batched_tokens,
+                                             max_seqs=logits_rows(max_num_seqs, max_num_batched_tokens, speculative),
                                              device=self.device)
             self.piecewise.capture()
         self.async_scheduling = config.async_scheduling

@@ -6,8 +6,9 @@ Python (a torch op ~10-20 µs, a graph replay ~5 µs), so a 2,048-token SmolLM2 
 launching ~3 ms of GPU work. As vLLM does, the forward is captured in L + 1 pieces per padded
 token count (bucket), split at each layer's attention core. A step copies its inputs into static
 buffers, replays piece 0, runs layer 0's attention eagerly on the real tokens (with the step's own
-metadata), replays piece 1, and so on; the last piece ends with the logits of ``max_seqs`` padded
-rows.
+metadata), replays piece 1, and so on; the last piece ends with the logits of ``min(bucket, max_seqs)``
+padded rows (a step has no more logits rows than tokens; a speculating decode has one per position,
+so with speculation the runner asks for ``max_num_seqs * (1 + K)`` rows).
 
 Padding tokens have slot -1 (no KV written); every graphed op is row-wise, and attention runs on
 the real tokens only, so padding never reaches a real token. Off CUDA the same buffers and pieces
@@ -95,7 +96,11 @@ class PiecewiseGraphs:
 
     def _forward(self, splitter: _Splitter, tokens: int, meta: AttentionMetadata) -> torch.Tensor:
         return self.model(self.ids[:tokens], self.positions[:tokens], self.kv_caches, meta, splitter,
-                          self.logits_rows[: self.max_seqs])
+                          self.logits_rows[: self.rows_of(tokens)])
+
+    def rows_of(self, tokens: int) -> int:
+        """The logits rows of a bucket of ``tokens``."""
+        return min(tokens, self.max_seqs)
 
     def _capture_meta(self, tokens: int) -> AttentionMetadata:
         """Only ``slot_mapping`` is read inside the pieces (by the KV store)."""
@@ -146,7 +151,7 @@ class PiecewiseGraphs:
         vec[2, :n] = host.slot_mapping
         vec[2, n:tokens] = -1  # padding tokens write no KV
         vec[3, :rows] = host.logits_indices
-        vec[3, rows:self.max_seqs] = 0
+        vec[3, rows:self.rows_of(tokens)] = 0
         p = len(host.fill_rows)
         vec[4, :p] = host.fill_rows
         vec[5, :p] = host.fill_from

@@ -40,7 +40,7 @@ from runtime.executor.draft_model import (
 )
 from runtime.executor.kv_cache import plan_num_blocks
 from runtime.executor.model.loader import LoadedModel, load_model, load_tokenizer
-from runtime.executor.model_runner import ModelRunner
+from runtime.executor.model_runner import ModelRunner, logits_rows
 from traces.events import Header, make_header
 
 _RUNNER = {f.name for f in dataclasses.fields(RunnerConfig)}
@@ -142,7 +142,7 @@ def build_engine(model: str | None = None, *, loaded: LoadedModel | None = None,
     if "num_blocks" not in cache_opts:
         extra = {}
         if spec is not None:  # a speculating decode samples 1 + K rows
-            extra["logits_rows"] = min(sched.max_num_batched_tokens, sched.max_num_seqs * (1 + spec.num_tokens))
+            extra["logits_rows"] = logits_rows(sched.max_num_seqs, sched.max_num_batched_tokens, spec)
         if draft is not None:  # the draft's pool: a block per target block, and the fed drafts' overhang
             per_block = draft_block_bytes(draft, cache.block_size)
             extra["extra_block_bytes"] = per_block
