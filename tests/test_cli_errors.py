@@ -20,7 +20,7 @@ BAD_CONFIG = {
     "runner.sampler": "flashinfer",
     "cache.block_size": "12",
     "cache.num_blocks": "0", "scheduler.max_num_batched_tokens": "0", "scheduler.max_num_seqs": "-1",
-    "scheduler.policy": "lifo", "scheduler.max_model_len": "0",
+    "scheduler.policy": "lifo", "scheduler.max_model_len": "0", "speculative": "ngram:0",
 }
 
 
