@@ -9,13 +9,14 @@ where a stop ended the request inside the round.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from traces.events import Span, Step
 
 
-def num_accepted(drafts: list[int], tokens: list[int]) -> int:
-    """Drafts accepted: how many of the committed tokens repeat the drafts from the first on."""
+def num_accepted(drafts: Sequence[int], tokens: Sequence[int]) -> int:
+    """Drafts accepted: how many of the tokens (committed, or sampled at the span's rows) repeat
+    the drafts from the first on."""
     n = 0
     for d, t in zip(drafts, tokens):
         if d != t:

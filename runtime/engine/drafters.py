@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from runtime.engine.request import Request
+from traces.speculation import num_accepted
 
 MAX_SPECULATIVE_TOKENS = 16  # K: a verify span is 1 + K tokens
 NGRAM_SIZES = (4, 3, 2)  # prompt lookup: the suffix lengths tried, longest first
@@ -128,12 +129,7 @@ class NgramDrafter:
         if track is None or track.request is not req:
             track = self._tracks[req.request_id] = _Track(req)
         elif track.drafts and len(req.token_ids) > track.at:  # (no new tokens: its round did not run)
-            got = req.token_ids[track.at:track.at + len(track.drafts)]
-            accepted = 0
-            for d, t in zip(track.drafts, got):
-                if d != t:
-                    break
-                accepted += 1
+            accepted = num_accepted(track.drafts, req.token_ids[track.at:track.at + len(track.drafts)])
             w = self.RATE_WEIGHT
             track.rate = (1 - w) * track.rate + w * accepted / len(track.drafts)
             track.drafts = ()

@@ -31,16 +31,7 @@ from collections.abc import Sequence
 import torch
 
 from runtime.executor import sampling_ops as ops
-
-
-def num_accepted(drafts: Sequence[int], sampled: Sequence[int]) -> int:
-    """The longest prefix of ``drafts`` that the rows' tokens repeat (``sampled`` has one more)."""
-    a = 0
-    for d, x in zip(drafts, sampled):
-        if d != x:
-            break
-        a += 1
-    return a
+from traces.speculation import num_accepted
 
 
 def commit(drafts: Sequence[int], sampled: Sequence[int]) -> list[int]:
