@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
 from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.planning.grid import Grid
@@ -67,10 +66,13 @@ class KillsItsWorkerOnce(FlatCost):
         self.marker = marker
 
     def step_time(self, step, spans):
-        if not Path(self.marker).exists():
-            Path(self.marker).write_text(str(os.getpid()))
-            os.kill(os.getpid(), signal.SIGKILL)
-        return super().step_time(step, spans)
+        try:  # created exclusively: of two workers that step at once, only one dies
+            fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return super().step_time(step, spans)
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def small_workload(n: int = 40, seed: int = 0) -> Workload:
