@@ -171,3 +171,15 @@ def test_an_output_path_that_is_a_folder_is_one_line(tmp_path, capsys):
     err = _fails(["simulate", AZURE, "--cost-model", "smollm2-135m-cpu", "--limit", "3", "--no-progress",
                   "--out", str(tmp_path)], capsys)
     assert err.endswith(f"{tmp_path}: Is a directory")
+
+
+@pytest.mark.parametrize("command", [["sweep"], ["search", "--slo", "ttft_p99_ms=100"]], ids=lambda c: c[0])
+@pytest.mark.parametrize("speculative", [["--grid", "speculative=off,ngram:4"], ["--speculative", "ngram:2"]],
+                         ids=["axis", "flag"])
+def test_a_speculative_plan_with_no_acceptance_rates_is_one_line_before_any_simulation(command, speculative, tmp_path,
+                                                                                       capsys):
+    out = tmp_path / "out"
+    err = _fails([command[0], AZURE, "--cost-model", "smollm2-135m-cpu", "--limit", "20", *command[1:], *speculative,
+                  "--in-process", "--no-progress", "--out", str(out)], capsys)
+    assert err.startswith("minivllm: error: --speculative: ") and "--acceptance RATE" in err
+    assert len(err.splitlines()) == 1 and not out.exists()

@@ -8,7 +8,15 @@ import pandas as pd
 import pytest
 
 from runtime.planning.bisection import FewestPassing, HighestPassing
-from runtime.planning.grid import Grid, GridError, engine_options, fleet_settings, number_text, settings_text
+from runtime.planning.grid import (
+    Grid,
+    GridError,
+    acceptance_setting,
+    engine_options,
+    fleet_settings,
+    number_text,
+    settings_text,
+)
 from runtime.planning.pareto import pareto_front
 from runtime.planning.slo import Slo, SloError
 
@@ -25,6 +33,16 @@ def test_a_grid_is_the_product_of_its_axes_in_the_order_given():
     assert fleet_settings(points[0], 3, "round-robin") == (3, "least-loaded")
 
 
+def test_speculative_decoding_is_an_engine_axis_and_its_acceptance_a_point_setting():
+    grid = Grid.parse("speculative=off,ngram:4,ngram:04,model:/d/m:2 acceptance=0.5,1")
+    assert grid.axes == (("speculative", ("", "ngram:4", "model:/d/m:2")), ("acceptance", (0.5, 1.0)))
+    points = list(grid.points())
+    assert settings_text(points[0]) == "speculative=off acceptance=0.5"
+    assert settings_text(points[3]) == "speculative=ngram:4 acceptance=1"
+    assert engine_options(points[3]) == {"speculative": "ngram:4"}  # the acceptance is no config field
+    assert acceptance_setting(points[3], 0.2) == 1.0 and acceptance_setting((), 0.2) == 0.2
+
+
 def test_an_empty_grid_is_one_point_with_no_setting():
     assert list(Grid.parse("").points()) == [()]
     assert settings_text(()) == "-"
@@ -33,6 +51,10 @@ def test_an_empty_grid_is_one_point_with_no_setting():
 @pytest.mark.parametrize("spec, words", [
     ("chunked", "expected AXIS=V1"), ("speed=1,2", "unknown axis 'speed'"), ("budget=0", "positive integer"),
     ("chunked=maybe", "on or off"), ("router=random", "round-robin"), ("budget=1 budget=2", "given twice"),
+    ("speculative=ngram:0", "'speculative=ngram:0'.*K must be an integer"),
+    ("speculative=off,eagle:2", "unknown method 'eagle'"),
+    ("acceptance=0.5,1.5", r"'1.5': a rate must lie in \[0, 1\]"),
+    ("acceptance=high", "'acceptance=high'"),
 ])
 def test_a_bad_grid_term_is_named(spec, words):
     with pytest.raises(GridError, match=words):

@@ -5,6 +5,7 @@ rate scale with no wait is 0.4 s / gap; with N replicas behind round-robin, N pe
 from __future__ import annotations
 
 import json
+import shlex
 
 import pandas as pd
 import pytest
@@ -67,6 +68,18 @@ def test_one_search_per_configuration():
     assert t["capacity_if_slower_rate_scale"].isna().all()  # no margin asked
 
 
+def test_speculating_with_every_draft_accepted_doubles_the_capacity():
+    done = search_capacity(plan("speculative=off,ngram:4 acceptance=0,1"), inputs(), LocalRunner(), ResultCache(None),
+                           SLO, tolerance=0.01)
+    cap = done.table.set_index("config")["capacity_rate_scale"]
+    # a request's three decode tokens in one step (two drafts, the room it has, and one token of its own):
+    # two steps a request, 0.2 s; with no draft accepted, four as without speculation
+    for config in ("speculative=off acceptance=0", "speculative=off acceptance=1", "speculative=ngram:4 acceptance=0"):
+        assert 2.5 / 1.01 <= cap[config] <= 2.5
+    assert 5.0 / 1.01 <= cap["speculative=ngram:4 acceptance=1"] <= 5.0
+    assert done.answers[3].acceptance == 1.0 and done.answers[3].config.speculative == "ngram:4"
+
+
 def test_the_replica_search_finds_the_fewest_that_carry_a_load():
     done = search_replicas(plan("router=round-robin"), inputs(), LocalRunner(), ResultCache(None), SLO, rate_scale=7.0,
                            margin_pct=10)
@@ -102,3 +115,24 @@ def test_the_search_command_answers_with_the_command_of_its_answer(tmp_path, cap
     assert "live capacity" in out and {"live_capacity_rate_scale", "capacity_error_pct"} <= set(table.columns)
     doc = json.loads((tmp_path / "search.json").read_text())
     assert doc["slo"] == "ttft_p99_ms=300,tpot_p99_ms=30" and len(doc["rows"]) == 2
+
+
+def test_a_speculative_answers_command_reruns_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    trace = str(TRACES / "AzureLLMInferenceTrace_conv.csv")
+    assert main(["search", trace, "--cost-model", "qwen3-0.6b-h200", "--limit", "40", "--grid",
+                 "speculative=off,ngram:4", "--acceptance", "0.8", "--slo", "ttft_p99_ms=300,tpot_p99_ms=3",
+                 "--tolerance", "0.2", "--start", "8", "--margin-pct", "0", "--in-process", "--no-progress",
+                 "--out", "se"]) == 0
+    assert "speculative decoding, K=4: drafts and acceptance from a constant rate" in capsys.readouterr().out
+    table = pd.read_parquet(tmp_path / "se" / "search.parquet")
+    assert table["speculative"].tolist() == ["off", "ngram:4"] and (table["acceptance"] == 0.8).all()
+    # a decode's tokens in fewer steps: the TPOT limit is met at a higher load
+    assert table["capacity_rate_scale"][1] > table["capacity_rate_scale"][0]
+    for _, row in table.iterrows():
+        words = shlex.split(row["command"])
+        assert ("--acceptance" in words) == (row["speculative"] != "off")
+        assert main([*words[1:], "--no-progress", "--json", "answer.json"]) == 0
+        summary = json.loads((tmp_path / "answer.json").read_text())["summary"]
+        assert summary["ttft_s"]["p99"] * 1e3 == row["ttft_p99_ms"]
+        assert summary["tpot_s"]["p99"] * 1e3 == row["tpot_p99_ms"]

@@ -7,6 +7,7 @@ import json
 import shlex
 
 import pandas as pd
+import pytest
 
 from analysis.frames import load_frames
 from analysis.metrics import summarize
@@ -149,11 +150,62 @@ def test_the_sweep_command_writes_the_table_and_each_rows_command_reruns_it(tmp_
     pd.testing.assert_frame_equal(table, pd.read_parquet(tmp_path / "sw" / "sweep.parquet"))
 
 
+def _rerun_matches(row, tmp_path) -> list[str]:
+    """Run ``row``'s command; its summary is the row's. The command's words."""
+    words = shlex.split(row["command"])
+    assert main([*words[1:], "--no-progress", "--json", "alone.json"]) == 0
+    summary = json.loads((tmp_path / "alone.json").read_text())["summary"]
+    assert summary["steps"] == row["steps"] and summary["output_tokens"] == row["output_tokens"]
+    assert summary["ttft_s"]["p99"] * 1e3 == row["ttft_p99_ms"] and summary["tpot_s"]["p50"] * 1e3 == row["tpot_p50_ms"]
+    assert summary["e2e_s"]["mean"] * 1e3 == row["e2e_mean_ms"]
+    return words
+
+
+@pytest.mark.parametrize("grid, flags, column, rerun", [
+    # one rate for every point (a point that doesn't speculate re-runs without it)
+    ("speculative=off,ngram:4", ["--acceptance", "0.8"], [0.8, 0.8], ["", "0.8"]),
+    ("speculative=ngram:4 acceptance=0.5,0.9", [], [0.5, 0.9], ["0.5", "0.9"]),  # each point its own
+], ids=["flag", "axis"])
+def test_a_speculative_rows_command_reruns_it(grid, flags, column, rerun, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    trace = str(TRACES / "AzureLLMInferenceTrace_conv.csv")
+    assert main(["sweep", trace, "--cost-model", "qwen3-0.6b-h200", "--limit", "60", "--grid", grid, *flags,
+                 "--rate-scale", "4", "--in-process", "--no-progress", "--out", "sw"]) == 0
+    assert "speculative decoding" in capsys.readouterr().out
+    table = pd.read_parquet(tmp_path / "sw" / "sweep.parquet")
+    assert table["acceptance"].tolist() == column
+    for (_, row), rate in zip(table.iterrows(), rerun):
+        words = _rerun_matches(row, tmp_path)
+        assert words[words.index("--speculative") + 1] == row["speculative"]
+        assert (words[words.index("--acceptance") + 1] if "--acceptance" in words else "") == rate
+
+
+def test_a_speculative_logs_own_rates_are_a_sweeps_default(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    trace = str(TRACES / "AzureLLMInferenceTrace_conv.csv")
+    assert main(["simulate", trace, "--cost-model", "qwen3-0.6b-h200", "--limit", "60", "--speculative", "ngram:4",
+                 "--acceptance", "0.7", "--no-progress", "--out", "spec.jsonl"]) == 0
+    assert main(["sweep", "spec.jsonl", "--cost-model", "qwen3-0.6b-h200", "--grid", "speculative=off,ngram:2",
+                 "--rate-scale", "2", "--in-process", "--no-progress", "--out", "sw"]) == 0
+    out = capsys.readouterr().out
+    assert "speculative decoding, K=2: drafts and acceptance from spec.jsonl (per request, recorded at K=4)" in out
+    table = pd.read_parquet(tmp_path / "sw" / "sweep.parquet")
+    assert table["speculative"].tolist() == ["off", "ngram:2"]
+    for _, row in table.iterrows():
+        words = _rerun_matches(row, tmp_path)
+        assert "--acceptance" not in words  # the log's own rates: simulate's default too
+
+
 def test_the_sweep_command_names_a_bad_flag(capsys):
     trace = str(TRACES / "AzureLLMInferenceTrace_conv.csv")
     for extra, words in ((["--grid", "budget=512", "--max-num-batched-tokens", "1024"], "set the same thing"),
                          (["--grid", "budgets=512"], "unknown axis"), (["--rate-scale", "1,x"], "--rate-scale"),
-                         (["--slo", "ttft=1"], "--slo"), (["--in-process", "--workers", "2"], "--in-process")):
+                         (["--slo", "ttft=1"], "--slo"), (["--in-process", "--workers", "2"], "--in-process"),
+                         (["--grid", "speculative=ngram:4", "--speculative", "ngram:2"], "set the same thing"),
+                         (["--grid", "acceptance=0.5", "--acceptance", "0.5"], "set the same thing"),
+                         (["--grid", "speculative=ngram:4 acceptance=0.5", "--acceptance-per", "request"],
+                          "--acceptance-per"),
+                         (["--grid", "speculative=ngram:4", "--acceptance", "2"], "--acceptance")):
         try:
             main(["sweep", trace, "--cost-model", "qwen3-0.6b-h200", "--limit", "20", "--no-progress", *extra])
         except SystemExit as e:

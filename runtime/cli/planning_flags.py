@@ -1,5 +1,6 @@
 """What ``sweep`` and ``search`` share: the workload, cost model, engine and fleet flags (as
-``simulate`` reads them), the grid, the SLO, where the points run (Ray or this process) and the
+``simulate`` reads them), the acceptance rates of speculative points (``--acceptance``, as
+``simulate`` reads it), the grid, the SLO, where the points run (Ray or this process) and the
 cache. A point's engine config is ``simulate``'s for the same flags: the flags and the point's own
 settings go over the same base in one replace.
 """
@@ -7,11 +8,13 @@ settings go over the same base in one replace.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
 
 from runtime.cli import cost_models
+from runtime.cli.acceptance_flags import add_acceptance_args, is_speculative, report_speculation, speculation_from_args
 from runtime.cli.checks import Bounded
 from runtime.cli.config_flags import config_options, flag_names
 from runtime.cli.errors import CLIError
@@ -27,7 +30,9 @@ def add_planning_args(p: argparse.ArgumentParser, out_default: str) -> None:
     p.add_argument("--grid", default="", metavar="AXES",
                    help="settings to vary, e.g. 'chunked=on,off budget=512,2048,8192 replicas=1,2,4 "
                         "router=round-robin,least-loaded'; axes: chunked, budget, max_seqs, block_size, kv_blocks, "
-                        "policy, prefix_caching, replicas, router (default: none, the flags' configuration)")
+                        "policy, prefix_caching, speculative (off, ngram:K), acceptance (a constant per-token "
+                        "rate in [0, 1], over --acceptance), replicas, router (default: none, the flags' "
+                        "configuration)")
     p.add_argument("--out", default=out_default, metavar="DIR", help="where the tables, plots and cache go "
                    "(default: %(default)s)")
     g = p.add_argument_group("where the points run")
@@ -47,6 +52,7 @@ def add_planning_args(p: argparse.ArgumentParser, out_default: str) -> None:
     f.add_argument("--replicas", type=int, action=Bounded, at_least=1, help="engine replicas (default: 1)")
     f.add_argument("--router", choices=list(ROUTERS), help="which replica takes a request (default: round-robin)")
     add_engine_args(p)
+    add_acceptance_args(p)
     add_workload_args(p)
 
 
@@ -62,7 +68,8 @@ def slo_arg(text: str | None, flag: str = "--slo"):
 
 
 def _base_config(args: argparse.Namespace, wl, identity: str):
-    """``simulate``'s base: a log's own config, else the engine defaults with room for the workload."""
+    """``simulate``'s base: a log's own config, else the engine defaults with room for the workload;
+    and the log whose acceptance rates are the default (the workload, when it is a run's log)."""
     from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
     from simulator.replay.replay import log_config
     from traces.formats import detect_format
@@ -70,10 +77,30 @@ def _base_config(args: argparse.Namespace, wl, identity: str):
     if args.workload_format == "log" or (args.workload_format == "auto" and detect_format(args.workload) == "log"):
         header, base = log_config(args.workload)
         if header.clock != "workload":
-            return base
+            return base, args.workload
     return EngineConfig(cache=CacheConfig(num_blocks=DEFAULT_NUM_BLOCKS),
                         scheduler=SchedulerConfig(max_model_len=max(4096, wl.max_request_tokens())),
-                        model_identity=identity or "unknown")
+                        model_identity=identity or "unknown"), None
+
+
+def _shared_rates(args: argparse.Namespace, plan, points, own_log: str | None):
+    """The rates speculative points draw from (acceptance_flags' rule, a CLIError where there are
+    none), reported as ``simulate`` reports them; None with the grid's acceptance axis (every point
+    its own constant rate)."""
+    from runtime.planning.grid import number_text
+
+    configs = [p.config for p in points]
+    if "acceptance" not in plan.grid.names:
+        speculation = speculation_from_args(args, configs, own_log, plan.config(()).seed)
+        report_speculation(speculation, configs)
+        return speculation
+    if args.acceptance_per is not None:
+        raise CLIError("--acceptance-per: the grid's acceptance axis gives every point a constant rate: leave it out")
+    if any(is_speculative(c) for c in configs):
+        rates = dict(plan.grid.axes)["acceptance"]
+        print("speculative decoding: drafts and acceptance from each point's constant rate (the grid's acceptance "
+              f"axis: {', '.join(number_text(r) for r in rates)}), every decode drafting K tokens")
+    return None
 
 
 def build_plan(args: argparse.Namespace, rate_scales: tuple[float, ...]):
@@ -104,13 +131,16 @@ def build_plan(args: argparse.Namespace, rate_scales: tuple[float, ...]):
         raise CLIError(f"{args.workload}: needs two or more requests arriving over time (to scale their rate)")
     model = cost_models.load(args.cost_model)
     identity = getattr(model, "meta", {}).get("model_identity", "")
-    plan = Plan(grid, rate_scales, _base_config(args, wl, identity), options, args.replicas or 1,
-                args.router or "round-robin")
+    base, own_log = _base_config(args, wl, identity)
+    plan = Plan(grid, rate_scales, base, options, args.replicas or 1, args.router or "round-robin")
     try:
-        plan.points()  # every point's config checked before the first simulation
+        points = plan.points()  # every point's config checked before the first simulation
     except ConfigError as e:
         raise CLIError(f"--grid: {e}") from None
-    return plan, SharedInputs(wl, model, str(args.cost_model))
+    speculation = _shared_rates(args, plan, points, own_log)
+    if speculation is not None and speculation.constant_rate is not None:  # --acceptance RATE: each point's rate
+        plan = dataclasses.replace(plan, acceptance=speculation.constant_rate)
+    return plan, SharedInputs(wl, model, str(args.cost_model), speculation)
 
 
 def make_runner(args: argparse.Namespace):

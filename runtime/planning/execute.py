@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.planning.cache import ResultCache
-from runtime.planning.job import PointJob, SharedInputs, job_key
+from runtime.planning.job import PointJob, SharedInputs
 from runtime.planning.runner import Outcome, Runner, RunStats
 
 
@@ -30,7 +30,7 @@ class Results:
 def execute(jobs: Sequence[PointJob], inputs: SharedInputs, runner: Runner, cache: ResultCache,
             progress: Any = None) -> Results:
     """``progress``: a tqdm-like bar, advanced once per distinct key (cached ones at once)."""
-    keys = [job_key(job, inputs.digest) for job in jobs]
+    keys = [inputs.key(job) for job in jobs]
     outcomes: dict[str, Outcome] = {}
     todo: dict[str, PointJob] = {}
     tasks: list[dict[str, Any]] = []

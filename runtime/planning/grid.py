@@ -1,9 +1,11 @@
 """The settings a sweep varies, and a grid of them: ``'chunked=on,off budget=512,2048 replicas=1,2'``.
 
-An axis is an engine setting (a config field by its dotted name) or a fleet setting (replicas,
-router). A grid is the axes in the order given, each with its values; its points are their
-cartesian product, the last axis varying fastest. A point's text (``chunked=off budget=2048``) is
-how tables, plots and log Headers name it.
+An axis is an engine setting (a config field by its dotted name: ``speculative`` too, off or a
+drafter), a fleet setting (replicas, router) or ``acceptance``: the constant per-token rate a
+speculative point's drafts are accepted with (a what-if over the workload's rates). A grid is the
+axes in the order given, each with its values; its points are their cartesian product, the last
+axis varying fastest. A point's text (``chunked=off budget=2048``) is how tables, plots and log
+Headers name it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from runtime.engine.drafters import parse_speculative
 from runtime.engine.routers import ROUTERS
 
 
@@ -30,6 +33,19 @@ def _positive(text: str) -> int:
     return value
 
 
+def _speculative(text: str) -> str:
+    """``off`` or a drafter (``parse_speculative``'s rule), as the config spells it: ``""`` for off."""
+    spec = parse_speculative(text)
+    return str(spec) if spec is not None else ""
+
+
+def _rate(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"a rate must lie in [0, 1], got {text}")
+    return value
+
+
 def _router(text: str) -> str:
     if text not in ROUTERS:
         raise ValueError(f"expected one of {', '.join(ROUTERS)}, got {text!r}")
@@ -39,14 +55,16 @@ def _router(text: str) -> str:
 @dataclass(frozen=True)
 class Axis:
     name: str
-    field: str | None  # the engine config field (dotted), None for a fleet setting
+    field: str | None  # the engine config field (dotted), None for a fleet or acceptance setting
     parse: Callable[[str], Any]
     help: str
 
     def show(self, value: Any) -> str:
         if isinstance(value, bool):
             return "on" if value else "off"
-        return str(value)
+        if isinstance(value, float):
+            return number_text(value)
+        return str(value) or "off"  # speculative: "" is off
 
 
 AXES: dict[str, Axis] = {a.name: a for a in (
@@ -57,6 +75,8 @@ AXES: dict[str, Axis] = {a.name: a for a in (
     Axis("kv_blocks", "cache.num_blocks", _positive, "KV pool size in blocks"),
     Axis("policy", "scheduler.policy", str, "scheduling policy"),
     Axis("prefix_caching", "cache.enable_prefix_caching", _on_off, "prefix caching on|off"),
+    Axis("speculative", "speculative", _speculative, "speculative decoding: off, ngram:K or model:PATH:K"),
+    Axis("acceptance", None, _rate, "a speculative point's constant per-token acceptance rate"),
     Axis("replicas", None, _positive, "engine replicas behind one front door"),
     Axis("router", None, _router, "which replica takes a request"),
 )}
@@ -133,3 +153,8 @@ def fleet_settings(settings: Settings, replicas: int, router: str) -> tuple[int,
     """(replicas, router) of a point: its own where it sets them, else the given ones."""
     given = dict(settings)
     return int(given.get("replicas", replicas)), str(given.get("router", router))
+
+
+def acceptance_setting(settings: Settings, acceptance: float | None) -> float | None:
+    """A point's constant acceptance rate: its own where it sets one, else the given one."""
+    return dict(settings).get("acceptance", acceptance)

@@ -1,8 +1,10 @@
 """One simulation of a sweep or a search: what decides its metrics (``PointJob``), and its key.
 
-The workload and the cost model are the same for every job of a run (``SharedInputs``); a job's
-key is a digest of its own fields, of those two, and of the code that turns them into metrics, so
-a cached result is reused only where it would come out the same.
+The workload, the cost model and the acceptance rates are the same for every job of a run
+(``SharedInputs``); a job's key is a digest of its own fields, of those inputs, and of the code
+that turns them into metrics, so a cached result is reused only where it would come out the same.
+The shared rates count only for a job that draws from them (it speculates and sets no constant
+rate of its own): a point that doesn't speculate keeps its key whatever the rates.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from typing import Any
 import msgspec
 
 from runtime.engine.config import EngineConfig
+from runtime.engine.drafters import parse_speculative
 from runtime.planning.slo import Slo
+from simulator.fleet.speculation import Speculation
 from traces.workload import Workload
 
 KEY_VERSION = 1
@@ -34,6 +38,7 @@ class PointJob:
     rate_scale: float = 1.0
     step_scale: float = 1.0  # every step time the cost model predicts, multiplied by this
     slo: Slo | None = None
+    acceptance: float | None = None  # a constant per-token acceptance rate, over the shared rates
     # not part of the key: where to write the run's event log (on the worker), and the point's text
     # for the log's Header
     log: str | None = field(default=None, compare=False)
@@ -43,25 +48,57 @@ class PointJob:
         return {"config": self.config.to_dict(), "replicas": self.replicas,
                 "router": self.router if self.replicas > 1 else "",  # one replica: any router routes alike
                 "rate_scale": self.rate_scale, "step_scale": self.step_scale,
-                "slo": self.slo.text() if self.slo is not None else None}
+                "slo": self.slo.text() if self.slo is not None else None,
+                "acceptance": self.acceptance if self.speculates else None}  # no drafts: any rate alike
+
+    @property
+    def speculates(self) -> bool:
+        return parse_speculative(self.config.speculative) is not None
+
+    @property
+    def draws_shared_rates(self) -> bool:
+        return self.speculates and self.acceptance is None
 
 
 @dataclass(frozen=True)
 class SharedInputs:
-    """The workload (sliced, before the rate scale of a job) and the cost model; ``cost_model_name``
-    is how the re-run command and a log's Header name the model."""
+    """The workload (sliced, before the rate scale of a job), the cost model and the rates a
+    speculative job draws its drafts and acceptances from (None: no job needs them);
+    ``cost_model_name`` is how the re-run command and a log's Header name the model."""
 
     workload: Workload
     cost_model: Any
     cost_model_name: str = ""
+    speculation: Speculation | None = None
 
     @cached_property
     def digest(self) -> str:
-        h = hashlib.sha256()
-        h.update(workload_digest(self.workload).encode())
-        h.update(hashlib.sha256(pickle.dumps(self.cost_model, protocol=5)).hexdigest().encode())
-        h.update(code_digest().encode())
-        return h.hexdigest()
+        """Of every input (what a worker knows its copy by)."""
+        return _join(self._common_digest, self._rates_digest)
+
+    @cached_property
+    def _common_digest(self) -> str:
+        """Of the inputs every job's metrics come from: the workload, the cost model, the code."""
+        return _join(workload_digest(self.workload), _pickled(self.cost_model), code_digest())
+
+    @cached_property
+    def _rates_digest(self) -> str:
+        return self.speculation.fingerprint() if self.speculation is not None else "no rates"
+
+    def key(self, job: PointJob) -> str:
+        """``job``'s cache key: of the inputs its metrics come from."""
+        return job_key(job, self.digest if job.draws_shared_rates else self._common_digest)
+
+
+def _join(*digests: str) -> str:
+    h = hashlib.sha256()
+    for d in digests:
+        h.update(d.encode())
+    return h.hexdigest()
+
+
+def _pickled(obj: Any) -> str:
+    return hashlib.sha256(pickle.dumps(obj, protocol=5)).hexdigest()
 
 
 def workload_digest(workload: Workload) -> str:

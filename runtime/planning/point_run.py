@@ -3,7 +3,8 @@
 The replicas' events go to frame builders, not to files: what travels back is the metrics row. A
 job with a ``log`` also writes the run's event log there, as ``minivllm simulate --out LOG`` would
 (one replica: LOG; a fleet: LOG is the fleet log, the replicas' logs beside it), its Header naming
-the point.
+the point. A speculative job draws its drafts and acceptances from its own constant rate where it
+sets one, else from the shared rates.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from analysis.frames import FrameBuilder, combine_replicas
 from runtime.planning.job import PointJob
 from runtime.planning.metrics_row import metrics_row
 from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
+from simulator.fleet.speculation import Speculation
 from traces.events import Routed, make_header
 from traces.fleet_log import fleet_extra, replica_log_path
 from traces.log import LogWriter
@@ -41,8 +43,11 @@ def _tee(*sinks):
     return sink
 
 
-def simulate_point(job: PointJob, workload: Workload, cost_model: Any, cost_model_name: str = "") -> dict[str, Any]:
-    """The metrics row of ``job`` (``runtime.planning.metrics_row``)."""
+def simulate_point(job: PointJob, workload: Workload, cost_model: Any, cost_model_name: str = "",
+                   speculation: Speculation | None = None) -> dict[str, Any]:
+    """The metrics row of ``job`` (``runtime.planning.metrics_row``); ``speculation``: the shared rates."""
+    if job.acceptance is not None:
+        speculation = Speculation.constant(job.acceptance, seed=job.config.seed)
     wl = workload.scale_rate(job.rate_scale) if job.rate_scale != 1.0 else workload
     model = scaled_model(cost_model, job.step_scale)
     builders = [FrameBuilder() for _ in range(job.replicas)]
@@ -63,7 +68,7 @@ def simulate_point(job: PointJob, workload: Workload, cost_model: Any, cost_mode
                 fleet_log(make_header(job.config, clock="sim", extra={**fleet_extra(job.router, logs, out), **point}))
                 route_sink = _tee(routes.append, fleet_log)
         simulate_fleet(wl, [ReplicaSpec(job.config, model, s) for s in sinks], job.router, route_sink=route_sink,
-                       header_extra=extra)
+                       header_extra=extra, speculation=speculation)
     parts = [b.frames() for b in builders]
     frames = parts[0] if job.replicas == 1 else combine_replicas(parts[0].header, parts, routes)
     return metrics_row(frames, job.replicas, job.slo)

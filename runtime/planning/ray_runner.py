@@ -1,12 +1,12 @@
 """Jobs as Ray tasks: one task per simulation, on this machine's cores (``ray.init()``) or on a cluster
 (``address``).
 
-The workload and the cost model go into Ray's object store once; a worker process reads them on
-its first task and keeps them for the next. Only the metrics row comes back (a run's event log is
-written on its worker, where a job asks for one). Ray retries nothing by itself (``max_retries=0``):
-a task whose worker died or that raised is handed out again here, up to ``retries`` more times,
-and every retry is reported; the other tasks go on. A job's result is the same whichever worker
-ran it and whichever attempt succeeded.
+The workload, the cost model and the acceptance rates go into Ray's object store once; a worker
+process reads them on its first task and keeps them for the next. Only the metrics row comes back
+(a run's event log is written on its worker, where a job asks for one). Ray retries nothing by
+itself (``max_retries=0``): a task whose worker died or that raised is handed out again here, up
+to ``retries`` more times, and every retry is reported; the other tasks go on. A job's result is
+the same whichever worker ran it and whichever attempt succeeded.
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ def timed_point(job: PointJob, inputs: SharedInputs) -> tuple[dict[str, Any], fl
     from runtime.planning.point_run import simulate_point
 
     t0 = time.perf_counter()
-    metrics = simulate_point(job, inputs.workload, inputs.cost_model, inputs.cost_model_name)
+    metrics = simulate_point(job, inputs.workload, inputs.cost_model, inputs.cost_model_name, inputs.speculation)
     return metrics, time.perf_counter() - t0
 
 

@@ -25,6 +25,8 @@ span as a span of 1 + d tokens (simulator/cost/features.py), and the log is a sp
 
 from __future__ import annotations
 
+import hashlib
+import json
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -81,6 +83,19 @@ class Speculation:
     @classmethod
     def constant(cls, rate: float, *, seed: int = 0, proposal: float = 1.0) -> Speculation:
         return cls(AcceptanceRates.constant(rate, proposal), None, seed, "constant")
+
+    @property
+    def constant_rate(self) -> float | None:
+        """The per-token rate of a constant source drafting at every decode (None: a log's rates)."""
+        r = self.rates
+        return r.alpha[0] if self.source == "constant" and r.proposal == 1.0 else None
+
+    def fingerprint(self) -> str:
+        """A digest of what the draws come from: the rates (each request's too) and the seed."""
+        per = None if self.per_request is None else sorted(
+            [arrival, prompt, [r.to_dict() for r in rates]] for (arrival, prompt), rates in self.per_request.items())
+        doc = {"rates": self.rates.to_dict(), "per_request": per, "seed": self.seed}
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
     def describe(self, k: int) -> str:
         """One line: where the rates come from and what they are at K = ``k``."""
