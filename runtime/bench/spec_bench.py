@@ -10,21 +10,28 @@ tokens, each one kept with probability RATE and replaced by a wrong token otherw
 system's speed is measured apart from how well a real drafter guesses (random weights included).
 
 Figures: output tokens per second, the speed-up over plain, drafts accepted / proposed, tokens
-committed per speculating round, steps.
+committed per speculating round, steps. With a cost model, each run's event log is re-simulated
+(runtime/bench/spec_sim.py) and the speed-up the simulator predicts stands beside the live one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import re
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
+from runtime.bench import spec_sim
 from runtime.engine.core import EngineCore
 from runtime.engine.drafters import parse_speculative
 from traces.events import Step
+from traces.log import LogWriter
 from traces.params import SamplingParams
 from traces.speculation import rounds
 
@@ -99,6 +106,9 @@ class SpecRun:
     accepted: int
     identical: bool | None = None  # greedy output equal to the plain run's (None: the plain run itself)
     speedup: float | None = None
+    sim_seconds: float | None = None  # the simulated makespan (with a cost model)
+    sim_steps: int | None = None
+    sim_speedup: float | None = None  # simulated plain makespan / this run's
 
     @property
     def tok_s(self) -> float:
@@ -112,21 +122,26 @@ class SpecRun:
     def tokens_per_round(self) -> float | None:
         return (self.accepted + self.rounds) / self.rounds if self.rounds else None
 
+    @property
+    def sim_error(self) -> float | None:
+        """Predicted speed-up / live speed-up - 1."""
+        return self.sim_speedup / self.speedup - 1 if self.sim_speedup and self.speedup else None
+
     def as_json(self) -> dict:
         return {**asdict(self), "tok_s": self.tok_s, "acceptance": self.acceptance,
-                "tokens_per_round": self.tokens_per_round}
+                "tokens_per_round": self.tokens_per_round, "sim_error": self.sim_error}
 
 
 def run_once(parts, prompts: list[list[int]], max_tokens: int, speculative: str, drafter=None,
-             label: str | None = None, workload: str = "") -> tuple[SpecRun, list[list[int]]]:
-    """All ``prompts`` at once, greedy, until done; returns the run and each request's output."""
+             label: str | None = None, workload: str = "", log: Path | None = None) -> tuple[SpecRun, list[list[int]]]:
+    """All ``prompts`` at once, greedy, until done; returns the run and each request's output.
+    ``log``: where to write the run's event log (after the run: no file writes in the timed loop)."""
     events: list = []
+    parts = dataclasses.replace(parts, config=dataclasses.replace(parts.config, speculative=speculative))
     if drafter is None:  # the engine's own drafter for ``speculative`` (built as serve builds it)
-        core = dataclasses.replace(parts, config=dataclasses.replace(parts.config, speculative=speculative)).core(
-            sink=events.append)
+        core = parts.core(sink=events.append)
     else:
-        core = EngineCore(dataclasses.replace(parts.config, speculative=speculative),
-                          eos_token_id=parts.loaded.eos_token_id, sink=events.append, drafter=drafter)
+        core = EngineCore(parts.config, eos_token_id=parts.loaded.eos_token_id, sink=events.append, drafter=drafter)
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
     for p in prompts:
         core.add_request(p, params, 0.0)
@@ -139,6 +154,11 @@ def run_once(parts, prompts: list[list[int]], max_tokens: int, speculative: str,
                 outputs[d.request_id].extend(d.new_token_ids)
     seconds = time.perf_counter() - t0
     parts.runner.reset()
+    if log is not None:
+        with LogWriter(log) as write:
+            write(parts.header())
+            for event in events:
+                write(event)
     steps = [e for e in events if isinstance(e, Step)]
     r = [x for s in steps for x in rounds(s)]
     run = SpecRun(workload, len(prompts), label or speculative or "off", seconds,
@@ -149,7 +169,10 @@ def run_once(parts, prompts: list[list[int]], max_tokens: int, speculative: str,
 
 def run(model: str | None, *, speculative: str, batches: Sequence[int] = (1, 8),
         workloads: Sequence[str] = WORKLOADS, max_tokens: int = 128, acceptance: Sequence[float] = (),
-        tokenizer: str | None = None, **options) -> list[SpecRun]:
+        tokenizer: str | None = None, cost_model=None, log_dir: str | Path | None = None,
+        **options) -> list[SpecRun]:
+    """``cost_model``: also re-simulate every run's log with it (the predicted speed-ups);
+    ``log_dir``: keep the logs there (default: a temporary folder, and only with a cost model)."""
     from runtime.executor.setup import build_engine
 
     spec = parse_speculative(speculative)
@@ -162,32 +185,71 @@ def run(model: str | None, *, speculative: str, batches: Sequence[int] = (1, 8),
     warm = encode_prompts(tok, "open", 2)
     run_once(parts, warm, 8, "")  # untimed: kernels and allocator warmed on both paths
     run_once(parts, warm, 8, speculative or "ngram:4")
-    for workload in workloads:
-        for batch in batches:
-            prompts = encode_prompts(tok, workload, batch)
-            plain, outputs = run_once(parts, prompts, max_tokens, "", workload=workload)
-            results.append(plain)
-            tries = [(speculative, None, None)] if speculative else []
-            tries += [(f"ngram:{k}", ReplayDrafter(outputs, k, rate, vocab), f"replay@{rate:g}:{k}")
-                      for rate in acceptance]
-            for value, drafter, label in tries:
-                print(f"{workload}, batch {batch}: {label or value} …", file=sys.stderr, flush=True)
-                r, out = run_once(parts, prompts, max_tokens, value, drafter, label, workload)
-                r.identical = out == outputs
-                r.speedup = r.tok_s / plain.tok_s if plain.tok_s else None
-                results.append(r)
+    with _log_dir(log_dir, cost_model is not None) as logs:
+        for workload in workloads:
+            for batch in batches:
+                prompts = encode_prompts(tok, workload, batch)
+                log = _log_path(logs, workload, batch, "off")
+                plain, outputs = run_once(parts, prompts, max_tokens, "", workload=workload, log=log)
+                results.append(plain)
+                if cost_model is not None:
+                    _simulate(plain, log, cost_model)
+                tries = [(speculative, None, None)] if speculative else []
+                tries += [(f"ngram:{k}", ReplayDrafter(outputs, k, rate, vocab), f"replay@{rate:g}:{k}")
+                          for rate in acceptance]
+                for value, drafter, label in tries:
+                    print(f"{workload}, batch {batch}: {label or value} …", file=sys.stderr, flush=True)
+                    log = _log_path(logs, workload, batch, label or value)
+                    r, out = run_once(parts, prompts, max_tokens, value, drafter, label, workload, log)
+                    r.identical = out == outputs
+                    r.speedup = r.tok_s / plain.tok_s if plain.tok_s else None
+                    if cost_model is not None:
+                        _simulate(r, log, cost_model, plain)
+                    results.append(r)
     return results
+
+
+def _simulate(r: SpecRun, log: Path, cost_model, plain: SpecRun | None = None) -> None:
+    """``r``'s simulated makespan and steps and, beside ``plain``'s, its predicted speed-up."""
+    r.sim_seconds, r.sim_steps = spec_sim.simulated(log, cost_model, drafted=r.rounds > 0)
+    if plain is not None and plain.sim_seconds and r.sim_seconds:
+        r.sim_speedup = plain.sim_seconds / r.sim_seconds
+
+
+@contextlib.contextmanager
+def _log_dir(log_dir: str | Path | None, needed: bool) -> Iterator[Path | None]:
+    """Where the runs' logs go: ``log_dir``, else a temporary folder when they are ``needed``, else nowhere."""
+    if log_dir is not None:
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
+        yield Path(log_dir)
+    elif needed:
+        with tempfile.TemporaryDirectory(prefix="bench-spec-") as tmp:
+            yield Path(tmp)
+    else:
+        yield None
+
+
+def _log_path(logs: Path | None, workload: str, batch: int, drafter: str) -> Path | None:
+    """``repetitive-b8-ngram_4.jsonl``: one log per run, named by what it ran."""
+    return None if logs is None else logs / f"{workload}-b{batch}-{re.sub(r'[^A-Za-z0-9.]+', '_', drafter)}.jsonl"
 
 
 def table(results: list[SpecRun]) -> str:
     head = ("workload", "batch", "drafter", "tok/s", "speed-up", "accepted", "tok/round", "steps", "same output")
+    simulated = any(r.sim_seconds is not None for r in results)
+    if simulated:
+        head += ("sim speed-up", "sim error")
     rows = []
     for r in results:
-        rows.append((r.workload, str(r.batch), r.drafter, f"{r.tok_s:.1f}",
-                     "" if r.speedup is None else f"{r.speedup:.2f}×",
-                     "" if r.acceptance is None else f"{r.acceptance:.0%} of {r.proposed}",
-                     "" if r.tokens_per_round is None else f"{r.tokens_per_round:.2f}", str(r.steps),
-                     "" if r.identical is None else ("yes" if r.identical else "NO")))
+        row = (r.workload, str(r.batch), r.drafter, f"{r.tok_s:.1f}",
+               "" if r.speedup is None else f"{r.speedup:.2f}×",
+               "" if r.acceptance is None else f"{r.acceptance:.0%} of {r.proposed}",
+               "" if r.tokens_per_round is None else f"{r.tokens_per_round:.2f}", str(r.steps),
+               "" if r.identical is None else ("yes" if r.identical else "NO"))
+        if simulated:
+            row += ("" if r.sim_speedup is None else f"{r.sim_speedup:.2f}×",
+                    "" if r.sim_error is None else f"{r.sim_error:+.1%}")
+        rows.append(row)
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]

@@ -156,14 +156,19 @@ def _spec(args: argparse.Namespace) -> int:
     if args.model and args.model_shape:
         raise CLIError("--model-shape: give either --model or --model-shape, not both")
     model = f"random:{args.model_shape}" if args.model_shape else args.model
+    cost_model = None
+    if args.cost_model:
+        from runtime.cli import cost_models
+
+        cost_model = cost_models.load(args.cost_model)  # a bad name is a flag error before the model loads
     try:
         results = spec_bench.run(model, speculative=speculative, batches=args.batch, workloads=args.workload,
                                  max_tokens=args.max_tokens, acceptance=args.acceptance, tokenizer=args.tokenizer,
-                                 **options)
+                                 cost_model=cost_model, log_dir=args.log_dir, **options)
     except ConfigError as e:
         raise flag_error(e) from None
     print(spec_bench.table(results))
-    _write_json(args.json, "spec", [r.as_json() for r in results])
+    _write_json(args.json, "spec", [r.as_json() for r in results], {"cost_model": args.cost_model})
     return 0 if all(r.identical is not False for r in results) else 1
 
 
@@ -261,6 +266,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--acceptance", type=_rates, default=[], metavar="RATES",
                     help="also a drafter of controlled acceptance per rate, e.g. 0,0.5,0.8,1: it proposes the "
                     "plain run's own tokens, each kept with that probability")
+    sp.add_argument("--cost-model", metavar="M",
+                    help="also re-simulate every run's log with this cost model (JSON or a shipped name) and "
+                    "report the predicted speed-up beside the live one")
+    sp.add_argument("--log-dir", metavar="DIR", help="keep every run's event log there (default: none; with "
+                    "--cost-model, a temporary folder)")
     sp.add_argument("--json", metavar="PATH", help="also write results as JSON")
     sp.set_defaults(func=_spec)
     dk = kinds.add_parser("decode-kernel", help="Triton paged decode vs torch gather+SDPA, µs and GB/s (CUDA)")
