@@ -4,6 +4,16 @@ import sys
 # tests import helpers as `tests.helpers`; make the repo root importable without installing
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from runtime.executor.cpu_threads import usable_cores, wait_passively  # noqa: E402
+
+# Before anything loads torch (its OpenMP runtime reads these once): waiting threads sleep rather
+# than spin, and pytest-xdist's workers share the cores instead of each starting a thread per core
+# (spinning threads on oversubscribed cores made some tests 10-15x slower).
+wait_passively()
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, usable_cores() // workers)))
+
 import importlib.util  # noqa: E402
 
 import pytest  # noqa: E402
