@@ -25,15 +25,16 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bench(tiny, tmp_path_factory):
-    """One bench run (ngram:2 and replay drafters at rates 0 and 1, batch 1 and 3): its JSON rows,
-    table and log folder."""
+    """One bench run (ngram:2 and replay drafters at rates 0 and 1, batch 1 and 3, each timed twice):
+    its JSON rows, table and log folder."""
     tmp = tmp_path_factory.mktemp("spec-bench-run")
     LinearCostModel({"const": STEP}).save(tmp / "const.json")
     out, table = tmp / "spec.json", io.StringIO()
     with contextlib.redirect_stdout(table):  # (a module fixture has no capsys)
         code = main(["bench", "spec", "--model", str(tiny.folder), "--device", "cpu", "--speculative", "ngram:2",
                      "--acceptance", "0,1", "--batch", "1", "3", "--workload", "repetitive", "--max-tokens", "12",
-                     "--cost-model", str(tmp / "const.json"), "--log-dir", str(tmp / "logs"), "--json", str(out)])
+                     "--repeats", "2", "--cost-model", str(tmp / "const.json"), "--log-dir", str(tmp / "logs"),
+                     "--json", str(out)])
     assert code == 0, table.getvalue()
     return json.loads(out.read_text())["results"], table.getvalue(), tmp / "logs"
 
@@ -49,6 +50,10 @@ def test_the_predicted_speedup_is_the_ratio_of_simulated_makespans(bench):
             assert r["sim_seconds"] == pytest.approx(STEP * r["sim_steps"])
         for r in spec:
             assert r["identical"] is True
+            # each repeat's speed-up is over the plain run of the same repeat; the figure is their median
+            assert len(r["repeat_seconds"]) == len(plain["repeat_seconds"]) == 2
+            assert r["speedups"] == pytest.approx([p / s for p, s in zip(plain["repeat_seconds"], r["repeat_seconds"])])
+            assert r["speedup"] == pytest.approx(sum(r["speedups"]) / 2)
             assert r["sim_speedup"] == pytest.approx(plain["sim_steps"] / r["sim_steps"])
             assert r["sim_error"] == pytest.approx(r["sim_speedup"] / r["speedup"] - 1)
         by = {r["drafter"]: r for r in spec}

@@ -159,3 +159,25 @@ def test_ngram_drafter_leaves_a_request_alone_while_its_drafts_are_rejected():
         other.token_ids.extend([100 + step, 1, 2])  # [1, 2] recurs, what follows it never does
     assert got[0] == 40 and got[1] < 15, got
     assert sum(bool(NgramDrafter(4).propose([other], [4])[0]) for _ in range(3)) == 3  # without backing off: each
+
+
+def test_a_quiet_request_drafts_again_as_soon_as_its_text_repeats():
+    """While quiet, its proposals are scored against what it commits (not verified): the first one
+    that would have been accepted whole ends the quiet."""
+    from array import array
+
+    from runtime.engine.request import Request
+
+    d = NgramDrafter(4)
+    req = Request(0, array("i", [1, 2, 3, 4] * 4), SamplingParams(max_tokens=200), 0.0, 256)
+    for step in range(12):  # [.., 1, 2] recurs, what follows never does: quiet
+        d.propose([req], [4])
+        req.token_ids.extend([100 + step, 1, 2])
+    assert not d.propose([req], [4])[0]
+    loop, drafted_at = [7, 8, 9, 10, 11], None
+    for step in range(20):  # now the text loops: one token a step, as a plain decode commits
+        if d.propose([req], [4])[0] and drafted_at is None:
+            drafted_at = step
+        req.token_ids.append(loop[step % len(loop)])
+    # a loop is seen once it has come round (5 tokens), a shadow proposal of 4 is then scored whole
+    assert drafted_at is not None and drafted_at <= 5 + 2 * 4, drafted_at

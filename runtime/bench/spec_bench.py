@@ -20,11 +20,12 @@ import contextlib
 import dataclasses
 import hashlib
 import re
+import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from runtime.bench import spec_sim
@@ -105,14 +106,25 @@ class SpecRun:
     proposed: int
     accepted: int
     identical: bool | None = None  # greedy output equal to the plain run's (None: the plain run itself)
-    speedup: float | None = None
+    repeat_seconds: list[float] = field(default_factory=list)  # every repeat's (the first: ``seconds``)
+    speedups: list[float] = field(default_factory=list)  # per repeat, over the plain run of the same repeat
     sim_seconds: float | None = None  # the simulated makespan (with a cost model)
     sim_steps: int | None = None
     sim_speedup: float | None = None  # simulated plain makespan / this run's
 
+    def __post_init__(self) -> None:
+        self.repeat_seconds = self.repeat_seconds or [self.seconds]
+
     @property
     def tok_s(self) -> float:
-        return self.output_tokens / self.seconds if self.seconds else 0.0
+        """At the median repeat's time."""
+        seconds = statistics.median(self.repeat_seconds)
+        return self.output_tokens / seconds if seconds else 0.0
+
+    @property
+    def speedup(self) -> float | None:
+        """The median of the repeats' speed-ups."""
+        return statistics.median(self.speedups) if self.speedups else None
 
     @property
     def acceptance(self) -> float | None:
@@ -128,7 +140,7 @@ class SpecRun:
         return self.sim_speedup / self.speedup - 1 if self.sim_speedup and self.speedup else None
 
     def as_json(self) -> dict:
-        return {**asdict(self), "tok_s": self.tok_s, "acceptance": self.acceptance,
+        return {**asdict(self), "tok_s": self.tok_s, "speedup": self.speedup, "acceptance": self.acceptance,
                 "tokens_per_round": self.tokens_per_round, "sim_error": self.sim_error}
 
 
@@ -169,10 +181,11 @@ def run_once(parts, prompts: list[list[int]], max_tokens: int, speculative: str,
 
 def run(model: str | None, *, speculative: str, batches: Sequence[int] = (1, 8),
         workloads: Sequence[str] = WORKLOADS, max_tokens: int = 128, acceptance: Sequence[float] = (),
-        tokenizer: str | None = None, cost_model=None, log_dir: str | Path | None = None,
+        tokenizer: str | None = None, cost_model=None, log_dir: str | Path | None = None, repeats: int = 1,
         **options) -> list[SpecRun]:
     """``cost_model``: also re-simulate every run's log with it (the predicted speed-ups);
-    ``log_dir``: keep the logs there (default: a temporary folder, and only with a cost model)."""
+    ``log_dir``: keep the logs there (default: a temporary folder, and only with a cost model);
+    ``repeats``: times each run is timed (the figures: the medians, and the speed-ups' range)."""
     from runtime.executor.setup import build_engine
 
     spec = parse_speculative(speculative)
@@ -191,21 +204,27 @@ def run(model: str | None, *, speculative: str, batches: Sequence[int] = (1, 8),
                 prompts = encode_prompts(tok, workload, batch)
                 log = _log_path(logs, workload, batch, "off")
                 plain, outputs = run_once(parts, prompts, max_tokens, "", workload=workload, log=log)
-                results.append(plain)
                 if cost_model is not None:
                     _simulate(plain, log, cost_model)
                 tries = [(speculative, None, None)] if speculative else []
                 tries += [(f"ngram:{k}", ReplayDrafter(outputs, k, rate, vocab), f"replay@{rate:g}:{k}")
                           for rate in acceptance]
+                runs = []
                 for value, drafter, label in tries:
                     print(f"{workload}, batch {batch}: {label or value} …", file=sys.stderr, flush=True)
                     log = _log_path(logs, workload, batch, label or value)
                     r, out = run_once(parts, prompts, max_tokens, value, drafter, label, workload, log)
                     r.identical = out == outputs
-                    r.speedup = r.tok_s / plain.tok_s if plain.tok_s else None
+                    runs.append(r)
+                for _ in range(repeats - 1):  # interleaved, so a drift of the machine's speed reaches every drafter
+                    plain.repeat_seconds.append(run_once(parts, prompts, max_tokens, "")[0].seconds)
+                    for r, (value, drafter, label) in zip(runs, tries):
+                        r.repeat_seconds.append(run_once(parts, prompts, max_tokens, value, drafter, label)[0].seconds)
+                for r in runs:
+                    r.speedups = [p / s for p, s in zip(plain.repeat_seconds, r.repeat_seconds)]
                     if cost_model is not None:
-                        _simulate(r, log, cost_model, plain)
-                    results.append(r)
+                        _simulate(r, _log_path(logs, workload, batch, r.drafter), cost_model, plain)
+                results += [plain, *runs]
     return results
 
 
@@ -234,6 +253,10 @@ def _log_path(logs: Path | None, workload: str, batch: int, drafter: str) -> Pat
     return None if logs is None else logs / f"{workload}-b{batch}-{re.sub(r'[^A-Za-z0-9.]+', '_', drafter)}.jsonl"
 
 
+def _spread(values: list[float]) -> str:
+    return f" ({min(values):.2f}–{max(values):.2f})" if len(values) > 1 else ""
+
+
 def table(results: list[SpecRun]) -> str:
     head = ("workload", "batch", "drafter", "tok/s", "speed-up", "accepted", "tok/round", "steps", "same output")
     simulated = any(r.sim_seconds is not None for r in results)
@@ -242,7 +265,7 @@ def table(results: list[SpecRun]) -> str:
     rows = []
     for r in results:
         row = (r.workload, str(r.batch), r.drafter, f"{r.tok_s:.1f}",
-               "" if r.speedup is None else f"{r.speedup:.2f}×",
+               "" if r.speedup is None else f"{r.speedup:.2f}×" + _spread(r.speedups),
                "" if r.acceptance is None else f"{r.acceptance:.0%} of {r.proposed}",
                "" if r.tokens_per_round is None else f"{r.tokens_per_round:.2f}", str(r.steps),
                "" if r.identical is None else ("yes" if r.identical else "NO"))

@@ -164,7 +164,7 @@ def _spec(args: argparse.Namespace) -> int:
     try:
         results = spec_bench.run(model, speculative=speculative, batches=args.batch, workloads=args.workload,
                                  max_tokens=args.max_tokens, acceptance=args.acceptance, tokenizer=args.tokenizer,
-                                 cost_model=cost_model, log_dir=args.log_dir, **options)
+                                 repeats=args.repeats, cost_model=cost_model, log_dir=args.log_dir, **options)
     except ConfigError as e:
         raise flag_error(e) from None
     print(spec_bench.table(results))
@@ -263,6 +263,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="repeat a passage, or write a story (default: repetitive open)")
     sp.add_argument("--max-tokens", type=int, default=128, action=Bounded, at_least=1,
                     help="output cap per request (default: %(default)s)")
+    sp.add_argument("--repeats", type=int, default=1, action=Bounded, at_least=1,
+                    help="time every run this many times, plain and speculative interleaved: tok/s and the "
+                    "speed-up are medians, the speed-up's range beside it (default: %(default)s)")
     sp.add_argument("--acceptance", type=_rates, default=[], metavar="RATES",
                     help="also a drafter of controlled acceptance per rate, e.g. 0,0.5,0.8,1: it proposes the "
                     "plain run's own tokens, each kept with that probability")

@@ -12,8 +12,11 @@ home of the rule):
 - ``ngram:K``: prompt lookup. The longest of the request's last 4, 3 or 2 tokens that occurred
   before in its prompt + output is found (latest occurrence), and the K tokens that followed it
   are proposed. Deterministic, pure Python, nothing to load. A request whose drafts keep being
-  rejected (text that does not repeat itself) is left alone for a while, so it costs the batch
-  little: each verified draft is compute, and a rejected one buys nothing.
+  rejected (text that does not repeat itself) goes quiet, so it costs the batch little: each
+  verified draft is compute, and a rejected one buys nothing. A quiet request's proposals are
+  still made and scored against the tokens it then commits, but kept back (shadow proposals:
+  free, no verification); once they would have been accepted again it drafts again, so text that
+  starts repeating itself (a model falling into a loop, a quote) gets drafts at once.
 - ``model:PATH:K``: a small draft model (any model the loader reads that shares the target's
   tokenizer), its greedy continuation: built by the executor (runtime/executor/draft_model.py),
   since it runs on the device.
@@ -85,12 +88,12 @@ class Drafter(Protocol):
 
 class _Track:
     """What a drafter remembers of one request: its last proposal (at which length), how well its
-    proposals have fared lately, and until which length it stays quiet."""
+    proposals have fared lately, and whether it is quiet (its proposals kept back, only scored)."""
 
-    __slots__ = ("request", "at", "drafts", "rate", "quiet_until")
+    __slots__ = ("request", "at", "drafts", "rate", "quiet")
 
     def __init__(self, request: Request) -> None:
-        self.request, self.at, self.drafts, self.rate, self.quiet_until = request, 0, (), 1.0, 0
+        self.request, self.at, self.drafts, self.rate, self.quiet = request, 0, (), 1.0, False
 
 
 class NgramDrafter:
@@ -99,9 +102,9 @@ class NgramDrafter:
     deterministic and its log reproducible."""
 
     name = "ngram"
-    RATE_WEIGHT = 0.5  # of the latest round in the running acceptance rate
-    MIN_RATE = 0.2  # below it the request gets no drafts for QUIET_TOKENS tokens
-    QUIET_TOKENS = 32
+    RATE_WEIGHT = 0.5  # of the latest proposal in the running acceptance rate
+    MIN_RATE = 0.2  # below it the request goes quiet
+    RESUME_RATE = 0.5  # a quiet request drafts again once its shadow proposals bring the rate here
 
     def __init__(self, num_tokens: int, sizes: Sequence[int] = NGRAM_SIZES) -> None:
         self.num_tokens = num_tokens
@@ -112,30 +115,33 @@ class NgramDrafter:
         out = []
         for req, n in zip(requests, limits):
             track = self._track(req)
-            length = len(req.token_ids)
-            if n <= 0 or length < track.quiet_until:
+            if n <= 0 or (track.quiet and track.drafts):  # (a shadow proposal still being scored)
                 out.append([])
                 continue
+            length = len(req.token_ids)
             drafts = self.propose_one(req.token_ids, n)
             track.at, track.drafts = length, tuple(drafts)
-            out.append(drafts)
+            out.append([] if track.quiet else drafts)
         if len(self._tracks) > 2 * len(requests) + 64:  # forget the requests that are done
             self._tracks = {rid: t for rid, t in self._tracks.items() if not t.request.status.done}
         return out
 
     def _track(self, req: Request) -> _Track:
-        """The request's track, its last proposal scored against what was committed since."""
+        """The request's track, its last proposal scored once what was committed since decides it:
+        a verified one after its round; a shadow one at its first wrong token, or once as many
+        tokens as it proposed are committed."""
         track = self._tracks.get(req.request_id)
         if track is None or track.request is not req:
             track = self._tracks[req.request_id] = _Track(req)
         elif track.drafts and len(req.token_ids) > track.at:  # (no new tokens: its round did not run)
-            accepted = num_accepted(track.drafts, req.token_ids[track.at:track.at + len(track.drafts)])
+            committed = req.token_ids[track.at:track.at + len(track.drafts)]
+            accepted = num_accepted(track.drafts, committed)
+            if track.quiet and accepted == len(committed) < len(track.drafts):
+                return track  # a shadow proposal not decided yet
             w = self.RATE_WEIGHT
             track.rate = (1 - w) * track.rate + w * accepted / len(track.drafts)
             track.drafts = ()
-            if track.rate < self.MIN_RATE:
-                track.quiet_until = len(req.token_ids) + self.QUIET_TOKENS
-                track.rate = 0.5  # a fresh chance once the quiet ends
+            track.quiet = track.rate < (self.RESUME_RATE if track.quiet else self.MIN_RATE)
         return track
 
     def propose_one(self, tokens: Sequence[int], limit: int) -> list[int]:
