@@ -39,6 +39,14 @@ from traces.log import read_log
 from traces.speculation import num_accepted, span_drafts
 
 
+def parse_rate(text: str) -> float:
+    """A rate in [0, 1] from its text (ValueError naming the value where it is not one)."""
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"a rate must lie in [0, 1], got {text}")
+    return value
+
+
 def speculative_tokens(config: dict) -> int:
     """K of a log's Header config (0: it did not speculate). ``METHOD:K`` / ``METHOD:ARG:K``."""
     text = str(config.get("speculative") or "")

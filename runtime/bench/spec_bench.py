@@ -209,21 +209,22 @@ def run(model: str | None, *, speculative: str, batches: Sequence[int] = (1, 8),
                 tries = [(speculative, None, None)] if speculative else []
                 tries += [(f"ngram:{k}", ReplayDrafter(outputs, k, rate, vocab), f"replay@{rate:g}:{k}")
                           for rate in acceptance]
-                runs = []
+                runs, run_logs = [], []
                 for value, drafter, label in tries:
                     print(f"{workload}, batch {batch}: {label or value} …", file=sys.stderr, flush=True)
                     log = _log_path(logs, workload, batch, label or value)
                     r, out = run_once(parts, prompts, max_tokens, value, drafter, label, workload, log)
                     r.identical = out == outputs
                     runs.append(r)
+                    run_logs.append(log)
                 for _ in range(repeats - 1):  # interleaved, so a drift of the machine's speed reaches every drafter
                     plain.repeat_seconds.append(run_once(parts, prompts, max_tokens, "")[0].seconds)
                     for r, (value, drafter, label) in zip(runs, tries):
                         r.repeat_seconds.append(run_once(parts, prompts, max_tokens, value, drafter, label)[0].seconds)
-                for r in runs:
+                for r, log in zip(runs, run_logs):
                     r.speedups = [p / s for p, s in zip(plain.repeat_seconds, r.repeat_seconds)]
                     if cost_model is not None:
-                        _simulate(r, _log_path(logs, workload, batch, r.drafter), cost_model, plain)
+                        _simulate(r, log, cost_model, plain)
                 results += [plain, *runs]
     return results
 

@@ -30,13 +30,17 @@ def add_acceptance_args(p: argparse.ArgumentParser) -> None:
 
 
 def _rate(text: str) -> float | None:
+    """A rate (CLIError out of [0, 1]), or None: not a number (a log's path)."""
+    from traces.acceptance import parse_rate
+
     try:
-        value = float(text)
+        float(text)
     except ValueError:
         return None
-    if not 0.0 <= value <= 1.0:
-        raise CLIError(f"--acceptance: a rate must lie in [0, 1], got {text}")
-    return value
+    try:
+        return parse_rate(text)
+    except ValueError as e:
+        raise CLIError(f"--acceptance: {e}") from None
 
 
 def _log_paths(path: str) -> list[str]:

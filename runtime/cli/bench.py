@@ -173,8 +173,13 @@ def _spec(args: argparse.Namespace) -> int:
 
 
 def _rates(text: str) -> list[float]:
-    rates = [float(x) for x in text.split(",") if x.strip()]
-    if not rates or any(not 0 <= r <= 1 for r in rates):
+    from traces.acceptance import parse_rate
+
+    try:
+        rates = [parse_rate(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        rates = []
+    if not rates:
         raise argparse.ArgumentTypeError(f"expected comma-separated rates in [0, 1], got {text!r}")
     return rates
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from runtime.engine.drafters import parse_speculative
 from runtime.engine.routers import ROUTERS
+from traces.acceptance import parse_rate
 
 
 def _on_off(text: str) -> bool:
@@ -37,13 +38,6 @@ def _speculative(text: str) -> str:
     """``off`` or a drafter (``parse_speculative``'s rule), as the config spells it: ``""`` for off."""
     spec = parse_speculative(text)
     return str(spec) if spec is not None else ""
-
-
-def _rate(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"a rate must lie in [0, 1], got {text}")
-    return value
 
 
 def _router(text: str) -> str:
@@ -76,7 +70,7 @@ AXES: dict[str, Axis] = {a.name: a for a in (
     Axis("policy", "scheduler.policy", str, "scheduling policy"),
     Axis("prefix_caching", "cache.enable_prefix_caching", _on_off, "prefix caching on|off"),
     Axis("speculative", "speculative", _speculative, "speculative decoding: off, ngram:K or model:PATH:K"),
-    Axis("acceptance", None, _rate, "a speculative point's constant per-token acceptance rate"),
+    Axis("acceptance", None, parse_rate, "a speculative point's constant per-token acceptance rate"),
     Axis("replicas", None, _positive, "engine replicas behind one front door"),
     Axis("router", None, _router, "which replica takes a request"),
 )}
