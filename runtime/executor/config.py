@@ -25,8 +25,8 @@ class RunnerConfig:
     enforce_eager: bool = option(False, "no CUDA graphs: every step runs eagerly")
     async_scheduling: bool = option(True, "plan and launch step n+1 while step n runs on the GPU (the log is "
                                     "the same either way)")
-    sampler: str = option("auto", " | ".join(SAMPLERS) + " (auto: torch, the faster one measured; triton: the "
-                          "sorting-free kernel; both draw from the same distribution)")
+    sampler: str = option("auto", " | ".join(SAMPLERS) + " (auto: triton on CUDA, the faster one measured, torch "
+                          "on the CPU; triton: the sorting-free kernel; both draw from the same distribution)")
     cpu_threads: int = option(0, "torch threads on the CPU (0: $OMP_NUM_THREADS if set, else every core, less "
                               "one for the front end on machines of more than two)")
 

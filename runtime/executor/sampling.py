@@ -31,12 +31,15 @@ Semantics (vLLM's)
 
 Two implementations draw sampled rows, from the same distribution: the torch ops here (a sort per
 row for top-p: the reference, and the CPU's) and the sorting-free Triton kernel of
-runtime/executor/kernels/sampling.py (CUDA's; ``Sampler(backend=...)`` chooses).
+runtime/executor/kernels/sampling.py (CUDA's; ``Sampler(backend=...)`` chooses). Without top-k and
+top-p they draw the same token for the same uniform; with them the kernel applies the filters by
+rejection, so its tokens differ from the sort's while their distribution is the same.
 
 Randomness: each request owns a CPU ``random.Random`` stream (``request_rng``). Per step a sampled
 row draws exactly ONE uniform u from it on the host; the device does filters, weights, float64
-cumsum and the inverse CDF with u. So a request's token depends only on its logits row and its own
-stream, never on the batch it shares (tests check it), and a step costs one small H2D (the packed
+cumsum and the inverse CDF with u (the kernel's draws after a rejection use Philox keyed by u).
+So a request's token depends only on its logits row and its own stream, never on the batch it
+shares (tests check it), and a step costs one small H2D (the packed
 parameters and uniforms) and one D2H of the [B] ids (plus logprobs when asked): no per-row
 ``.item()``. ``SamplingBatch.build`` consumes the uniforms, so build exactly one batch per step.
 """
@@ -250,8 +253,8 @@ class SampleOutput:
 class Sampler:
     """Stateless apart from configuration; see the module docstring for semantics. ``backend``:
     who draws the sampled rows: "torch", "triton" (on the CPU too, under TRITON_INTERPRET=1) or
-    "auto" (torch: on the H200 the sorting-free kernel is the slower one, 10.1 against 2.5 ms a step
-    at 64 rows of 151,936 logits; docs/BENCHMARKS.md)."""
+    "auto" (the kernel on CUDA: on the H200 top-p over 256 rows of 151,936 logits takes it 0.3 ms
+    against the torch sort's 5.2; torch on the CPU; docs/BENCHMARKS.md)."""
 
     def __init__(self, logprobs_mode: str = "raw", backend: str = "auto") -> None:
         if logprobs_mode not in ("raw", "processed"):
@@ -262,7 +265,7 @@ class Sampler:
         self.backend = backend
 
     def _kernel(self, logits: torch.Tensor) -> bool:
-        return self.backend == "triton"
+        return self.backend == "triton" or (self.backend == "auto" and logits.is_cuda)
 
     def sample(self, logits: torch.Tensor, batch: SamplingBatch) -> SampleOutput:
         """``logits`` [B, V] (any float dtype) on ``batch.device``; never modified."""

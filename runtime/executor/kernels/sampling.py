@@ -1,29 +1,36 @@
-"""Top-k / top-p / min-p sampling without sorting (Triton): one program per row, a few passes
-over its logits, no [B, V] intermediate.
+"""Top-k / top-p / min-p sampling without sorting (Triton): one program per row, two or three
+passes over its logits in the common case, no [B, V] intermediate.
 
 The torch sampler (runtime/executor/sampling.py) sorts every row for top-p; on a 152k vocabulary
-that sort and its float64 cumsum cost more than a decode step's forward. Here a row's filters are
-value thresholds found by search, in the style of FlashInfer's sorting-free kernels, and the draw
-is the same inverse CDF with the row's one uniform:
+that sort and its float64 cumsums cost more than a decode step's forward. Here top-k and top-p are
+applied by rejection, in the style of FlashInfer's sorting-free kernels: draw a token from the
+weights that pass the row's lower bound, then check whether it survives the filters, which is one
+pass (the mass and the count of the tokens that weigh more than it); if it does not, raise the
+bound past it and draw again. Each proposal is proportional to the weights on a superset of the
+kept set and is accepted exactly when it is in that set, so the accepted token follows the
+filtered distribution; the best token (weight 1) always passes, so the loop ends, and a draw is
+accepted with probability at least top_p. Per row:
 
-1. the row's max, and whether it holds NaN or +inf (the row is then flagged; greedy rows are
-   the torch argmax's, runtime/executor/sampling_ops.py);
-2. weights ``w = exp(l / T - max)`` (the best token weighs 1); min-p keeps ``w >= min_p``;
-3. top-k: the largest ``t`` with ``count(w >= t) >= k`` is the k-th largest weight; top-p: the
-   largest ``t`` with ``mass(w >= t) >= p * mass(kept)``. Both predicates fall as ``t`` grows,
-   so each is a search over ``t``'s float32 bit pattern (ordered as the values are, for weights
-   in [0, 1]): every pass counts or weighs ``NUM_PIVOTS`` candidates at once, so 2^30 patterns
-   take 8 passes, and the result is exactly a weight of the row, ties kept, as the sort gives;
-4. the kept mass in vocabulary order (float64), then the first kept token whose running mass
-   passes ``u * total``: two passes with the same arithmetic, so the two agree to the bit.
+1. one pass: the max, whether the row holds NaN or +inf (it is then flagged and draws token 0;
+   greedy rows are the torch argmax's, runtime/executor/sampling_ops.py) and, online, the mass of
+   the weights ``w = exp(l / T - max)`` (the best token weighs 1);
+2. the lower bound: min-p keeps ``w >= min_p``; when top-k and top-p are both on, top-p acts on
+   what top-k kept, so the k-th largest weight is found first, by a search over float32 bit
+   patterns (16 candidates a pass, ties kept); then the kept mass is counted again;
+3. the draw: the first kept token whose running mass (float64, vocabulary order) passes
+   ``u * mass``: the inverse CDF, stopping at the block that holds it;
+4. the check, when top-k or top-p is on: the token stays when fewer than k tokens weigh more
+   than it and their mass is below ``top_p`` times the kept mass (vLLM's rule: ties at the boundary
+   are kept). A rejected row draws its next uniform from Philox keyed by its first one.
 
-A row's passes run in one program in a fixed order: its token depends on its logits and its
-uniform only, never on the batch. Every filter arrives as an array (off is 0, V or 1), so the
-kernel has four specialisations at most: logits bf16/fp16 or float32 (penalised), rows picked
-out of the batch or all of it (runtime/serving/warmup.py runs them all). Against the torch
-sampler it draws from the same distribution; the tokens are the same unless a rounding difference
-(exp, the order of a sum) moves a boundary past a draw. Under TRITON_INTERPRET=1 it runs on the
-CPU (numpy's exp for libdevice's).
+The first draw uses the row's uniform from the host: without top-k and top-p the token is the
+torch sampler's inverse CDF (the same unless a rounding difference moves a boundary past a draw);
+with them, the same distribution by another route. A row's work runs in one program in a fixed
+order: its token depends on its logits and its uniform only, never on the batch. Every filter
+arrives as an array (off is 0, V or 1), so the kernel has four specialisations at most: logits
+bf16/fp16 or float32 (penalised), rows picked out of the batch or all of it
+(runtime/serving/warmup.py runs them all). Under TRITON_INTERPRET=1 it runs on the CPU (numpy's
+exp for libdevice's).
 """
 
 from __future__ import annotations
@@ -33,48 +40,83 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-NUM_PIVOTS = 16  # candidates per search pass: 15 intervals, 8 passes over 2^30 patterns
-BLOCK = 1024  # logits per iteration of a plain pass
-SEARCH_BLOCK = 256  # per iteration of a search pass (a [NUM_PIVOTS, SEARCH_BLOCK] tile)
+NUM_PIVOTS = 16  # candidates per top-k search pass: 15 intervals, 8 passes over 2^30 patterns
+BLOCK = 8192  # logits per iteration of a pass (with NUM_WARPS: the fastest measured on the H200)
+SEARCH_BLOCK = 1024  # per iteration of a search pass (a [NUM_PIVOTS, SEARCH_BLOCK] tile)
+NUM_WARPS = 16
 ONE_BITS = 0x3F800000  # 1.0f's bit pattern: no weight is above it
 
 
 @triton.jit
-def _search(base, V, t, xmax, lo, k, p, LIBDEVICE: tl.constexpr, MASS: tl.constexpr,
-            NPIV: tl.constexpr, SB: tl.constexpr, ONE: tl.constexpr):
-    """The largest bit pattern t in [lo, ONE] with count(w >= t) >= k (MASS False) or
-    mass(w >= t) >= p * mass(w >= lo) (MASS True); ``lo`` when none."""
+def _weights(base, idx, mask, t, xmax, LIBDEVICE: tl.constexpr):
+    x = tl.div_rn(tl.load(base + idx, mask=mask, other=float("-inf")).to(tl.float32), t) - xmax
+    if LIBDEVICE:
+        return libdevice.exp(x)
+    return tl.exp(x)
+
+
+@triton.jit
+def _above(base, V, t, xmax, thr, LIBDEVICE: tl.constexpr, B: tl.constexpr):
+    """(mass float64, count) of the weights w >= thr > 0."""
+    offs = tl.arange(0, B)
+    mass = tl.zeros([B], tl.float64)
+    count = tl.zeros([B], tl.int32)
+    for start in range(0, V, B):
+        idx = start + offs
+        mask = idx < V
+        w = _weights(base, idx, mask, t, xmax, LIBDEVICE)
+        ge = (w >= thr) & mask
+        mass += tl.where(ge, w, 0.0).to(tl.float64)
+        count += ge.to(tl.int32)
+    return tl.sum(mass, 0), tl.sum(count, 0)
+
+
+@triton.jit
+def _kth_weight(base, V, t, xmax, lo, k, LIBDEVICE: tl.constexpr, NPIV: tl.constexpr, SB: tl.constexpr,
+                ONE: tl.constexpr):
+    """The largest bit pattern t in [lo, ONE] with count(w >= t) >= k; ``lo`` when none."""
     hi = tl.full((), ONE, tl.int32)
     steps = tl.arange(0, NPIV).to(tl.int64)
     offs = tl.arange(0, SB)
-    target = tl.full((), -1.0, tl.float64)
     while lo < hi:
         piv = (lo.to(tl.int64) + (hi - lo).to(tl.int64) * steps // (NPIV - 1)).to(tl.int32)  # piv[0] = lo
         pf = piv.to(tl.float32, bitcast=True)
-        acc = tl.zeros([NPIV], tl.float64)
+        acc = tl.zeros([NPIV, SB], tl.int32)
         for start in range(0, V, SB):
             idx = start + offs
             mask = idx < V
-            x = tl.div_rn(tl.load(base + idx, mask=mask, other=float("-inf")).to(tl.float32), t) - xmax
-            if LIBDEVICE:  # (inline, not a helper: the interpreter pays per call)
-                w = libdevice.exp(x)
-            else:
-                w = tl.exp(x)
-            ge = (w[None, :] >= pf[:, None]) & mask[None, :]
-            if MASS:  # float64, as the sort's cumsum: a boundary moves only where float64 rounds
-                acc += tl.sum(tl.where(ge, w.to(tl.float64)[None, :], 0.0), 1)
-            else:
-                acc += tl.sum(ge.to(tl.int32), 1).to(tl.float64)
-        if MASS:
-            if target < 0:  # the first pass weighed lo = the kept mass
-                target = p * tl.sum(tl.where(steps == 0, acc, 0.0), 0)
-            ok = acc >= target
-        else:
-            ok = acc >= k
+            w = _weights(base, idx, mask, t, xmax, LIBDEVICE)
+            acc += ((w[None, :] >= pf[:, None]) & mask[None, :]).to(tl.int32)
+        ok = tl.sum(acc, 1) >= k
         new_lo = tl.max(tl.where(ok, piv, lo), 0)  # ok holds for a prefix of the pivots
         hi = tl.min(tl.where(ok, hi, piv - 1), 0)
         lo = new_lo
     return lo
+
+
+@triton.jit
+def _draw(base, V, t, xmax, thr, target, LIBDEVICE: tl.constexpr, B: tl.constexpr):
+    """The first token with w >= thr (and w > 0) whose running mass passes ``target``; the last
+    such token when rounding leaves ``target`` at or past the total. Returns (id, its weight)."""
+    offs = tl.arange(0, B)
+    running = tl.zeros((), tl.float64)
+    chosen = tl.full((), V, tl.int32)
+    last = tl.zeros((), tl.int32)
+    start = 0
+    while (chosen == V) & (start < V):
+        idx = start + offs
+        mask = idx < V
+        w = _weights(base, idx, mask, t, xmax, LIBDEVICE)
+        keep = (w >= thr) & (w > 0) & mask
+        c = running + tl.cumsum(tl.where(keep, w, 0.0).to(tl.float64), 0)
+        chosen = tl.min(tl.where(keep & (c > target), idx, V), 0)
+        last = tl.maximum(last, tl.max(tl.where(keep, idx, 0), 0))
+        running = tl.max(c, 0)
+        start += B
+    chosen = tl.where(chosen < V, chosen, last)
+    one = tl.arange(0, 1) + chosen
+    w_one = _weights(base, one, one < V, t, xmax, LIBDEVICE)
+    return chosen, tl.sum(w_one, 0)
 
 
 @triton.jit(do_not_specialize=["S"])  # the batch size: one compilation for all of them
@@ -90,54 +132,64 @@ def _sample_kernel(logits_ptr, stride, rows_ptr, temp_ptr, u_ptr, filters_ptr, S
     t = tl.load(temp_ptr + r)
     offs = tl.arange(0, B)
 
-    # 1. the max, and whether the row holds NaN or +inf (the max of float32 ignores NaN)
-    top = tl.full((), float("-inf"), tl.float32)
-    nonfinite = tl.zeros((), tl.int32)
+    # 1. per lane: the max of l / T, the mass below it (rescaled as the max grows), NaN / +inf seen
+    m = tl.full([B], float("-inf"), tl.float32)
+    s = tl.zeros([B], tl.float64)
+    nonfinite = tl.zeros([B], tl.int32)
     for start in range(0, V, B):
         idx = start + offs
         logits = tl.load(base + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
-        top = tl.maximum(top, tl.max(logits, 0))
-        nonfinite += tl.sum(((logits != logits) | (logits == float("inf"))).to(tl.int32), 0)
-    xmax = tl.div_rn(top, t)
-    bad = (nonfinite > 0) | (xmax != xmax) | (xmax == float("inf")) | (xmax == float("-inf"))
+        nonfinite += ((logits != logits) | (logits == float("inf"))).to(tl.int32)
+        x = tl.div_rn(logits, t)
+        m_new = tl.maximum(m, x)
+        seen = m_new > float("-inf")
+        if LIBDEVICE:
+            rescale = libdevice.exp(m - m_new)
+            w = libdevice.exp(x - m_new)
+        else:
+            rescale = tl.exp(m - m_new)
+            w = tl.exp(x - m_new)
+        s = tl.where(seen, s * rescale.to(tl.float64) + w.to(tl.float64), 0.0)
+        m = m_new
+    xmax = tl.max(m, 0)
+    bad = (tl.sum(nonfinite, 0) > 0) | (xmax != xmax) | (xmax == float("inf")) | (xmax == float("-inf"))
     xmax = tl.where(bad, 0.0, xmax)
+    if LIBDEVICE:
+        lane_scale = libdevice.exp(m - xmax)
+    else:
+        lane_scale = tl.exp(m - xmax)
+    total = tl.sum(tl.where(m > float("-inf"), s * lane_scale.to(tl.float64), 0.0), 0)
 
-    # 2-3. the threshold: min-p, then top-k, then top-p over what they kept (a row skips what is off)
-    thr = tl.load(filters_ptr + r).to(tl.float32).to(tl.int32, bitcast=True)
+    # 2. the lower bound (min-p; with top-k and top-p both on, also the k-th weight) and its mass
+    lo = tl.load(filters_ptr + r).to(tl.float32).to(tl.int32, bitcast=True)
     k = tl.load(filters_ptr + S + r)
-    if k < V:
-        thr = _search(base, V, t, xmax, thr, k, 1.0, LIBDEVICE, False, NPIV, SB, ONE)
     p = tl.load(filters_ptr + 2 * S + r)
-    if p < 1.0:
-        thr = _search(base, V, t, xmax, thr, 0.0, p, LIBDEVICE, True, NPIV, SB, ONE)
-    thr_f = thr.to(tl.float32, bitcast=True)
+    if (k < V) & (p < 1.0):
+        lo = _kth_weight(base, V, t, xmax, lo, k, LIBDEVICE, NPIV, SB, ONE)
+    if lo > 0:
+        total = _above(base, V, t, xmax, lo.to(tl.float32, bitcast=True), LIBDEVICE, B)[0]
+    kept = total
 
-    # 4. the kept mass, then the first kept token past u * total: the same sums both times
-    total = tl.zeros((), tl.float64)
-    target = tl.zeros((), tl.float64)
-    last_kept = tl.zeros((), tl.int32)
-    chosen = tl.full((), V, tl.int32)
-    for phase in tl.static_range(2):
-        running = tl.zeros((), tl.float64)
-        for start in range(0, V, B):
-            idx = start + offs
-            mask = idx < V
-            x = tl.div_rn(tl.load(base + idx, mask=mask, other=float("-inf")).to(tl.float32), t) - xmax
-            if LIBDEVICE:
-                w = libdevice.exp(x)
-            else:
-                w = tl.exp(x)
-            keep = (w >= thr_f) & (w > 0) & mask
-            c = running + tl.cumsum(tl.where(keep, w, 0.0).to(tl.float64), 0)
-            running = tl.max(c, 0)
-            if phase == 0:
-                last_kept = tl.maximum(last_kept, tl.max(tl.where(keep, idx, 0), 0))
-            else:
-                chosen = tl.minimum(chosen, tl.min(tl.where(keep & (c > target), idx, V), 0))
-        if phase == 0:
-            total = running
-            target = tl.load(u_ptr + r) * total
-    chosen = tl.where(chosen < V, chosen, last_kept)  # u * total rounded up to the total
+    # 3-4. draw, check, and draw again above a rejected token
+    u0 = tl.load(u_ptr + r)
+    u = u0
+    key = u0.to(tl.int64, bitcast=True)
+    thr = lo
+    rounds = tl.zeros((), tl.int32)
+    chosen = tl.zeros((), tl.int32)
+    done = bad.to(tl.int32)
+    while done == 0:
+        chosen, w = _draw(base, V, t, xmax, thr.to(tl.float32, bitcast=True), u * total, LIBDEVICE, B)
+        done = ((k >= V) & (p >= 1.0)).to(tl.int32)
+        if done == 0:
+            up = w.to(tl.int32, bitcast=True) + 1  # the next float32 above w
+            mass_gt, count_gt = _above(base, V, t, xmax, up.to(tl.float32, bitcast=True), LIBDEVICE, B)
+            done = ((count_gt < k) & ((p >= 1.0) | (mass_gt < p * kept))).to(tl.int32)
+            thr = up
+            total = mass_gt
+            rounds += 1
+            a, b, _c, _d = tl.randint4x(key, rounds)
+            u = ((a >> 5).to(tl.float64) * 67108864.0 + (b >> 6).to(tl.float64)) * (1.0 / 9007199254740992.0)
     tl.store(ids_ptr + r, chosen.to(tl.int64))
     tl.store(bad_ptr + r, bad)
 
@@ -159,8 +211,9 @@ def sample_rows(logits: torch.Tensor, rows: torch.Tensor | None, temperature: to
     if s == 0:
         return ids, bad
     rows_or_any = rows if rows is not None else uniforms  # (not read without rows)
+    block = min(BLOCK, triton.next_power_of_2(v))  # (a small vocabulary: small tiles)
     _sample_kernel[(s,)](
         logits, logits.stride(0), rows_or_any, temperature, uniforms, filters.contiguous(), s, ids, bad, v,
-        HAS_ROWS=rows is not None, LIBDEVICE=_COMPILED, NPIV=NUM_PIVOTS, B=BLOCK, SB=SEARCH_BLOCK, ONE=ONE_BITS,
-        num_warps=8)
+        HAS_ROWS=rows is not None, LIBDEVICE=_COMPILED, NPIV=NUM_PIVOTS, B=block, SB=min(SEARCH_BLOCK, block),
+        ONE=ONE_BITS, num_warps=NUM_WARPS)
     return ids, bad
