@@ -39,7 +39,8 @@
 #              0.7), MC_RUNS times (default 2: the live spread), --max-model-len 40960; served logs into $OUT
 #   stream     the front end under heavy streaming (SmolLM2-135M shapes): STREAM_N (default 1500) requests of
 #              128 prompt + 1,000 output tokens at STREAM_RATE (default 60) req/s, 8 client processes; then
-#              40k-token prompts (a shared 39,936-token prefix, cached) at 60 req/s on Qwen3-0.6B shapes
+#              40k-token prompts (a shared 39,936-token prefix, cached) at 60 req/s on Qwen3-0.6B shapes;
+#              ENGINE_FLAGS: more server flags (e.g. --api-server-count 4)
 #   spec       speculative decoding: the GPU tests (greedy equal to plain and HF with Triton + CUDA graphs,
 #              sampled equal to plain), then bench spec on both shapes with a drafter of controlled
 #              acceptance (0, 0.5, 0.8, 1), single stream and batch 8, greedy, 256 tokens
@@ -166,11 +167,11 @@ for pc in ('off', 'on'):
     stream) minivllm bench serve --synthetic "${STREAM_N:-1500}" --rate "${STREAM_RATE:-60}" --input-len fixed:128 \
               --output-len fixed:1000 --client-processes 8 --no-progress --json "$OUT/stream_smollm2.json" \
               --server-trace /tmp/stream.jsonl --server-log "$OUT/stream_server.log" --launch --model random:smollm2-135m \
-              --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-num-seqs 512
+              --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-num-seqs 512 ${ENGINE_FLAGS:-}
             minivllm bench serve --synthetic "${LONG_N:-600}" --rate 60 --input-len fixed:40000 --output-len fixed:16 \
               --shared-prefix 39936 --client-processes 8 --no-progress --json "$OUT/stream_long_prompts.json" \
               --server-trace /tmp/long.jsonl --server-log "$OUT/long_server.log" --launch --model random:qwen3-0.6b \
-              --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-model-len 40960 ;;
+              --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-model-len 40960 ${ENGINE_FLAGS:-} ;;
     spec) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_speculative_gpu.py 2>&1 | tail -n 20
           for shape in qwen3-0.6b smollm2-135m; do
             minivllm bench spec --model-shape $shape --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 \

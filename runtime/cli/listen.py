@@ -11,13 +11,14 @@ import errno
 import socket
 
 from runtime.cli.errors import CLIError
+from runtime.serving.server.launch import tcp_socket
 
 
-def bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     """A TCP socket bound to ``host:port`` (port 0: any free one), not listening yet. Bound as uvicorn
-    binds (IPv6 for a host with a colon; SO_REUSEADDR, so a port left in TIME_WAIT is no obstacle)."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    binds (IPv6 for a host with a colon; SO_REUSEADDR, so a port left in TIME_WAIT is no obstacle).
+    ``reuse_port``: SO_REUSEPORT, for front ends sharing the port (every one of them sets it)."""
+    sock = tcp_socket(host, reuse_port)
     try:
         sock.bind((host, port))
     except OSError as e:

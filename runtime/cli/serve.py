@@ -52,6 +52,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="engine replicas behind this front door, each in a process of its own (a GPU each when "
                         "there are N, else sharing one); with --trace, PATH is the fleet log of routing "
                         "decisions and each replica's log goes beside it (default: %(default)s)")
+    g.add_argument("--api-server-count", type=int, default=1, action=Bounded, at_least=1, metavar="N",
+                   help="HTTP front-end processes on the port, over one engine process: one process's event loop "
+                        "falls behind at thousands of streamed tokens a second (each front end's /metrics shows "
+                        "the whole engine; its 429 count is its own) (default: %(default)s)")
     g.add_argument("--router", choices=list(ROUTERS), default="round-robin",
                    help="which replica takes a request (the simulator's routers) (default: %(default)s)")
     g.add_argument("--max-pending", type=int, default=1024, action=Bounded, at_least=1, metavar="N",
@@ -91,6 +95,9 @@ def build_app(args: argparse.Namespace, on_dead=None):
                    if_exists=args.trace_if_exists, tokenizer=args.tokenizer, **engine_options(args))
     if args.data_parallel_size > 1 and not args.engine_process:
         raise CLIError("--data-parallel-size: the replicas run in engine processes (drop --no-engine-process)")
+    if args.api_server_count > 1 and (not args.engine_process or args.data_parallel_size > 1):
+        raise CLIError("--api-server-count: more front ends share one engine process (drop "
+                       + ("--no-engine-process)" if not args.engine_process else "--data-parallel-size)"))
     start = (_data_parallel if args.data_parallel_size > 1
              else _engine_process if args.engine_process else _engine_thread)
     try:
@@ -116,8 +123,9 @@ def _engine_process(args: argparse.Namespace, options: dict):
     from runtime.serving.engine_main import EngineSpec
     from runtime.serving.engine_process import EngineProcess
 
-    process = EngineProcess(EngineSpec(kwargs=options, warmup=args.warmup))
-    engine = AsyncLLMEngine(connection=process, max_pending=args.max_pending, on_ready=_announce_ready)
+    process = EngineProcess(EngineSpec(kwargs=options, warmup=args.warmup), front_ends=args.api_server_count)
+    engine = AsyncLLMEngine(connection=process, max_pending=args.max_pending, on_ready=_announce_ready,
+                            front_ends=args.api_server_count)
     return engine, process.tokenizer(), engine.shutdown
 
 
@@ -205,7 +213,8 @@ def run(args: argparse.Namespace) -> int:
     from runtime.cli.listen import bind
 
     args.model = resolve_model(args)
-    sock = bind(args.host, args.port)  # before the model loads: a taken port is an error at once
+    # before the model loads: a taken port is an error at once
+    sock = bind(args.host, args.port, reuse_port=args.api_server_count > 1)
     died = EngineDeath()
     signal.signal(signal.SIGTERM, died.told_to_stop)
     signal.signal(signal.SIGINT, died.told_to_stop)
@@ -225,12 +234,15 @@ def run(args: argparse.Namespace) -> int:
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=port, log_level="warning", access_log=False,
                                            timeout_graceful_shutdown=SHUTDOWN_GRACE_S))
     died.stop(server)
+    front_ends = _more_front_ends(args, app, engine, port, died)
     try:
         if not died.reason:
             server.run(sockets=[sock])  # as uvicorn.run, on the socket bound above
     except (KeyboardInterrupt, SystemExit):  # Ctrl-C or SIGTERM: uvicorn has shut down; so does the engine, below
         pass
     finally:
+        if front_ends is not None:
+            front_ends.stop(SHUTDOWN_GRACE_S + 5)
         close()
         sock.close()
     if died.reason and not died.stopping:  # (an engine that ends with a Ctrl-C to the process group is no death)
@@ -238,6 +250,17 @@ def run(args: argparse.Namespace) -> int:
     if died.stopping == signal.SIGINT:
         return 130
     return 0 if server.started else 3  # 3: uvicorn's exit status for a server that never started
+
+
+def _more_front_ends(args: argparse.Namespace, app, engine, port: int, died):
+    """Front ends 1..N-1 of ``--api-server-count N`` (runtime/serving/server/front_ends.py), or None."""
+    if args.api_server_count == 1:
+        return None
+    from runtime.serving.server.front_ends import FrontEnds, FrontEndSpec
+
+    spec = FrontEndSpec(args.host, port, app.state.server.model_name, resolve_api_key(args.api_key),
+                        args.max_request_bytes, args.max_pending, SHUTDOWN_GRACE_S)
+    return FrontEnds(engine.connection, spec, died)
 
 
 class EngineDeath:

@@ -114,10 +114,12 @@ class _Handle:
 class AsyncLLMEngine:
     def __init__(self, engine: LLMEngine | None = None, *, connection: EngineConnection | None = None,
                  max_pending: int = 1024, output_queue_size: int = 4096, warmup: bool = False,
-                 on_ready: Callable[[WarmupReport | None], None] | None = None) -> None:
+                 on_ready: Callable[[WarmupReport | None], None] | None = None, front_end: int = 0,
+                 front_ends: int = 1) -> None:
         """``engine``: run this LLMEngine on a thread here (``warmup``: run runtime/serving/warmup.py
         first); or ``connection``: an engine elsewhere. ``ready`` is set once it is warmed up
-        (``on_ready`` gets the warm-up report)."""
+        (``on_ready`` gets the warm-up report). ``front_end`` of ``front_ends`` sharing one engine
+        process: this one's request keys are those k with k % front_ends == front_end."""
         if (engine is None) == (connection is None):
             raise ValueError("give an engine or a connection")
         self.engine = engine  # the in-process one (tests look inside it), else None
@@ -143,7 +145,7 @@ class AsyncLLMEngine:
         self.on_dead: Callable[[str], None] | None = None  # called once, on the connection's thread
         self._handles: dict[int, _Handle] = {}
         self._lock = threading.Lock()  # one writer at a time; the counts below match what was sent
-        self._next_key = 0
+        self._next_key, self._key_step = front_end, front_ends
         self._sent = self._adds_sent = 0
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -201,7 +203,7 @@ class AsyncLLMEngine:
                 self.rejected_overloaded += 1
                 raise EngineOverloaded("the engine's request queue is full; retry later")
             key = self._next_key
-            self._next_key += 1
+            self._next_key += self._key_step
             handle = _Handle(key, loop, OutputQueue(self.output_queue_size))
             self._handles[key] = handle
             self._first_token[key] = len(prompt_token_ids)  # before it is sent: its first token may come at once

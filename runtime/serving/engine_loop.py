@@ -11,6 +11,10 @@ process's main loop (runtime/serving/engine_main.py) or on a thread of the serve
   or Aborted), and the client-abort counters count exactly the log's ``Aborted`` events.
 - After every iteration that did something, one message: the deltas by the front end's key, the
   latency observations, a snapshot of the counters and gauges (what /metrics shows).
+- Several front ends (``serve --api-server-count N``): front end i uses the keys k with
+  k % N == i; each message goes to every front end with its own requests' deltas and its own
+  counts of commands taken, and with everything else whole (every front end's /metrics shows the
+  whole engine, whichever of them answers a scrape).
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import queue
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+
+import msgspec
 
 from runtime.executor.jit_counter import JIT
 from runtime.serving.engine_protocol import (
@@ -48,19 +54,21 @@ def describe(engine: LLMEngine, tokenizer: bytes | None = None) -> EngineStarted
 
 
 class EngineLoop:
-    """``inbox``: decoded commands; ``send``: takes each encoded message (it must not block long)."""
+    """``inbox``: (front end, decoded command) pairs; ``sends[i]``: takes each encoded message for front
+    end i (it must not block long)."""
 
-    def __init__(self, engine: LLMEngine, inbox: queue.Queue[Command], send: Callable[[bytes], None], *,
-                 warmup: bool = False) -> None:
+    def __init__(self, engine: LLMEngine, inbox: queue.Queue[tuple[int, Command]],
+                 sends: Sequence[Callable[[bytes], None]], *, warmup: bool = False) -> None:
         self.engine = engine
         self.inbox = inbox
-        self.send = send
+        self.sends = list(sends)
         self.warmup = warmup
         self.serving = False  # warmed up, taking requests
         self.stopping = False
         self._rid: dict[int, int] = {}  # front-end key -> engine request id, while unfinished
         self._key: dict[int, int] = {}  # and back
-        self._adds = self._commands = 0
+        n = len(self.sends)
+        self._adds, self._commands = [0] * n, [0] * n  # per front end
         self._rejected: dict[int, str] = {}
         self._added: dict[int, int] = {}  # key -> request id, since the last message
         self._timings = StepTimings()
@@ -91,7 +99,7 @@ class EngineLoop:
         except (KeyboardInterrupt, SystemExit):
             raise  # told to stop (a signal while loading or warming up): not a failure
         except BaseException as e:  # every waiting client gets an error, then the engine stops
-            self.send(encode(EngineFailed(type(e).__name__)))
+            self.send_all(encode(EngineFailed(type(e).__name__)))
             raise
         finally:
             self._abort_all("shutdown")
@@ -104,29 +112,33 @@ class EngineLoop:
         gc.collect()
         gc.freeze()
         self.serving = True
-        self.send(encode(EngineReady(report, JIT.count)))
+        self.send_all(encode(EngineReady(report, JIT.count)))
+
+    def send_all(self, data: bytes) -> None:
+        for send in self.sends:
+            send(data)
 
     def _take(self, block: bool) -> bool:
         """Apply the commands waiting (wait a little for one if ``block``); True if there were any."""
         try:
-            cmd = self.inbox.get(timeout=IDLE_POLL_S) if block else self.inbox.get_nowait()
+            client, cmd = self.inbox.get(timeout=IDLE_POLL_S) if block else self.inbox.get_nowait()
         except queue.Empty:
             return False
         while True:
-            self._commands += 1
+            self._commands[client] += 1
             if isinstance(cmd, AddRequest):
+                self._adds[client] += 1
                 self._add(cmd)
             elif isinstance(cmd, AbortRequest):
                 self._abort(cmd.key, cmd.reason)
             elif isinstance(cmd, Shutdown):
                 self.stopping = True
             try:
-                cmd = self.inbox.get_nowait()
+                client, cmd = self.inbox.get_nowait()
             except queue.Empty:
                 return True
 
     def _add(self, cmd: AddRequest) -> None:
-        self._adds += 1
         try:
             rid = self.engine.add_request(cmd.prompt_token_ids, cmd.params, priority=cmd.priority,
                                           arrival_time=cmd.arrival_time, cache_salt=cmd.cache_salt)
@@ -159,7 +171,9 @@ class EngineLoop:
     # --- what the front end hears -----------------------------------------------------------------------
 
     def _publish(self, deltas: list[OutputDelta]) -> None:
-        keys, out = [], []
+        n = len(self.sends)
+        keys: list[list[int]] = [[] for _ in range(n)]
+        out: list[list[OutputDelta]] = [[] for _ in range(n)]
         for d in deltas:
             key = self._key.get(d.request_id)
             if key is None:  # aborted while its step was in flight
@@ -167,18 +181,30 @@ class EngineLoop:
             if d.finish_reason is not None:
                 del self._key[d.request_id]
                 del self._rid[key]
-            keys.append(key)
-            out.append(d)
+            keys[key % n].append(key)
+            out[key % n].append(d)
         timings = None
         if self._timings:
             timings, self._timings = self._timings, StepTimings()
         rejected, self._rejected = self._rejected, {}
         added, self._added = self._added, {}
-        self.send(encode(StepOutputs(keys, out, self.state(), timings, rejected, added)))
+        state = self.state()
+        for i, send in enumerate(self.sends):
+            mine = state if n == 1 else msgspec.structs.replace(state, adds_taken=self._adds[i],
+                                                                commands_taken=self._commands[i])
+            send(encode(StepOutputs(keys[i], out[i], mine, timings, _of(rejected, i, n), _of(added, i, n))))
 
     def state(self) -> EngineState:
+        """The counters and gauges; the commands taken are front end 0's (the only one, but for
+        ``serve --api-server-count``: ``_publish`` gives each its own)."""
         engine = self.engine
         core = engine.core
         bm = core.block_manager
         return EngineState(engine.stats, core.num_running, core.num_waiting, bm.num_blocks, bm.num_used_blocks,
-                           len(bm.evictable), bm.total_reserved, JIT.count, engine.busy, self._adds, self._commands)
+                           len(bm.evictable), bm.total_reserved, JIT.count, engine.busy, self._adds[0],
+                           self._commands[0])
+
+
+def _of(by_key: dict, i: int, n: int) -> dict:
+    """The entries of front end ``i``'s keys."""
+    return by_key if n == 1 else {k: v for k, v in by_key.items() if k % n == i}

@@ -2,11 +2,13 @@
 (model, KV pool, event log), warms it up, and runs the engine loop (runtime/serving/engine_loop.py)
 on commands from the front end until told to stop.
 
-Threads: the main one runs the loop; one reads commands from the pipe into the loop's inbox; one
-writes the loop's messages to the other pipe (so a step never waits on the front end).
+Threads: the main one runs the loop; one per front end reads its commands from its pipe into the
+loop's inbox; one per front end writes the loop's messages to its other pipe (so a step never
+waits on a front end). There is one front end but for ``serve --api-server-count N``.
 
-Stopping, always with the log flushed and closed: a ``Shutdown`` command, the command pipe's end
-(the front end is gone, however it died) or SIGTERM end the loop between steps; while the model
+Stopping, always with the log flushed and closed: a ``Shutdown`` command, the end of front end 0's
+command pipe (it is gone, however it died; the other front ends' processes are its to watch) or
+SIGTERM end the loop between steps; while the model
 loads or warms up they end it at once. SIGINT is ignored: a terminal's Ctrl-C reaches the whole
 process group, and the front end decides. A stop that doesn't finish within ``GRACE_S`` (a hung
 step) exits hard: never an orphan.
@@ -73,28 +75,36 @@ class _Outbox:
 
 
 class _EngineProcess:
-    def __init__(self, spec: EngineSpec, commands: Connection, outputs: Connection) -> None:
+    def __init__(self, spec: EngineSpec, commands: list[Connection], outputs: list[Connection]) -> None:
         self.spec = spec
         self.loop: EngineLoop | None = None
-        self.inbox: queue.Queue[Command] = queue.Queue()
+        self.inbox: queue.Queue[tuple[int, Command]] = queue.Queue()
         self._exit_armed = False
         signal.signal(signal.SIGTERM, self._on_sigterm)
-        self.out = _Outbox(outputs, self.stop)
-        threading.Thread(target=self._read, args=(commands,), name="minivllm-engine-in", daemon=True).start()
+        # front end 0 owns the server: when it goes, the engine stops; another front end's end is its
+        # process's (its owner sees that and decides)
+        self.outs = [_Outbox(conn, self.stop if i == 0 else _ignore) for i, conn in enumerate(outputs)]
+        for i, conn in enumerate(commands):
+            threading.Thread(target=self._read, args=(i, conn), name=f"minivllm-engine-in-{i}", daemon=True).start()
+
+    def send_all(self, data: bytes) -> None:
+        for out in self.outs:
+            out.send(data)
 
     def run(self) -> None:
         try:
             try:
                 engine = self.spec.factory(**self.spec.kwargs)
             except Exception as e:  # a bad flag or file: the front end reports it as its own
-                self.out.send(encode(EngineFailed(type(e).__name__, str(e), [c.__name__ for c in type(e).__mro__])))
+                self.send_all(encode(EngineFailed(type(e).__name__, str(e), [c.__name__ for c in type(e).__mro__])))
                 return
             try:
                 self._serve(engine)
             finally:
                 engine.close()  # the log: flushed and closed
         finally:
-            self.out.close()
+            for out in self.outs:
+                out.close()
 
     def _serve(self, engine: LLMEngine) -> None:
         warmup = self.spec.warmup
@@ -102,20 +112,22 @@ class _EngineProcess:
             parts = getattr(engine, "parts", None)
             warmup = parts is not None and parts.runner.device.type == "cuda"
         tokenizer = pickle.dumps(engine.tokenizer) if engine.tokenizer is not None else None
-        self.out.send(encode(describe(engine, tokenizer)))
+        self.send_all(encode(describe(engine, tokenizer)))
         if warmup:
             print("minivllm: warming up (every kernel specialisation and graph serving can hit) …",
                   file=sys.stderr, flush=True)
-        self.loop = EngineLoop(engine, self.inbox, self.out.send, warmup=warmup)
+        self.loop = EngineLoop(engine, self.inbox, [out.send for out in self.outs], warmup=warmup)
         self.loop.run()
 
-    def _read(self, commands: Connection) -> None:
+    def _read(self, client: int, commands: Connection) -> None:
         while True:
             try:
                 cmd = decode_command(commands.recv_bytes())
             except (EOFError, OSError):  # the front end is gone
+                if client:
+                    return
                 cmd = Shutdown()
-            self.inbox.put(cmd)
+            self.inbox.put((client, cmd))
             if isinstance(cmd, Shutdown):
                 self.stop()
                 return
@@ -145,8 +157,12 @@ class _EngineProcess:
             timer.start()
 
 
-def run_engine_process(spec: EngineSpec, commands: Connection, outputs: Connection) -> None:
-    """The spawned process's target."""
+def _ignore() -> None:
+    pass
+
+
+def run_engine_process(spec: EngineSpec, commands: list[Connection], outputs: list[Connection]) -> None:
+    """The spawned process's target: a command pipe and an output pipe per front end."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         _EngineProcess(spec, commands, outputs).run()

@@ -3,7 +3,10 @@ in the child only; nothing of the parent's state is inherited), wait until it ha
 then exchange msgpack bytes (runtime/serving/engine_protocol.py) over two pipes.
 
 A reader thread hands each message to the front end and reports the end of the pipe, which comes
-whenever the child exits, however it died. ``close`` asks the child to stop (its log flushed and
+whenever the child exits, however it died. With ``front_ends=N`` (``serve --api-server-count``) the
+child gets a pair of pipes per front end: this process is front end 0, and ``other_front_ends``
+hands the other pairs to front-end processes of their own, which talk to the engine through
+``EnginePipes`` and hear of its end as the end of their pipe. ``close`` asks the child to stop (its log flushed and
 closed), then terminates and finally kills it if it doesn't; the child, for its part, stops when
 this process's end of the command pipe closes (runtime/serving/engine_main.py): no orphan either
 way. ``daemon``: multiprocessing also terminates it at this interpreter's exit.
@@ -17,7 +20,7 @@ import pickle
 import threading
 import time
 from collections.abc import Callable
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from runtime.engine.config import ConfigError
@@ -42,32 +45,29 @@ def start_error(msg: EngineFailed) -> Exception:
     return EngineStartError(f"the engine failed to start: {msg.error}: {msg.message}")
 
 
-class EngineProcess:
-    """``start_timeout``: seconds to wait for the engine to be built (None: as long as it takes)."""
+class EnginePipes:
+    """A front end's connection to the engine process over its pair of pipes (an EngineConnection):
+    ``commands`` written here, ``outputs`` read here. Waits for the engine's ``EngineStarted``."""
 
-    def __init__(self, spec: EngineSpec, *, start_timeout: float | None = None) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        child_commands, self._commands = ctx.Pipe(duplex=False)
-        self._outputs, child_outputs = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=run_engine_process, args=(spec, child_commands, child_outputs),
-                                name="minivllm-engine", daemon=True)
-        self.proc.start()
-        child_commands.close()  # the child's ends: kept open here, they would hide its exit from us
-        child_outputs.close()
+    def __init__(self, commands: Connection, outputs: Connection, start_timeout: float | None = None) -> None:
+        self._commands, self._outputs = commands, outputs
         self._send_lock = threading.Lock()
         self._reader: threading.Thread | None = None
         self._gone = False
-        try:
-            self.started = self._wait_started(start_timeout)
-        except BaseException:
-            self.close(timeout=10.0)
-            raise
+        self.started = self._wait_started(start_timeout)
+
+    def _watch(self) -> list:
+        """What ends the wait for a message: the pipe (and the process, where it is ours)."""
+        return [self._outputs]
+
+    def _exit_status(self) -> str:
+        return "unknown"
 
     def _wait_started(self, timeout: float | None) -> EngineStarted:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = wait([self._outputs, self.proc.sentinel], left)
+            ready = wait(self._watch(), left)
             if not ready:
                 raise EngineStartError(f"the engine was not built within {timeout:.0f} s")
             if self._outputs not in ready:  # exited, nothing more to read
@@ -80,8 +80,7 @@ class EngineProcess:
                 return msg
             if isinstance(msg, EngineFailed):
                 raise start_error(msg)
-        self.proc.join(5.0)
-        raise EngineStartError(f"the engine process exited with status {self.proc.exitcode} while starting "
+        raise EngineStartError(f"the engine process exited with status {self._exit_status()} while starting "
                                "(its output is above)")
 
     # --- EngineConnection -------------------------------------------------------------------------
@@ -104,7 +103,7 @@ class EngineProcess:
     def _read(self, on_message: Callable[[bytes], None], on_lost: Callable[[str], None]) -> None:
         try:
             while True:
-                ready = wait([self._outputs, self.proc.sentinel])
+                ready = wait(self._watch())
                 if self._outputs not in ready:
                     break
                 try:
@@ -114,12 +113,60 @@ class EngineProcess:
                 on_message(data)
         finally:
             self._gone = True
-            self.proc.join(5.0)
-            on_lost(f"engine process exited (status {self.proc.exitcode})")
+            on_lost(f"engine process exited (status {self._exit_status()})")
 
     def send(self, data: bytes) -> None:
         with self._send_lock:  # one message at a time on the pipe
             self._commands.send_bytes(data)
+
+    @property
+    def alive(self) -> bool:
+        return not self._gone
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Close this front end's pipes: the engine stops (a front end is gone). Idempotent."""
+        self._commands.close()
+        if self._reader is not None and self._reader is not threading.current_thread():
+            self._reader.join(timeout)
+        if self._reader is None or not self._reader.is_alive():
+            self._outputs.close()
+
+
+class EngineProcess(EnginePipes):
+    """``start_timeout``: seconds to wait for the engine to be built (None: as long as it takes);
+    ``front_ends``: how many front ends talk to it (this one and ``other_front_ends``)."""
+
+    def __init__(self, spec: EngineSpec, *, start_timeout: float | None = None, front_ends: int = 1) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        pairs = [ctx.Pipe(duplex=False) for _ in range(2 * front_ends)]
+        child_commands, commands = zip(*pairs[:front_ends])  # (read end, write end)
+        outputs, child_outputs = zip(*pairs[front_ends:])
+        self.proc = ctx.Process(target=run_engine_process, args=(spec, list(child_commands), list(child_outputs)),
+                                name="minivllm-engine", daemon=True)
+        self.proc.start()
+        for conn in (*child_commands, *child_outputs):  # the child's ends: kept open here, they would hide its exit
+            conn.close()
+        self.other_front_ends = list(zip(commands[1:], outputs[1:]))  # (commands, outputs) of front ends 1..N-1
+        try:
+            super().__init__(commands[0], outputs[0], start_timeout)
+        except BaseException:
+            self.close(timeout=10.0)
+            raise
+
+    def _watch(self) -> list:
+        return [self._outputs, self.proc.sentinel]
+
+    def _exit_status(self) -> str:
+        self.proc.join(5.0)
+        return str(self.proc.exitcode)
+
+    def release_front_ends(self) -> None:
+        """The other front ends' pipe ends, closed here once their processes hold them (else the
+        engine would not see those front ends go)."""
+        for commands, outputs in self.other_front_ends:
+            commands.close()
+            outputs.close()
+        self.other_front_ends = []
 
     @property
     def alive(self) -> bool:
@@ -137,8 +184,5 @@ class EngineProcess:
         if self.proc.exitcode is None:
             self.proc.kill()
             self.proc.join()
-        if self._reader is not None and self._reader is not threading.current_thread():
-            self._reader.join(5.0)
-        self._commands.close()
-        if self._reader is None or not self._reader.is_alive():
-            self._outputs.close()
+        super().close(5.0)
+        self.release_front_ends()

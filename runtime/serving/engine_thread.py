@@ -22,7 +22,7 @@ class EngineThread:
         self.engine = engine
         self.warmup = warmup
         self.started = describe(engine)
-        self._inbox: queue.Queue[Command] = queue.Queue()
+        self._inbox: queue.Queue[tuple[int, Command]] = queue.Queue()
         self._thread: threading.Thread | None = None
 
     def now(self) -> float:
@@ -31,7 +31,7 @@ class EngineThread:
     def start(self, on_message: Callable[[bytes], None], on_lost: Callable[[str], None]) -> None:
         if self._thread is not None:
             return
-        loop = EngineLoop(self.engine, self._inbox, on_message, warmup=self.warmup)
+        loop = EngineLoop(self.engine, self._inbox, [on_message], warmup=self.warmup)
 
         def run() -> None:
             try:
@@ -43,13 +43,13 @@ class EngineThread:
         self._thread.start()
 
     def send(self, data: bytes) -> None:
-        self._inbox.put(decode_command(data))
+        self._inbox.put((0, decode_command(data)))
 
     @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
     def close(self, timeout: float = 10.0) -> None:
-        self._inbox.put(Shutdown())
+        self._inbox.put((0, Shutdown()))
         if self._thread is not None:
             self._thread.join(timeout)

@@ -10,6 +10,17 @@ import uvicorn
 from fastapi import FastAPI
 
 
+def tcp_socket(host: str, reuse_port: bool = False) -> socket.socket:
+    """An unbound TCP socket as uvicorn makes one (IPv6 for a host with a colon; SO_REUSEADDR, so a
+    port left in TIME_WAIT is no obstacle). ``reuse_port``: SO_REUSEPORT, for front ends sharing a
+    port (every one of them sets it; runtime/serving/server/front_ends.py)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    return sock
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))

@@ -1,0 +1,121 @@
+"""More HTTP front ends over one engine process (``serve --api-server-count N``, vLLM's flag).
+
+One asyncio process spends tens of µs of CPU on each streamed token (HTTP framing, SSE, the ASGI
+layers) and on each request's intake (JSON, validation, tokenising); under load its event loop
+queues them, and the client sees first tokens late and tokens merged. Front ends 1..N-1 are
+processes of their own, each with its own pair of pipes to the engine (runtime/serving/engine_process.py)
+and its own socket on the same port (SO_REUSEPORT: the kernel spreads connections over them); the
+server's own process is front end 0. A request's tokens go back to the front end that took it.
+
+Every front end answers every route. /metrics: the engine's counters and histograms are the whole
+engine's in each (each front end hears every step's figures), the HTTP-side ones (429s at the door)
+are that front end's own.
+
+Lifecycle: a front end whose engine is gone stops and exits non-zero; front end 0 watches the others
+and stops the whole server (exit status 1) if one exits while serving; stopping the server sends
+each of them SIGTERM first (uvicorn's graceful shutdown), then stops the engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import multiprocessing
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection, wait
+
+from runtime.serving.engine_process import EngineProcess
+
+
+@dataclasses.dataclass(frozen=True)
+class FrontEndSpec:
+    """What a front-end process needs (pickled to it at spawn)."""
+
+    host: str
+    port: int
+    model_name: str
+    api_key: str | None
+    max_request_bytes: int
+    max_pending: int
+    grace_s: float  # uvicorn's graceful-shutdown timeout
+    index: int = 0
+    count: int = 1
+
+
+class FrontEnds:
+    """Front ends 1..N-1 of ``process`` (made with ``front_ends=N``): started at once; ``on_dead(reason)``
+    once if one exits before ``stop``."""
+
+    def __init__(self, process: EngineProcess, spec: FrontEndSpec, on_dead: Callable[[str], None]) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        count = len(process.other_front_ends) + 1
+        self.procs = []
+        for i, (commands, outputs) in enumerate(process.other_front_ends, start=1):
+            proc = ctx.Process(target=run_front_end, args=(dataclasses.replace(spec, index=i, count=count),
+                                                          commands, outputs), name=f"minivllm-front-end-{i}",
+                               daemon=True)
+            proc.start()
+            self.procs.append(proc)
+        process.release_front_ends()
+        self._stopping = False
+        threading.Thread(target=self._watch, args=(on_dead,), name="minivllm-front-ends", daemon=True).start()
+
+    def _watch(self, on_dead: Callable[[str], None]) -> None:
+        ended = wait([p.sentinel for p in self.procs])
+        if self._stopping:
+            return
+        i, proc = next((i, p) for i, p in enumerate(self.procs, start=1) if p.sentinel in ended)
+        proc.join(5.0)
+        on_dead(f"front-end process {i} exited (status {proc.exitcode})")
+
+    def stop(self, timeout: float) -> None:
+        """SIGTERM to each (they finish their responses within their grace), then wait; kill what hangs."""
+        self._stopping = True
+        for proc in self.procs:
+            if proc.exitcode is None:
+                proc.terminate()
+        for proc in self.procs:
+            proc.join(timeout)
+            if proc.exitcode is None:
+                proc.kill()
+                proc.join()
+
+
+def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection) -> None:
+    """A front-end process: the app over its pipes to the engine, on its own SO_REUSEPORT socket."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the group: front end 0 decides
+    import uvicorn
+
+    from runtime.serving.async_engine import AsyncLLMEngine
+    from runtime.serving.engine_process import EnginePipes
+    from runtime.serving.server.app import create_app
+    from runtime.serving.server.launch import tcp_socket
+
+    pipes = EnginePipes(commands, outputs)
+    engine = AsyncLLMEngine(connection=pipes, max_pending=spec.max_pending, front_end=spec.index,
+                            front_ends=spec.count)
+    app = create_app(engine, pipes.tokenizer(), spec.model_name, api_key=spec.api_key,
+                     max_request_bytes=spec.max_request_bytes)
+    sock = tcp_socket(spec.host, reuse_port=True)
+    sock.bind((spec.host, spec.port))
+    server = uvicorn.Server(uvicorn.Config(app, host=spec.host, port=spec.port, log_level="warning",
+                                           access_log=False, timeout_graceful_shutdown=spec.grace_s))
+    died: list[str] = []
+
+    def on_dead(reason: str) -> None:
+        died.append(reason)
+        server.should_exit = True
+
+    engine.on_dead = on_dead
+    engine.start()
+    gc.collect()
+    gc.freeze()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        pipes.close(5.0)
+        sock.close()
+    sys.exit(1 if died else 0)

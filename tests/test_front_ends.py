@@ -1,0 +1,127 @@
+"""More front ends over one engine process (``serve --api-server-count N``,
+runtime/serving/server/front_ends.py): each front end hears its own requests' tokens and its own
+command counts, every step's engine figures; `minivllm serve` runs them on one port, none loads
+torch, and a front end that dies takes the server down with exit status 1 (a supervisor restarts
+it), while SIGTERM stops them all cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from runtime.serving.async_engine import AsyncLLMEngine, EngineDead
+from runtime.serving.engine_main import EngineSpec
+from runtime.serving.engine_process import EnginePipes, EngineProcess
+from runtime.serving.server.launch import free_port
+from tests.proc_helpers import children, running
+from tests.test_engine_process import TINY_FLAGS, _maps_torch, tiny  # noqa: F401 (a fixture)
+from tests.test_server_fakes import fake_llm_engine
+from tests.test_server_harness import wait_until
+from traces.params import SamplingParams
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+async def _tokens(engine: AsyncLLMEngine, prompt: list[int], n: int) -> list[int]:
+    out = []
+    async for d in engine.generate(prompt, SamplingParams(max_tokens=n, ignore_eos=True)):
+        out += d.token_ids
+    return out
+
+
+def test_two_front_ends_share_one_engine_each_hearing_its_own(smollm2_tokenizer):
+    process = EngineProcess(EngineSpec(fake_llm_engine, {"tokenizer": smollm2_tokenizer}, warmup=False),
+                            start_timeout=120, front_ends=2)
+    commands, outputs = process.other_front_ends[0]
+    first = AsyncLLMEngine(connection=process, front_ends=2)
+    second = AsyncLLMEngine(connection=EnginePipes(commands, outputs), front_end=1, front_ends=2)
+    assert (first.next_key, second.next_key) == (0, 1)
+    dead = []
+    for engine in (first, second):
+        engine.on_dead = dead.append
+        engine.start()
+    try:
+        async def both():
+            prompts = [[5, 6, 7], [9, 10], [5, 6, 7], [11] * 20]
+            runs = [_tokens(first if i % 2 == 0 else second, p, 6 + i) for i, p in enumerate(prompts)]
+            return await asyncio.gather(*runs)
+
+        got = asyncio.run(both())
+        assert [len(t) for t in got] == [6, 7, 8, 9]
+        assert got[0] == got[2][:6]  # the same prompt, whichever front end sent it
+        assert (first.next_key, second.next_key) == (4, 5)
+        # each front end's count of what the engine took is its own, so each one's backpressure is right
+        wait_until(lambda: first.settled and second.settled, 30, "both front ends to settle")
+        assert first.state.adds_taken == second.state.adds_taken == 2
+        assert first.stats.requests_finished == second.stats.requests_finished == {"length": 4}  # the whole engine's
+        os.kill(process.proc.pid, signal.SIGKILL)
+        wait_until(lambda: len(dead) == 2, 30, "both front ends to hear the engine die")
+        assert not first.alive and not second.alive
+        with pytest.raises(EngineDead):
+            asyncio.run(_tokens(second, [5], 2))
+    finally:
+        first.shutdown(10)
+        second.shutdown(10)
+
+
+def _serve(tiny, tmp_path: Path, count: int):  # noqa: F811 (the fixture's value)
+    from runtime.bench.server_process import ServerProcess
+
+    server = ServerProcess(["--model", str(tiny.folder), *TINY_FLAGS, "--api-server-count", str(count)],
+                           port=free_port(), log_file=str(tmp_path / "server.out"))
+    server.wait_ready(120)
+    return server
+
+
+def _processes(pid: int) -> tuple[int, list[int]]:
+    """(the engine, the other front ends) among the server's spawned children."""
+    spawned = [c for c in children(pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    engines = [c for c in spawned if _maps_torch(c)]
+    assert len(engines) == 1, spawned
+    return engines[0], [c for c in spawned if c != engines[0]]
+
+
+def test_serve_runs_its_front_ends_on_one_port(tiny, tmp_path):  # noqa: F811
+    server = _serve(tiny, tmp_path, 3)
+    try:
+        engine, front_ends = _processes(server.proc.pid)
+        assert len(front_ends) == 2 and not any(_maps_torch(p) for p in [server.proc.pid, *front_ends])
+        body = {"prompt": "The quick brown fox", "max_tokens": 6, "temperature": 0}
+        texts = set()
+        for _ in range(12):  # a connection each: the kernel spreads them over the front ends
+            r = httpx.post(server.url + "/v1/completions", json=body, timeout=60)
+            assert r.status_code == 200
+            texts.add(r.json()["choices"][0]["text"])
+        assert len(texts) == 1
+        served = 0
+        for line in httpx.get(server.url + "/metrics").text.splitlines():
+            if line.startswith("vllm:request_success_total") and 'finished_reason="length"' in line:
+                served = float(line.rsplit(" ", 1)[1])
+        assert served == 12  # the whole engine's, whichever front end answered
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(60) == 0
+        wait_until(lambda: not any(running(p) for p in [engine, *front_ends]), 20, "every process to exit")
+    finally:
+        server.stop()
+    assert "Traceback" not in (tmp_path / "server.out").read_text()
+
+
+def test_a_dead_front_end_takes_the_server_down(tiny, tmp_path):  # noqa: F811
+    from runtime.cli.serve import ENGINE_DIED_STATUS
+
+    server = _serve(tiny, tmp_path, 2)
+    try:
+        engine, (front_end,) = _processes(server.proc.pid)
+        os.kill(front_end, signal.SIGKILL)
+        assert server.proc.wait(60) == ENGINE_DIED_STATUS
+        wait_until(lambda: not running(engine), 20, "the engine to exit")
+    finally:
+        server.stop()
+    out = (tmp_path / "server.out").read_text()
+    assert "front-end process 1 exited" in out and "Traceback" not in out
