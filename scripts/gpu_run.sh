@@ -20,7 +20,9 @@
 #   matrix     minivllm bench matrix: capacity in process, then bench serve (--launch) and bench live at
 #              LOADS (default 0.5,0.8,1.1 of capacity) x CHUNKED (default on,off); served logs gzipped into
 #              $OUT (8 files for one CHUNKED mode); WORKLOAD=conv|code (.gpu/*_head1200.csv,
-#              Azure 2023), SKIP_LIVE=1: no in-process run beside each served one
+#              Azure 2023), SKIP_LIVE=1: no in-process run beside each served one; MATRIX_MODEL (default
+#              random:qwen3-0.6b; random:smollm2-135m: the shape whose vocabulary the tokenizer covers, so every
+#              token streams text); ENGINE_FLAGS: more server flags (e.g. --api-server-count 4)
 #   prefix     shared-prefix workload (a 7,680-token document, 40 questions of 64 tokens, 2/s) against the
 #              server with prefix caching off (every request cold) and on (the first cold, the rest warm)
 #   servetests the served engine on CUDA under load: aborts mid-step, SIGTERM, bad requests (also in tests)
@@ -123,8 +125,8 @@ for _ in range(900):
             minivllm bench matrix ".gpu/${WORKLOAD}_head1200.csv" --limit "${LIMIT:-800}" --loads "${LOADS:-0.5,0.8,1.1}" \
               --chunked "${CHUNKED:-on,off}" ${CAPACITY:+--capacity $CAPACITY} --client-processes "${CLIENT_PROCS:-4}" \
               ${SKIP_LIVE:+--no-live} --out /tmp/matrix --launch \
-              --model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-model-len 8192 \
-              ${ENGINE_FLAGS:-}
+              --model "${MATRIX_MODEL:-random:qwen3-0.6b}" --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 \
+              --max-model-len 8192 ${ENGINE_FLAGS:-}
             tag=${WORKLOAD}_$(echo "${CHUNKED:-on,off}" | tr , _)  # no commas in file names
             cp /tmp/matrix/summary.json "$OUT/matrix_$tag.json"
             for f in /tmp/matrix/serve_*.jsonl; do gzip -c "$f" > "$OUT/${WORKLOAD}_$(basename "$f").gz"; done
