@@ -69,3 +69,20 @@ def test_the_model_is_a_positional_or_a_flag_but_not_both(no_load, capsys):
         assert _fails(argv, capsys) == "minivllm: error: stopped before loading"
     _fails(["serve", "--port", "0"], capsys)
     assert no_load == ["random:a"] * 3 + [None]
+
+
+@pytest.mark.parametrize(("flags", "why"), [
+    (["--no-engine-process"], "--no-engine-process"), (["--data-parallel-size", "2"], "--data-parallel-size")])
+def test_more_front_ends_need_one_engine_process(flags, why, capsys):
+    from runtime.cli import build_parser
+
+    args = build_parser().parse_args(["serve", "--api-server-count", "2", *flags])
+    with pytest.raises(CLIError, match=f"--api-server-count: more front ends share one engine process "
+                                       f"\\(drop {why}\\)"):
+        serve.build_app(args)
+    assert "loading" not in capsys.readouterr().err  # refused before the model loads
+
+
+def test_a_front_end_count_below_one_names_the_flag(no_load, capsys):
+    err = _fails(["serve", "--api-server-count", "0"], capsys)
+    assert err == "minivllm: error: --api-server-count: must be >= 1, got 0"

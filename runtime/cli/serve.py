@@ -90,14 +90,14 @@ def build_app(args: argparse.Namespace, on_dead=None):
     from runtime.engine.config import ConfigError
     from runtime.serving.server.app import create_app
 
-    announce_load(args.model)
-    options = dict(model=args.model, trace=args.trace, trace_prompts=args.trace_prompts,
-                   if_exists=args.trace_if_exists, tokenizer=args.tokenizer, **engine_options(args))
     if args.data_parallel_size > 1 and not args.engine_process:
         raise CLIError("--data-parallel-size: the replicas run in engine processes (drop --no-engine-process)")
     if args.api_server_count > 1 and (not args.engine_process or args.data_parallel_size > 1):
         raise CLIError("--api-server-count: more front ends share one engine process (drop "
                        + ("--no-engine-process)" if not args.engine_process else "--data-parallel-size)"))
+    announce_load(args.model)
+    options = dict(model=args.model, trace=args.trace, trace_prompts=args.trace_prompts,
+                   if_exists=args.trace_if_exists, tokenizer=args.tokenizer, **engine_options(args))
     start = (_data_parallel if args.data_parallel_size > 1
              else _engine_process if args.engine_process else _engine_thread)
     try:
