@@ -3,13 +3,15 @@ in the child only; nothing of the parent's state is inherited), wait until it ha
 then exchange msgpack bytes (runtime/serving/engine_protocol.py) over two pipes.
 
 A reader thread hands each message to the front end and reports the end of the pipe, which comes
-whenever the child exits, however it died. With ``front_ends=N`` (``serve --api-server-count``) the
-child gets a pair of pipes per front end: this process is front end 0, and ``other_front_ends``
-hands the other pairs to front-end processes of their own, which talk to the engine through
-``EnginePipes`` and hear of its end as the end of their pipe. ``close`` asks the child to stop (its log flushed and
+whenever the child exits, however it died. ``close`` asks the child to stop (its log flushed and
 closed), then terminates and finally kills it if it doesn't; the child, for its part, stops when
 this process's end of the command pipe closes (runtime/serving/engine_main.py): no orphan either
 way. ``daemon``: multiprocessing also terminates it at this interpreter's exit.
+
+With ``front_ends=N`` (``serve --api-server-count``) the child gets a pair of pipes per front end:
+this process is front end 0, and ``other_front_ends`` hands the other pairs to front-end processes
+of their own, which talk to the engine through ``EnginePipes`` and hear of its end as the end of
+their pipe.
 """
 
 from __future__ import annotations
@@ -124,7 +126,7 @@ class EnginePipes:
         return not self._gone
 
     def close(self, timeout: float = 30.0) -> None:
-        """Close this front end's pipes: the engine stops (a front end is gone). Idempotent."""
+        """Close this front end's pipes (front end 0's closing stops the engine). Idempotent."""
         self._commands.close()
         if self._reader is not None and self._reader is not threading.current_thread():
             self._reader.join(timeout)
