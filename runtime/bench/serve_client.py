@@ -12,9 +12,10 @@ a chunk with a ``finish_reason``. ``time_limit`` cancels what is still running a
 ``run`` returns one ``RequestRecord`` per request; ``summarize`` turns them into percentiles,
 throughput and goodput under SLOs (the share of requests that meet every SLO, per second).
 
-The client must not be what it measures: every body is serialised before the clock starts, events
-are parsed with msgspec, the loop is uvloop's when installed, and ``--client-processes`` spreads
-the requests over processes (runtime/bench/serve_shards.py).
+The client must not be what it measures: every body is serialised before the clock starts, HTTP is
+the few lines of runtime/bench/http_stream.py (httptools' parser; httpx added ~4 ms to a light
+load's TTFT), events are parsed with msgspec, the loop is uvloop's when installed, and
+``--client-processes`` spreads the requests over processes (runtime/bench/serve_shards.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from runtime.bench.http_stream import HttpError, HttpStreamClient
 from traces.prompt import materialize
 from traces.workload import Workload
 
@@ -122,10 +124,8 @@ def run_loop(main) -> Any:
     return uvloop.run(main)
 
 
-async def _one(client, url: str, headers: dict, body: bytes, record: RequestRecord, t0: float,
+async def _one(client: HttpStreamClient, headers: dict, body: bytes, record: RequestRecord, t0: float,
                timeout: float) -> None:
-    import httpx
-
     try:
         await asyncio.sleep(max(0.0, t0 + record.arrival - time.perf_counter()))
     except asyncio.CancelledError:
@@ -136,14 +136,14 @@ async def _one(client, url: str, headers: dict, body: bytes, record: RequestReco
     last = start
     chunks = 0
     try:
-        async with client.stream("POST", url, content=body, headers=headers, timeout=timeout) as resp:
-            if resp.status_code != 200:
-                text = (await resp.aread()).decode("utf-8", "replace")
-                record.error = f"http {resp.status_code}"
+        async with asyncio.timeout(timeout), client.post("/completions", body, headers) as resp:
+            if resp.status != 200:
+                text = (await resp.read()).decode("utf-8", "replace")
+                record.error = f"http {resp.status}"
                 record.detail = text[:300]
                 return
             done = finished = False
-            async for line in resp.aiter_lines():
+            async for line in resp.lines():
                 if not line.startswith("data:"):
                     continue
                 data = line[5:].strip()
@@ -176,31 +176,28 @@ async def _one(client, url: str, headers: dict, body: bytes, record: RequestReco
     except asyncio.CancelledError:
         record.error = "time limit"
         raise
-    except httpx.TimeoutException:
+    except TimeoutError:
         record.error = "timeout"
-    except httpx.ConnectError as e:
+    except OSError as e:  # refused, reset, unreachable
         record.error = "connect"
         record.detail = str(e)[:300]
-    except (httpx.HTTPError, msgspec.DecodeError) as e:
+    except (HttpError, msgspec.DecodeError) as e:
         record.error = type(e).__name__
         record.detail = str(e)[:300]
 
 
 async def replay(base_url: str, bodies: Sequence[dict], records: list[RequestRecord], api_key: str | None,
                timeout: float, max_connections: int, progress: Any, time_limit: float | None = None) -> float:
-    import httpx
-
-    url = base_url.rstrip("/") + "/completions"
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     payloads = [msgspec.json.encode(b) for b in bodies]  # before the clock starts
-    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+    client = HttpStreamClient(base_url, max_connections)
+    try:
         t0 = time.perf_counter()
 
         async def tracked(body: bytes, record: RequestRecord) -> None:
-            await _one(client, url, headers, body, record, t0, timeout)
+            await _one(client, headers, body, record, t0, timeout)
             if progress is not None:
                 progress(record)
 
@@ -213,6 +210,8 @@ async def replay(base_url: str, bodies: Sequence[dict], records: list[RequestRec
             if task.exception() is not None:
                 raise task.exception()
         return time.perf_counter() - t0
+    finally:
+        await client.aclose()
 
 
 def prepare(workload: Workload, model: str, *, ignore_eos: bool = True, vocab: int | None = None,
