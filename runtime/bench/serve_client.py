@@ -13,7 +13,7 @@ a chunk with a ``finish_reason``. ``time_limit`` cancels what is still running a
 throughput and goodput under SLOs (the share of requests that meet every SLO, per second).
 
 The client must not be what it measures: every body is serialised before the clock starts, HTTP is
-the few lines of runtime/bench/http_stream.py (httptools' parser; httpx added ~4 ms to a light
+the few lines of runtime/bench/http_stream.py (httptools' parser; httpx added 1.3 ms to a light
 load's TTFT), events are parsed with msgspec, the loop is uvloop's when installed, and
 ``--client-processes`` spreads the requests over processes (runtime/bench/serve_shards.py).
 """
