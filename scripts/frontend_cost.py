@@ -3,7 +3,8 @@
 The server of the tests (tests/test_server_harness.py: the real OpenAI app, the engine in its own
 process with a deterministic fake executor that sleeps ``--step-ms`` per step) is driven by
 ``minivllm bench serve`` in a third process; the front end's CPU time (this process: the HTTP
-thread, the engine connection's reader) over the run is divided by the tokens streamed.
+thread, the engine connection's reader) over the run is divided by the tokens streamed, and the
+client's latencies are set beside the engine's from its log (what HTTP, SSE and the client add).
 
     python scripts/frontend_cost.py --requests 600 --rate 40 --output-len 200 --step-ms 5
 
@@ -48,7 +49,9 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(package.submodule_search_locations[0],
                                               gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
     out = Path(tempfile.mkdtemp()) / "client.json"
-    with serve(tokenizer, mode="process", num_blocks=8192, max_model_len=1024, delay=args.step_ms / 1e3) as s:
+    log = out.with_name("server.jsonl")
+    with serve(tokenizer, mode="process", num_blocks=8192, max_model_len=1024, delay=args.step_ms / 1e3,
+               log=log) as s:
         client = [sys.executable, "-m", "runtime", "bench", "serve", "--synthetic", str(args.requests),
                   "--rate", str(args.rate), "--input-len", "fixed:32", "--output-len", f"fixed:{args.output_len}",
                   "--no-progress", "--url", s.url + "/v1", "--json", str(out)]
@@ -60,6 +63,9 @@ def main() -> None:
     print(f"front end: {cpu:.2f} CPU s in {wall:.1f} s for {tokens:,.0f} streamed tokens = "
           f"{cpu / tokens * 1e6:.1f} us per token; client TTFT p50 {summary['ttft_ms']['p50']:.1f} ms, "
           f"TPOT p50 {summary['tpot_ms']['p50']:.1f} ms, {summary['completed']}/{summary['requests']} done")
+    from runtime.bench.serve_gap import compare, engine_side, render
+
+    print(render(compare(summary, engine_side(log))))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
 from runtime.engine.types import StepResult
 from runtime.serving.llm_engine import LLMEngine
+from traces.events import make_header
 from traces.log import LogWriter
 
 EOS = 2
@@ -49,6 +50,8 @@ def fake_llm_engine(tokenizer, gate=None, delay: float = 0.0, logprobs: bool = F
     cfg = EngineConfig(cache=CacheConfig(block_size=16, num_blocks=num_blocks),
                        scheduler=SchedulerConfig(max_num_batched_tokens=256, max_model_len=max_model_len))
     writer = LogWriter(log) if log else None
+    if writer is not None:
+        writer(make_header(cfg, clock="wall", eos_token_id=EOS))
     core = EngineCore(cfg, eos_token_id=EOS, sink=writer)
     executor = PromptSeededExecutor(len(tokenizer), gate, delay, logprobs)
     return LLMEngine.from_core(core, executor, tokenizer, overlap=True, writer=writer)
