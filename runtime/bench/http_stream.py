@@ -44,9 +44,24 @@ class _Parsed:
 
 
 class Response:
-    def __init__(self, reader: asyncio.StreamReader, parser: httptools.HttpResponseParser, parsed: _Parsed) -> None:
-        self._reader, self._parser, self._parsed = reader, parser, parsed
-        self.status = parser.get_status_code()
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self._reader = reader
+        self._parsed = _Parsed()
+        self._parser = httptools.HttpResponseParser(self._parsed)
+
+    @property
+    def status(self) -> int:
+        return self._parser.get_status_code()
+
+    @property
+    def keep_alive(self) -> bool:
+        """Read to its end, on a connection the server keeps open."""
+        return self._parsed.done and self._parser.should_keep_alive()
+
+    async def _headers(self) -> None:
+        while not self._parsed.headers_done:
+            if not await self._more():
+                raise HttpError("the server closed the connection before answering")
 
     async def _more(self) -> bool:
         """Feed the parser what arrives next; False at the end of the body (or of the connection:
@@ -80,13 +95,8 @@ class Response:
                 for line in whole:
                     yield line.rstrip(b"\r").decode("utf-8", "replace")
             more = await self._more()
-        pending += b"".join(self._parsed.body)
-        for line in pending.split(b"\n") if pending else ():
-            yield line.rstrip(b"\r").decode("utf-8", "replace")
-
-    @property
-    def complete(self) -> bool:
-        return self._parsed.done
+        if pending:  # a last line without its end
+            yield pending.rstrip(b"\r").decode("utf-8", "replace")
 
 
 class HttpStreamClient:
@@ -121,19 +131,10 @@ class HttpStreamClient:
                         b"Content-Length: " + str(len(body)).encode()]
                 head += [f"{k}: {v}".encode() for k, v in headers.items()]
                 writer.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
-                parsed = _Parsed()
-                parser = httptools.HttpResponseParser(parsed)
-                while not parsed.headers_done:
-                    data = await reader.read(CHUNK)
-                    if not data:
-                        raise HttpError("the server closed the connection before answering")
-                    try:
-                        parser.feed_data(data)
-                    except httptools.HttpParserError as e:
-                        raise HttpError(f"bad HTTP from the server: {e}") from None
-                response = Response(reader, parser, parsed)
+                response = Response(reader)
+                await response._headers()
                 yield response
-                keep = response.complete and parser.should_keep_alive()
+                keep = response.keep_alive
             finally:
                 if keep:
                     self._idle.append((reader, writer))

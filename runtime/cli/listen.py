@@ -15,9 +15,8 @@ from runtime.serving.server.launch import tcp_socket
 
 
 def bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
-    """A TCP socket bound to ``host:port`` (port 0: any free one), not listening yet. Bound as uvicorn
-    binds (IPv6 for a host with a colon; SO_REUSEADDR, so a port left in TIME_WAIT is no obstacle).
-    ``reuse_port``: SO_REUSEPORT, for front ends sharing the port (every one of them sets it)."""
+    """A TCP socket bound to ``host:port`` (port 0: any free one), not listening yet, made as uvicorn
+    makes one (``tcp_socket``; ``reuse_port``: for front ends sharing the port)."""
     sock = tcp_socket(host, reuse_port)
     try:
         sock.bind((host, port))

@@ -208,9 +208,8 @@ def resolve_model(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from runtime.cli.listen import bind
+    from runtime.serving.server.launch import http_server
 
     args.model = resolve_model(args)
     # before the model loads: a taken port is an error at once
@@ -230,9 +229,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"minivllm: serving {app.state.server.model_name!r} on http://{args.host}:{port}/v1"
           + (f"; recording {args.trace} (prompts: {args.trace_prompts})" if args.trace else "")
           + ("; API key required" if app.state.api_key_required else ""), file=sys.stderr)
-    # no access log: it is off at "warning" anyway, and a request line is nothing we need to keep
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=port, log_level="warning", access_log=False,
-                                           timeout_graceful_shutdown=SHUTDOWN_GRACE_S))
+    server = http_server(app, args.host, port, SHUTDOWN_GRACE_S)
     died.stop(server)
     front_ends = _more_front_ends(args, app, engine, port, died)
     try:

@@ -181,8 +181,9 @@ class EngineLoop:
             if d.finish_reason is not None:
                 del self._key[d.request_id]
                 del self._rid[key]
-            keys[key % n].append(key)
-            out[key % n].append(d)
+            i = key % n
+            keys[i].append(key)
+            out[i].append(d)
         timings = None
         if self._timings:
             timings, self._timings = self._timings, StepTimings()

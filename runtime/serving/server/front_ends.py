@@ -87,12 +87,10 @@ class FrontEnds:
 def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection) -> None:
     """A front-end process: the app over its pipes to the engine, on its own SO_REUSEPORT socket."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the group: front end 0 decides
-    import uvicorn
-
     from runtime.serving.async_engine import AsyncLLMEngine
     from runtime.serving.engine_process import EnginePipes
     from runtime.serving.server.app import create_app
-    from runtime.serving.server.launch import tcp_socket
+    from runtime.serving.server.launch import http_server, tcp_socket
 
     pipes = EnginePipes(commands, outputs)
     engine = AsyncLLMEngine(connection=pipes, max_pending=spec.max_pending, front_end=spec.index,
@@ -101,8 +99,7 @@ def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection)
                      max_request_bytes=spec.max_request_bytes)
     sock = tcp_socket(spec.host, reuse_port=True)
     sock.bind((spec.host, spec.port))
-    server = uvicorn.Server(uvicorn.Config(app, host=spec.host, port=spec.port, log_level="warning",
-                                           access_log=False, timeout_graceful_shutdown=spec.grace_s))
+    server = http_server(app, spec.host, spec.port, spec.grace_s)
     died: list[str] = []
 
     def on_dead(reason: str) -> None:

@@ -21,6 +21,13 @@ def tcp_socket(host: str, reuse_port: bool = False) -> socket.socket:
     return sock
 
 
+def http_server(app: FastAPI, host: str, port: int, grace_s: float) -> uvicorn.Server:
+    """The server ``minivllm serve`` runs (each of its front ends): no access log (nothing a request line
+    holds is worth keeping), ``grace_s`` for responses in progress at a shutdown."""
+    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                                         timeout_graceful_shutdown=grace_s))
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
