@@ -56,8 +56,10 @@ def test_two_front_ends_share_one_engine_each_hearing_its_own(smollm2_tokenizer)
         assert [len(t) for t in got] == [6, 7, 8, 9]
         assert got[0] == got[2][:6]  # the same prompt, whichever front end sent it
         assert (first.next_key, second.next_key) == (4, 5)
-        # each front end's count of what the engine took is its own, so each one's backpressure is right
-        wait_until(lambda: first.settled and second.settled, 30, "both front ends to settle")
+        # each front end's count of what the engine took is its own, so each one's backpressure is right;
+        # each hears every step, on its own pipe: wait until both have heard the last one
+        wait_until(lambda: all(e.settled and sum(e.stats.requests_finished.values()) == 4 for e in (first, second)),
+                   30, "both front ends to hear the last step")
         assert first.state.adds_taken == second.state.adds_taken == 2
         assert first.stats.requests_finished == second.stats.requests_finished == {"length": 4}  # the whole engine's
         os.kill(process.proc.pid, signal.SIGKILL)
