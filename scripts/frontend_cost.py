@@ -35,6 +35,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--requests", type=int, default=600)
     p.add_argument("--rate", type=float, default=40.0, help="Poisson arrivals per second")
+    p.add_argument("--input-len", type=int, default=32, help="prompt tokens (sent as token ids)")
+    p.add_argument("--shared-prefix", type=int, default=0, help="prompt tokens every request shares (cached)")
     p.add_argument("--output-len", type=int, default=200)
     p.add_argument("--step-ms", type=float, default=5.0, help="the fake engine's time per step")
     args = p.parse_args()
@@ -50,10 +52,12 @@ def main() -> None:
                                               gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
     out = Path(tempfile.mkdtemp()) / "client.json"
     log = out.with_name("server.jsonl")
-    with serve(tokenizer, mode="process", num_blocks=8192, max_model_len=1024, delay=args.step_ms / 1e3,
+    with serve(tokenizer, mode="process", num_blocks=max(8192, 4 * args.input_len),
+               max_model_len=args.input_len + args.output_len + 16, delay=args.step_ms / 1e3,
                log=log) as s:
         client = [sys.executable, "-m", "runtime", "bench", "serve", "--synthetic", str(args.requests),
-                  "--rate", str(args.rate), "--input-len", "fixed:32", "--output-len", f"fixed:{args.output_len}",
+                  "--rate", str(args.rate), "--input-len", f"fixed:{args.input_len}",
+                  "--output-len", f"fixed:{args.output_len}", "--shared-prefix", str(args.shared_prefix),
                   "--no-progress", "--url", s.url + "/v1", "--json", str(out)]
         cpu0, t0 = cpu_seconds(), time.perf_counter()
         subprocess.run(client, check=True, stdout=subprocess.DEVNULL)

@@ -30,6 +30,7 @@ from typing import Any
 from runtime.serving.engine_loop import EngineLoop, describe
 from runtime.serving.engine_protocol import Command, EngineFailed, Shutdown, decode_command, encode
 from runtime.serving.llm_engine import LLMEngine
+from runtime.serving.pipe_writer import PipeWriter
 
 GRACE_S = 30.0
 
@@ -45,34 +46,6 @@ class EngineSpec:
     warmup: bool | None = None
 
 
-class _Outbox:
-    """Encoded messages to the front end, written by a thread of their own."""
-
-    def __init__(self, conn: Connection, on_gone: Callable[[], None]) -> None:
-        self._conn = conn
-        self._on_gone = on_gone
-        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="minivllm-engine-out", daemon=True)
-        self._thread.start()
-
-    def send(self, data: bytes) -> None:
-        self._queue.put(data)
-
-    def _run(self) -> None:
-        while (data := self._queue.get()) is not None:
-            try:
-                self._conn.send_bytes(data)
-            except OSError:  # the front end is gone
-                self._on_gone()
-                return
-
-    def close(self, timeout: float = 10.0) -> None:
-        """After what is queued is written."""
-        self._queue.put(None)
-        self._thread.join(timeout)
-        self._conn.close()
-
-
 class _EngineProcess:
     def __init__(self, spec: EngineSpec, commands: list[Connection], outputs: list[Connection]) -> None:
         self.spec = spec
@@ -82,7 +55,8 @@ class _EngineProcess:
         signal.signal(signal.SIGTERM, self._on_sigterm)
         # front end 0 owns the server: when it goes, the engine stops; another front end's end is its
         # process's (its owner sees that and decides)
-        self.outs = [_Outbox(conn, self.stop if i == 0 else _ignore) for i, conn in enumerate(outputs)]
+        self.outs = [PipeWriter(conn, "minivllm-engine-out", self.stop if i == 0 else None)
+                     for i, conn in enumerate(outputs)]
         for i, conn in enumerate(commands):
             threading.Thread(target=self._read, args=(i, conn), name=f"minivllm-engine-in-{i}", daemon=True).start()
 
@@ -154,10 +128,6 @@ class _EngineProcess:
             timer = threading.Timer(GRACE_S, os._exit, (1,))
             timer.daemon = True
             timer.start()
-
-
-def _ignore() -> None:
-    pass
 
 
 def run_engine_process(spec: EngineSpec, commands: list[Connection], outputs: list[Connection]) -> None:

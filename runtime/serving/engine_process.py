@@ -28,6 +28,7 @@ from typing import Any
 from runtime.engine.config import ConfigError
 from runtime.serving.engine_main import EngineSpec, run_engine_process
 from runtime.serving.engine_protocol import EngineFailed, EngineStarted, Shutdown, decode_message, encode
+from runtime.serving.pipe_writer import PipeWriter, widen
 
 # start-up failures the front end re-raises as themselves (a CLI maps them to a message)
 _START_ERRORS: dict[str, type[Exception]] = {"ConfigError": ConfigError, "FileExistsError": FileExistsError,
@@ -53,7 +54,7 @@ class EnginePipes:
 
     def __init__(self, commands: Connection, outputs: Connection, start_timeout: float | None = None) -> None:
         self._commands, self._outputs = commands, outputs
-        self._send_lock = threading.Lock()
+        self._writer = PipeWriter(commands, "minivllm-engine-commands")  # the reader hears the end
         self._reader: threading.Thread | None = None
         self._gone = False
         self.started = self._wait_started(start_timeout)
@@ -118,16 +119,19 @@ class EnginePipes:
             on_lost(f"engine process exited (status {self._exit_status()})")
 
     def send(self, data: bytes) -> None:
-        with self._send_lock:  # one message at a time on the pipe
-            self._commands.send_bytes(data)
+        """Queued, written in order by the writer's thread (a long prompt never stalls the caller)."""
+        if self._writer.gone:
+            raise OSError("the engine's command pipe is closed")
+        self._writer.send(data)
 
     @property
     def alive(self) -> bool:
         return not self._gone
 
     def close(self, timeout: float = 30.0) -> None:
-        """Close this front end's pipes (front end 0's closing stops the engine). Idempotent."""
-        self._commands.close()
+        """Close this front end's pipes (front end 0's closing stops the engine), after the commands
+        queued are written. Idempotent."""
+        self._writer.close(timeout)
         if self._reader is not None and self._reader is not threading.current_thread():
             self._reader.join(timeout)
         if self._reader is None or not self._reader.is_alive():
@@ -141,6 +145,8 @@ class EngineProcess(EnginePipes):
     def __init__(self, spec: EngineSpec, *, start_timeout: float | None = None, front_ends: int = 1) -> None:
         ctx = multiprocessing.get_context("spawn")
         pairs = [ctx.Pipe(duplex=False) for _ in range(2 * front_ends)]
+        for read_end, _ in pairs:
+            widen(read_end)
         child_commands, commands = zip(*pairs[:front_ends])  # (read end, write end)
         outputs, child_outputs = zip(*pairs[front_ends:])
         self.proc = ctx.Process(target=run_engine_process, args=(spec, list(child_commands), list(child_outputs)),
