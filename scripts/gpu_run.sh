@@ -13,7 +13,9 @@
 #   probe      torch-profiler table of one 2048-token prefill step
 #   launch     scripts/launch_probe.py: the host's launch of a prefill step while a decode step runs, by
 #              prompt size (what holds a decode step back before a prefill; simulator/cost/launch.py)
-#   serve      the OpenAI server on Qwen3-0.6B shapes (random weights, SmolLM2's tokenizer from .gpu/tokenizer):
+#   (Qwen3-0.6B shapes are served with .gpu/tokenizer_152k: SmolLM2's tokenizer widened to the shape's 151,936
+#   ids, so every sampled id decodes to text and streams a chunk; SmolLM2 shapes with .gpu/tokenizer)
+#   serve      the OpenAI server on Qwen3-0.6B shapes (random weights):
 #              bench serve of 800 Azure conv requests (arrivals 6x compressed), 3 s idle, a second burst;
 #              then bench live (the same 800 in process); .gpu/ holds the tokenizer and the trace slice
 #              (scripts/gpu_wheels.sh makes it) and goes to the GPU machine with the tree
@@ -21,8 +23,7 @@
 #              LOADS (default 0.5,0.8,1.1 of capacity) x CHUNKED (default on,off); served logs gzipped into
 #              $OUT (8 files for one CHUNKED mode); WORKLOAD=conv|code (.gpu/*_head1200.csv,
 #              Azure 2023), SKIP_LIVE=1: no in-process run beside each served one; MATRIX_MODEL (default
-#              random:qwen3-0.6b; random:smollm2-135m: the shape whose vocabulary the tokenizer covers, so every
-#              token streams text); ENGINE_FLAGS: more server flags (e.g. --api-server-count 4)
+#              random:qwen3-0.6b; or random:smollm2-135m); ENGINE_FLAGS: more server flags (e.g. --api-server-count 4)
 #   prefix     shared-prefix workload (a 7,680-token document, 40 questions of 64 tokens, 2/s) against the
 #              server with prefix caching off (every request cold) and on (the first cold, the rest warm)
 #   servetests the served engine on CUDA under load: aborts mid-step, SIGTERM, bad requests (also in tests)
@@ -60,6 +61,7 @@ export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 OUT="${OUT:-out/gpu}"
 mkdir -p "$OUT"
 minivllm() { python3 -m runtime "$@"; }
+tokenizer_for() { case "$1" in *qwen3*) echo .gpu/tokenizer_152k ;; *) echo .gpu/tokenizer ;; esac; }
 WL=(--num-prompts 256 --input-len 100 1024 --output-len 512 512 --device cuda --dtype bfloat16 --no-progress)
 status=0
 for stage in "$@"; do
@@ -97,7 +99,7 @@ for stage in "$@"; do
     probe) python3 -m runtime.bench.prefill_probe ;;
     launch) python3 scripts/launch_probe.py --json "$OUT/launch_probe.json" --trace "${TRACE_TOKENS:-8000}" ;;
     serve) # ENGINE_FLAGS: both the server and bench live (e.g. chunked off); SERVE_FLAGS: the server only
-           SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16
+           SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer_152k --device cuda --dtype bfloat16
                 --max-model-len 8192 ${ENGINE_FLAGS:-})
            BS=(.gpu/conv_head1200.csv --rate-scale "${RATE_SCALE:-6}" --slo ttft_ms=1000,tpot_ms=50 --no-progress)
            python3 -m runtime serve "${SRV[@]}" ${SERVE_FLAGS:-} --port 8011 --trace "$OUT/serve_live.jsonl" > "$OUT/server.log" 2>&1 &
@@ -125,14 +127,14 @@ for _ in range(900):
             minivllm bench matrix ".gpu/${WORKLOAD}_head1200.csv" --limit "${LIMIT:-800}" --loads "${LOADS:-0.5,0.8,1.1}" \
               --chunked "${CHUNKED:-on,off}" ${CAPACITY:+--capacity $CAPACITY} --client-processes "${CLIENT_PROCS:-4}" \
               ${SKIP_LIVE:+--no-live} --out /tmp/matrix --launch \
-              --model "${MATRIX_MODEL:-random:qwen3-0.6b}" --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 \
+              --model "${MATRIX_MODEL:-random:qwen3-0.6b}" --tokenizer "$(tokenizer_for "${MATRIX_MODEL:-qwen3}")" --device cuda --dtype bfloat16 \
               --max-model-len 8192 ${ENGINE_FLAGS:-}
             tag=${WORKLOAD}_$(echo "${CHUNKED:-on,off}" | tr , _)  # no commas in file names
             cp /tmp/matrix/summary.json "$OUT/matrix_$tag.json"
             for f in /tmp/matrix/serve_*.jsonl; do gzip -c "$f" > "$OUT/${WORKLOAD}_$(basename "$f").gz"; done
             tar czf "$OUT/matrix_${tag}_runs.tgz" -C /tmp/matrix $(cd /tmp/matrix && ls *.json *.log)
             rm -rf /tmp/matrix; ls -la "$OUT" ;;
-    prefix) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-model-len 8192)
+    prefix) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer_152k --device cuda --dtype bfloat16 --max-model-len 8192)
             for pc in off on; do
               minivllm bench serve --synthetic 40 --rate 2 --input-len fixed:7744 --output-len fixed:32 \
                 --shared-prefix 7680 --no-progress --json "$OUT/prefix_$pc.json" --server-trace /tmp/prefix_$pc.jsonl \
@@ -143,7 +145,7 @@ for pc in ('off', 'on'):
     t = [r['ttft'] * 1e3 for r in json.load(open('$OUT/prefix_%s.json' % pc))['requests']]
     print(f'prefix caching {pc}: first request TTFT {t[0]:.1f} ms, the other 39: p50 {np.median(t[1:]):.1f} ms, '
           f'p90 {np.percentile(t[1:], 90):.1f} ms')" ;;
-    fleet) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-model-len 8192)
+    fleet) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer_152k --device cuda --dtype bfloat16 --max-model-len 8192)
            mkdir -p /tmp/fleet
            for cfg in ${FLEET_CONFIGS:-1:round-robin:8 2:round-robin:8 2:least-loaded:8 1:round-robin:14 2:round-robin:14 2:least-loaded:14}; do
              IFS=: read -r n router rs <<< "$cfg"
@@ -158,7 +160,7 @@ for pc in ('off', 'on'):
     mcprofile) minivllm profile --model random:qwen3-0.6b --device cuda --dtype bfloat16 --max-model-len 40960 \
                  --for .gpu/mooncake_40k.jsonl --time-limit "${PROFILE_S:-150}" --no-progress --out /tmp/profile_mooncake.jsonl
                gzip -c /tmp/profile_mooncake.jsonl > "$OUT/profile_mooncake.jsonl.gz" ;;
-    mcserve) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-model-len 40960
+    mcserve) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer_152k --device cuda --dtype bfloat16 --max-model-len 40960
                   ${ENGINE_FLAGS:-})
              for i in $(seq "${MC_RUNS:-2}"); do
                minivllm bench serve .gpu/mooncake_40k.jsonl --limit "${LIMIT:-120}" --rate-scale "${RATE_SCALE:-0.7}" \
@@ -173,10 +175,10 @@ for pc in ('off', 'on'):
             minivllm bench serve --synthetic "${LONG_N:-600}" --rate 60 --input-len fixed:40000 --output-len fixed:16 \
               --shared-prefix 39936 --client-processes 8 --no-progress --json "$OUT/stream_long_prompts.json" \
               --server-trace /tmp/long.jsonl --server-log "$OUT/long_server.log" --launch --model random:qwen3-0.6b \
-              --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 --max-model-len 40960 ${ENGINE_FLAGS:-} ;;
+              --tokenizer .gpu/tokenizer_152k --device cuda --dtype bfloat16 --max-model-len 40960 ${ENGINE_FLAGS:-} ;;
     spec) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_speculative_gpu.py 2>&1 | tail -n 20
           for shape in qwen3-0.6b smollm2-135m; do
-            minivllm bench spec --model-shape $shape --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 \
+            minivllm bench spec --model-shape $shape --tokenizer "$(tokenizer_for $shape)" --device cuda --dtype bfloat16 \
               --workload open --batch 1 8 --max-tokens 256 --acceptance 0,0.5,0.8,1 --json "$OUT/spec_${shape%%-*}.json"
           done ;;
     machine) nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader; hostname; nproc ;;

@@ -31,6 +31,7 @@ for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
     if (folder / name).exists():
         shutil.copy(folder / name, ".gpu/tokenizer/")
 PY
+.venv/bin/python scripts/widen_tokenizer.py .gpu/tokenizer .gpu/tokenizer_152k --vocab 151936  # Qwen3-0.6B shapes
 head -n 1201 data/traces/AzureLLMInferenceTrace_conv.csv > .gpu/conv_head1200.csv
 head -n 1201 data/traces/AzureLLMInferenceTrace_code.csv > .gpu/code_head1200.csv
 # the Mooncake synthetic trace's requests that fit Qwen3-0.6B's 40,960 positions (3,686 of 3,993)

@@ -35,8 +35,10 @@ def test_mixed_batch_matches_dense(block_size, heads, kv_heads, cpu_kernels):
     rng = random.Random(block_size * 100 + heads)
     torch.manual_seed(0)
     dim, num_blocks = 16, 128
-    # (context after the step, query length): decodes first, then chunks with and without cached prefix
-    seqs = [(1, 1), (17, 1), (block_size, 1), (40, 1), (9, 9), (33, 12), (block_size * 3, block_size)]
+    # (context after the step, query length): decodes first, then chunks with and without cached prefix,
+    # short (the CPU kernel's, like a speculative verify span) and long (SDPA's), interleaved
+    seqs = [(1, 1), (17, 1), (block_size, 1), (40, 1), (9, 9), (60, 24), (33, 12), (block_size * 3, block_size),
+            (30, 30)]
     k_cache = torch.zeros(num_blocks, block_size, kv_heads, dim)
     v_cache = torch.zeros_like(k_cache)
     free = list(range(num_blocks))

@@ -2,10 +2,34 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 
 from runtime.executor.attention.metadata import AttentionMetadata
+
+KERNEL_MAX_SPAN = 16  # longer chunks: gather + SDPA (the gather is paid once for many query rows)
+
+
+@dataclass(frozen=True)
+class _KernelRows:
+    """The sequences of a step the CPU kernel takes (decodes and spans of ≤ KERNEL_MAX_SPAN rows),
+    as its int32 index tensors, and the rest (for SDPA)."""
+
+    seq_ids: torch.Tensor
+    q_starts: torch.Tensor
+    q_lens: torch.Tensor
+    others: list[int]
+
+    @staticmethod
+    def of(meta: AttentionMetadata) -> _KernelRows:
+        starts, lens = meta.query_start_loc_cpu, meta.query_lens_cpu
+        short = [i for i in range(meta.num_seqs) if lens[i] <= KERNEL_MAX_SPAN]
+        as_int32 = partial(torch.tensor, dtype=torch.int32)
+        return _KernelRows(as_int32(short), as_int32([starts[i] for i in short]), as_int32([lens[i] for i in short]),
+                           [i for i in range(meta.num_seqs) if lens[i] > KERNEL_MAX_SPAN])
 
 
 class TorchAttentionBackend:
@@ -16,15 +40,17 @@ class TorchAttentionBackend:
     one query matrix (no KV repeat). Prefill chunks loop per sequence with the causal mask offset by
     the number of tokens already cached before the chunk.
 
-    On the CPU in fp32, decodes go to a small C kernel (runtime/executor/cpu_kernels) that reads the paged
-    KV in place: the gather copy is most of the torch path's decode time there.
-    ``cpu_kernels=False`` keeps the pure-torch path (the reference the kernel is tested against).
+    On the CPU in fp32, decodes and spans of up to KERNEL_MAX_SPAN tokens (a speculative verify
+    span) go to a small C kernel (runtime/executor/cpu_kernels) that reads the paged KV in place:
+    the gather copy is most of the torch path's time there. ``cpu_kernels=False`` keeps the
+    pure-torch path (the reference the kernel is tested against).
     """
 
     name = "torch"
 
     def __init__(self, cpu_kernels: bool = True) -> None:
         self.cpu_kernels = cpu_kernels
+        self._rows: tuple[AttentionMetadata, _KernelRows] | None = None  # the step's, for every layer
 
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  slot_mapping: torch.Tensor) -> None:
@@ -39,20 +65,34 @@ class TorchAttentionBackend:
     def forward(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 meta: AttentionMetadata, scale: float) -> torch.Tensor:
         out = torch.empty_like(q)
+        if self._kernel_applies(q, k_cache):
+            from runtime.executor import cpu_kernels
+
+            if self._rows is None or self._rows[0] is not meta:
+                self._rows = (meta, _KernelRows.of(meta))
+            rows = self._rows[1]
+            q = q.contiguous()
+            if len(rows.seq_ids):
+                cpu_kernels.paged_attention(q, k_cache, v_cache, meta.block_tables.contiguous(),
+                                            meta.seq_lens.contiguous(), rows.seq_ids, rows.q_starts, rows.q_lens,
+                                            scale, out)
+            self._prefill(q, k_cache, v_cache, meta, scale, out, rows.others)
+            return out
         nd = meta.num_decodes
         if nd:
             out[:nd] = self._decode(q[:nd], k_cache, v_cache, meta, scale)
-        if nd < meta.num_seqs:
-            self._prefill(q, k_cache, v_cache, meta, scale, out)
+        self._prefill(q, k_cache, v_cache, meta, scale, out, range(nd, meta.num_seqs))
         return out
+
+    def _kernel_applies(self, q: torch.Tensor, k_cache: torch.Tensor) -> bool:
+        if not (self.cpu_kernels and q.device.type == "cpu" and q.dtype == k_cache.dtype == torch.float32):
+            return False
+        from runtime.executor import cpu_kernels
+
+        return cpu_kernels.available()
 
     def _decode(self, q, k_cache, v_cache, meta, scale):
         nd = meta.num_decodes
-        if self.cpu_kernels and q.device.type == "cpu" and q.dtype == k_cache.dtype == torch.float32:
-            from runtime.executor import cpu_kernels
-
-            if cpu_kernels.available():
-                return cpu_kernels.paged_decode(q, k_cache, v_cache, meta.block_tables[:nd], meta.seq_lens[:nd], scale)
         _, block_size, kv_heads, dim = k_cache.shape
         heads = q.shape[1]
         max_len = max(meta.seq_lens_cpu[:nd])
@@ -72,10 +112,10 @@ class TorchAttentionBackend:
         o = F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=scale)
         return o.reshape(nd, heads, dim)
 
-    def _prefill(self, q, k_cache, v_cache, meta, scale, out):
+    def _prefill(self, q, k_cache, v_cache, meta, scale, out, seqs):
         _, block_size, kv_heads, dim = k_cache.shape
         starts = meta.query_start_loc_cpu
-        for i in range(meta.num_decodes, meta.num_seqs):
+        for i in seqs:
             q_lo, q_hi = starts[i], starts[i + 1]
             q_len, ctx = q_hi - q_lo, meta.seq_lens_cpu[i]
             table = meta.block_tables[i, : -(-ctx // block_size)]

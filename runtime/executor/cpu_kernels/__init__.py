@@ -1,8 +1,9 @@
 """Small C kernels for the CPU path, compiled on first use with the system C compiler and loaded
 with ctypes (no torch extension build: compiling takes about a second).
 
-``paged_decode``: decode attention reading the paged KV in place; on this 2-core CPU the torch
-gather + SDPA it replaces spends most of its time copying K/V. Unavailable (None) when there is no
+``paged_attention``: attention of decodes and short spans (a speculative verify span) reading the
+paged KV in place; on a 2-core CPU the torch gather + SDPA it replaces spends most of its time
+copying K/V (and, for a span, expanding it to every query head). Unavailable (None) when there is no
 compiler, or with ``MINIVLLM_CPU_KERNELS=0``; callers then use the torch path.
 Built objects live in ``$MINIVLLM_CACHE/cpu_kernels`` keyed by source, compiler flags and CPU.
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-_SRC = Path(__file__).with_name("paged_decode.c")
+_SRC = Path(__file__).with_name("paged_attention.c")
 # reassociation lets the dot products vectorise; no finite-math assumptions (softmax needs inf)
 _FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno", "-fassociative-math",
           "-fno-signed-zeros", "-fno-trapping-math"]
@@ -45,7 +46,7 @@ def _library() -> ctypes.CDLL | None:
     from runtime.executor.cache_dir import cache_root
 
     key = hashlib.blake2b((_SRC.read_text() + " ".join(_FLAGS) + _cpu_key()).encode(), digest_size=8).hexdigest()
-    target = cache_root() / "cpu_kernels" / f"paged_decode-{key}.so"
+    target = cache_root() / "cpu_kernels" / f"paged_attention-{key}.so"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
@@ -60,8 +61,8 @@ def _library() -> ctypes.CDLL | None:
         lib = ctypes.CDLL(str(target))
     except OSError:
         return None
-    fn = lib.paged_decode_f32
-    fn.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_int]
+    fn = lib.paged_attention_f32
+    fn.argtypes = [ctypes.c_void_p] * 9 + [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_int]
     fn.restype = None
     return lib
 
@@ -70,18 +71,18 @@ def available() -> bool:
     return _library() is not None
 
 
-def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-                 seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
-    """``q [B, H, D]`` fp32 CPU → ``[B, H, D]``; block_tables int32 ``[B, W]``, seq_lens int32 ``[B]``."""
+def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                    seq_lens: torch.Tensor, seq_ids: torch.Tensor, q_starts: torch.Tensor, q_lens: torch.Tensor,
+                    scale: float, out: torch.Tensor) -> None:
+    """Into ``out [T, H, D]``: the rows ``q_starts[i] .. + q_lens[i]`` of ``q [T, H, D]`` (fp32, CPU)
+    attend causally to sequence ``seq_ids[i]``'s ``seq_lens`` keys (its last ``q_lens[i]`` positions are
+    these rows). ``block_tables [S, W]``, ``seq_lens [S]`` and the three ``[n]`` index tensors: int32."""
     lib = _library()
     assert lib is not None, "check available() first"
-    q = q.contiguous()
-    block_tables = block_tables.contiguous()
-    seq_lens = seq_lens.contiguous()
-    out = torch.empty_like(q)
-    b, h, d = q.shape
+    assert q.is_contiguous() and out.is_contiguous() and block_tables.is_contiguous() and seq_lens.is_contiguous()
+    _, h, d = q.shape
     _, bs, kvh, _ = k_cache.shape
-    lib.paged_decode_f32(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr(),
-                         seq_lens.data_ptr(), out.data_ptr(), b, h, kvh, d, bs, block_tables.shape[1],
-                         scale, torch.get_num_threads())
-    return out
+    lib.paged_attention_f32(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr(),
+                            seq_lens.data_ptr(), seq_ids.data_ptr(), q_starts.data_ptr(), q_lens.data_ptr(),
+                            out.data_ptr(), len(seq_ids), h, kvh, d, bs, block_tables.shape[1], scale,
+                            torch.get_num_threads())

@@ -181,6 +181,7 @@ def load_model(model: str | Path | None = None, *, device: str | torch.device | 
     dt = resolve_dtype(dtype, dev, spec)
     net = build_model(spec, max_positions or spec.max_position_embeddings, dt, dev)
     load_weights(net, iter_safetensors(folder), str(folder))
+    net.pack_cpu_weights()
     return LoadedModel(net, spec, _load_tokenizer(folder), identity, str(path), dev, dt, cfg, str(folder))
 
 
@@ -192,5 +193,6 @@ def _load_random(shape: str, device: torch.device, dtype, max_positions, seed) -
     dt = resolve_dtype(dtype, device, spec)
     net = build_model(spec, max_positions or spec.max_position_embeddings, dt, device)
     init_random(net, seed)
+    net.pack_cpu_weights()
     return LoadedModel(net, spec, None, f"{RANDOM_PREFIX}{shape}@seed{seed}", f"{RANDOM_PREFIX}{shape}",
                        device, dt, dict(cfg))

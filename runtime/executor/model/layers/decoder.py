@@ -24,7 +24,7 @@ from torch import nn
 from runtime.executor.attention import AttentionBackend, AttentionMetadata
 from runtime.executor.model.layers.attention import Attention
 from runtime.executor.model.layers.fused import fused_rotary
-from runtime.executor.model.layers.linear import Linear, linear
+from runtime.executor.model.layers.linear import Linear, cpu_packed, linear, pack_cpu_weights, packed_linear
 from runtime.executor.model.layers.mlp import MLP
 from runtime.executor.model.layers.norm import RMSNorm
 from runtime.executor.model.layers.rotary import RotaryTable, apply_rotary
@@ -66,9 +66,21 @@ class CausalLM(nn.Module):
         self.lm_head = None if spec.tie_word_embeddings else Linear(spec.hidden_size, spec.vocab_size, bias=False)
         self.rotary = rotary
 
-    @property
-    def lm_head_weight(self) -> torch.Tensor:
-        return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+    head_packed: torch.Tensor | None = None  # a tied head's embedding, packed (pack_cpu_weights)
+
+    def pack_cpu_weights(self) -> None:
+        """Pack the linears for the CPU's oneDNN GEMM (runtime/executor/model/layers/linear.py), a tied
+        LM head's copy of the embedding too. Call once the weights are final."""
+        pack_cpu_weights(self)
+        self.head_packed = cpu_packed(self.embed_tokens.weight) if self.lm_head is None else None
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """fp32 logits of the normed hidden states ``x``."""
+        if self.lm_head is not None:
+            return self.lm_head(x).float()
+        if self.head_packed is not None:
+            return packed_linear(x, self.head_packed).float()
+        return linear(x, self.embed_tokens.weight).float()
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]], meta: AttentionMetadata,
@@ -79,7 +91,7 @@ class CausalLM(nn.Module):
             x = self._fused_layers_and_norm(x, positions, kv_caches, meta, backend)
             if logits_indices is not None:  # rows are independent: normed all, now pick
                 x = x[logits_indices]
-            return linear(x, self.lm_head_weight).float()
+            return self.logits(x)
         table = self.rotary
         if x.is_cuda and x.dtype != torch.float32:  # one fused kernel per tensor
             def rope(t: torch.Tensor) -> torch.Tensor:
@@ -93,7 +105,7 @@ class CausalLM(nn.Module):
             x = layer(x, rope, kv, meta, backend)
         if logits_indices is not None:
             x = x[logits_indices]
-        return linear(self.norm(x), self.lm_head_weight).float()
+        return self.logits(self.norm(x))
 
     def _fused_layers_and_norm(self, x: torch.Tensor, positions: torch.Tensor,
                                kv_caches: list[tuple[torch.Tensor, torch.Tensor]], meta: AttentionMetadata,

@@ -1,4 +1,13 @@
-"""``linear`` / ``Linear``: F.linear with the CPU small-batch row padding."""
+"""``linear`` / ``Linear``: F.linear, with two CPU speed-ups.
+
+- fp32 weights on the CPU are packed once into oneDNN's blocked layout (``pack_cpu_weights``) and
+  multiplied by its prepacked GEMM (the op PyTorch's own CPU compiler emits): on a 2-core VM it is
+  1.6x faster than F.linear's MKL for one row (the weights are read once per step either way, and
+  it reads them faster), 2.7x for 9 rows (a speculative verify step costs about what a decode step
+  does) and 1.3x for a 1k-token prefill (SmolLM2-135M's linears, weights cold in cache). The dense
+  weight stays too (state_dict, the embedding a tied head shares, byte counts).
+- otherwise (another dtype, no oneDNN), 8..15 rows are padded to 16 for F.linear.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +27,29 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return F.linear(x, weight, bias)
 
 
+def cpu_packed(weight: torch.Tensor) -> torch.Tensor | None:
+    """``weight`` ([out, in]) packed for ``packed_linear``; None where packing does not apply."""
+    if weight.device.type != "cpu" or weight.dtype != torch.float32 or not torch.backends.mkldnn.is_available():
+        return None
+    reorder = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None)
+    return None if reorder is None else reorder(weight.detach(), None)
+
+
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
+
+
 class Linear(nn.Linear):
+    packed: torch.Tensor | None = None  # set by pack_cpu_weights; not a buffer: no state_dict entry
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is not None:
+            return packed_linear(x, self.packed, self.bias)
         return linear(x, self.weight, self.bias)
+
+
+def pack_cpu_weights(model: nn.Module) -> None:
+    """Pack every ``Linear`` of a loaded model whose weight qualifies (after its weights are final)."""
+    for module in model.modules():
+        if isinstance(module, Linear):
+            module.packed = cpu_packed(module.weight)
