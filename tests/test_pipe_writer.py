@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from runtime.serving.pipe_writer import PIPE_BYTES, PipeWriter, widen
+from runtime.serving.pipe_writer import GIL_SWITCH_S, PIPE_BYTES, PipeWriter, favour_pipe_threads, widen
 
 
 def test_a_writer_does_not_wait_for_a_reader_that_is_not_reading():
@@ -57,3 +57,12 @@ def test_widen_grows_the_pipe_where_the_system_allows():
         allowed = int(f.read())
     after = fcntl.fcntl(read_end.fileno(), fcntl.F_GETPIPE_SZ)
     assert after == (PIPE_BYTES if allowed >= PIPE_BYTES else before)
+
+
+def test_a_process_with_pipe_threads_hands_them_the_gil_promptly():
+    before = sys.getswitchinterval()
+    try:
+        favour_pipe_threads()
+        assert sys.getswitchinterval() == pytest.approx(GIL_SWITCH_S)
+    finally:
+        sys.setswitchinterval(before)

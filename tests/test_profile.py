@@ -170,11 +170,8 @@ def test_resimulating_the_profile_log_reproduces_its_steps(quick_run, tmp_path):
 def test_shipped_cpu_cost_model_loads_by_name():
     model = load_cost_model("smollm2-135m-cpu")
     assert model.meta["provenance"] == "fit" and model.meta["dtype"] == "float32"
-    assert model.meta["command"].startswith("minivllm profile") and model.meta["unfitted_features"] == []
+    assert model.meta["command"].startswith("minivllm profile") and model.meta["unfitted_features"] == ["padded_tokens"]
     assert model.coefficients["const"] > 0 and math.isfinite(model.meta["heldout"]["mape"])
     lone_decode = model.step_time(0, [Span(0, 100, 1, True)])
     assert 0.01 < lone_decode < 0.2  # SmolLM2 fp32 on 2 CPU cores: tens of ms per decode step
-    # fitted before prefill_step and longest_program existed, and its profile log is not in the repo to
-    # refit from: the file has the six older coefficients, and the missing ones load as 0
-    assert model.defaulted_features == ["prefill_step", "longest_program", "padded_tokens"]
-    assert model.coefficients["prefill_step"] == model.coefficients["longest_program"] == 0.0
+    assert model.defaulted_features == []  # every feature is in the file (padding unexercised: 0)
