@@ -13,12 +13,12 @@
 
 void paged_attention_f32(const float *q, const float *k_cache, const float *v_cache, const int32_t *block_tables,
                          const int32_t *seq_lens, const int32_t *seq_ids, const int32_t *q_starts,
-                         const int32_t *q_lens, float *out, int num_tasks_seqs, int num_heads, int num_kv_heads,
+                         const int32_t *q_lens, float *out, int num_spans, int num_heads, int num_kv_heads,
                          int head_dim, int block_size, int width, float scale, int num_threads) {
     const int group = num_heads / num_kv_heads;
     const int64_t row = (int64_t)num_kv_heads * head_dim;  // floats between consecutive tokens
 #pragma omp parallel for num_threads(num_threads) schedule(dynamic, 1)
-    for (int task = 0; task < num_tasks_seqs * num_kv_heads; task++) {
+    for (int task = 0; task < num_spans * num_kv_heads; task++) {
         const int i = task / num_kv_heads, kh = task % num_kv_heads;
         const int b = seq_ids[i], n = q_lens[i], len = seq_lens[b];
         const int32_t *table = block_tables + (int64_t)b * width;

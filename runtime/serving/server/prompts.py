@@ -62,11 +62,13 @@ class Prompts:
     # --- completions ------------------------------------------------------------------------------
 
     async def completion(self, prompt: str | list, n: int) -> list[list[int]]:
+        # the request model validated ``prompt`` as one of str | list[str] | list[int] | list[list[int]]:
+        # a list's first item tells which (no pass over a 40k-token prompt here)
         if isinstance(prompt, str):
             texts, ids = [prompt], None
-        elif prompt and all(isinstance(p, str) for p in prompt):
+        elif prompt and isinstance(prompt[0], str):
             texts, ids = list(prompt), None
-        elif prompt and all(isinstance(p, int) for p in prompt):
+        elif prompt and isinstance(prompt[0], int):
             texts, ids = None, [prompt]
         else:
             texts, ids = None, [list(p) for p in prompt]
