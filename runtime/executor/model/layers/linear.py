@@ -3,8 +3,8 @@
 - fp32 weights on the CPU are packed once into oneDNN's blocked layout (``pack_cpu_weights``) and
   multiplied by its prepacked GEMM (the op PyTorch's own CPU compiler emits): on a 2-core VM it is
   1.6x faster than F.linear's MKL for one row (the weights are read once per step either way, and
-  it reads them faster), 2.7x for 9 rows (a speculative verify step costs about what a decode step
-  does) and 1.3x for a 1k-token prefill (SmolLM2-135M's linears, weights cold in cache). The dense
+  it reads them faster), 2.7x for 9 rows (a speculative verify step of 8 drafts costs 1.2x a decode
+  step) and 1.3x for a 1k-token prefill (SmolLM2-135M's linears, weights cold in cache). The dense
   weight stays too (state_dict, the embedding a tied head shares, byte counts).
 - otherwise (another dtype, no oneDNN), 8..15 rows are padded to 16 for F.linear.
 """
