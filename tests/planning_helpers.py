@@ -23,7 +23,7 @@ class FlatCost(CostModel):
     def __init__(self, const: float = 0.002, per_token: float = 2e-5) -> None:
         self.const, self.per_token = const, per_token
 
-    def step_time(self, step, spans):
+    def step_time(self, step, spans, verifying=()):
         return self.const + self.per_token * sum(s.num_tokens for s in spans)
 
     def scale(self, factor: float) -> None:
@@ -37,7 +37,7 @@ class ConstantStep(CostModel):
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
 
-    def step_time(self, step, spans):
+    def step_time(self, step, spans, verifying=()):
         return self.seconds
 
     def scale(self, factor: float) -> None:
@@ -51,10 +51,10 @@ class FailsOnBigBatches(FlatCost):
         super().__init__()
         self.most = most
 
-    def step_time(self, step, spans):
+    def step_time(self, step, spans, verifying=()):
         if len(spans) > self.most:
             raise RuntimeError("no model for so many spans")
-        return super().step_time(step, spans)
+        return super().step_time(step, spans, verifying)
 
 
 class KillsItsWorkerOnce(FlatCost):
@@ -65,11 +65,11 @@ class KillsItsWorkerOnce(FlatCost):
         super().__init__()
         self.marker = marker
 
-    def step_time(self, step, spans):
+    def step_time(self, step, spans, verifying=()):
         try:  # created exclusively: of two workers that step at once, only one dies
             fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
-            return super().step_time(step, spans)
+            return super().step_time(step, spans, verifying)
         os.write(fd, str(os.getpid()).encode())
         os.close(fd)
         os.kill(os.getpid(), signal.SIGKILL)

@@ -57,7 +57,7 @@ def test_gaps_are_between_deliveries_and_a_preemption_is_inside_one():
 class PrefillHeavyCost(CostModel):
     """10 ms a step + 1 ms a token: a 900-token prompt prefilled whole takes ~0.9 s."""
 
-    def step_time(self, step, spans):
+    def step_time(self, step, spans, verifying=()):
         return 0.01 + 1e-3 * sum(s.num_tokens for s in spans)
 
 
@@ -85,7 +85,7 @@ def on_off(tmp_path):
 class SlowCpuCost(CostModel):
     """Every decode step 250 ms, a step with prefill 600 ms (a small model on a CPU)."""
 
-    def step_time(self, step, spans):
+    def step_time(self, step, spans, verifying=()):
         return 0.6 if any(s.num_tokens > 1 for s in spans) else 0.25
 
 

@@ -49,6 +49,22 @@ def test_features_of_a_step():
     assert dict(zip(FEATURES, step_features([Span(2, 16, 32, False)])))["longest_program"] == 0
 
 
+def test_a_verify_span_reads_its_context_once():
+    """A speculating request's span of 1 + 8 tokens over 1,450 cached: its 9 rows are GEMM work, its
+    attention a decode's (the context read once), not a prefill chunk's query-key pairs."""
+    spans = [Span(0, 1450, 9, True), Span(1, 300, 1, True), Span(2, 16, 9, True)]
+    plain = dict(zip(FEATURES, step_features(spans)))
+    verify = dict(zip(FEATURES, step_features(spans, verifying={0})))
+    assert plain["prefill_attention"] == 9 * 1450 + 45 + 9 * 16 + 45 and plain["decode_context"] == 301
+    assert verify["prefill_attention"] == 9 * 16 + 45 and verify["decode_context"] == 301 + 1450 + 9
+    assert verify["prefill_tokens"] == plain["prefill_tokens"] == 18 and verify["prefill_step"] == 1.0
+    model = LinearCostModel(TRUE)  # its inlined features agree
+    expected = float(np.dot([TRUE.get(k, 0.0) for k in FEATURES], list(verify.values())))
+    assert model.step_time(0, spans, {0}) == pytest.approx(expected)
+    plain_expected = float(np.dot([TRUE.get(k, 0.0) for k in FEATURES], list(plain.values())))
+    assert model.step_time(0, spans) == pytest.approx(plain_expected)
+
+
 def test_longest_program_follows_the_decode_kernels_split():
     """With the H200's policy (8 KV heads, 132 SMs) a 6,000-token decode among 7 is split 8 ways;
     among 100 it is not split, and the step waits for the whole of it."""
@@ -142,7 +158,7 @@ def test_fit_with_noise_is_nonnegative_and_reports_heldout_error(tmp_path):
         def __init__(self):
             self.rng = np.random.default_rng(0)
 
-        def step_time(self, step, spans):
+        def step_time(self, step, spans, verifying=()):
             return LinearCostModel(TRUE).step_time(step, spans) * float(self.rng.uniform(0.9, 1.1))
 
     logs = [_log_with(tmp_path, Noisy(), f"{i}.jsonl", i) for i in range(2)]

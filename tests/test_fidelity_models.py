@@ -31,7 +31,7 @@ class Padded(CostModel):
     def __init__(self, seed: int = 0) -> None:
         self.rng = np.random.default_rng(seed)
 
-    def step_time(self, step, spans):
+    def step_time(self, step, spans, verifying=()):
         t = LinearCostModel(TRUE).step_time(step, spans) + (4e-3 if len(spans) >= 8 else 0.0)
         return t * float(self.rng.lognormal(0, 0.15))
 
@@ -230,7 +230,7 @@ class Slower(CostModel):
     def __init__(self, seed: int) -> None:
         self.inner = Padded(seed)
 
-    def step_time(self, step, spans):
+    def step_time(self, step, spans, verifying=()):
         return 1.6 * self.inner.step_time(step, spans)
 
 

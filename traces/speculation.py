@@ -65,3 +65,11 @@ def rounds(step: Step) -> Iterator[tuple[int, int, int]]:
             if drafts:
                 yield s.request_id, len(drafts), num_accepted(drafts, step.tokens[k])
             k += 1
+
+
+def verifying(step: Step) -> set[int]:
+    """The requests whose spans in ``step`` verify drafts (what a cost model prices as verify spans)."""
+    if not step.drafts:
+        return set()
+    sampling = (s.request_id for s in step.spans if s.sample)
+    return {rid for rid, drafts in zip(sampling, step.drafts) if drafts}

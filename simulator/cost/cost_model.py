@@ -16,7 +16,7 @@ was fitted on (simulator/cost/model_base.py). ``RecordedCostModel`` returns a lo
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ from simulator.cost.tree_model import TreeCostModel
 from traces.decode_splits import DecodeSplits
 from traces.events import Header, Span, Step
 from traces.log import read_log
+from traces.speculation import verifying
 from traces.step_padding import StepPadding
 
 __all__ = ["EXT_FEATURES", "FEATURES", "FEATURE_DOC", "FORMAT", "MISSING_COEFFICIENT", "CostModel", "CostModelError",
@@ -104,7 +105,7 @@ class StepData:
             prev_end = None
             for ev in read_log(path):
                 if isinstance(ev, Step):
-                    rows.append(ext_features(ev.spans, splits, padding))
+                    rows.append(ext_features(ev.spans, splits, padding, verifying(ev)))
                     ys.append(ev.end - ev.start)
                     idx.append(i)
                     if prev_end == ev.start:
@@ -193,7 +194,7 @@ class LinearCostModel(TimedModel):
         self.coefficients = {f: c * factor for f, c in self.coefficients.items()}
         self._derive()
 
-    def step_time(self, step: int, spans: Sequence[Span]) -> float:
+    def step_time(self, step: int, spans: Sequence[Span], verifying: Container[int] = ()) -> float:
         # inlined step_features: this runs once per simulated step (longest_program: mx, split below)
         pt = pa = ds = dc = mx = 0
         for s in spans:
@@ -205,7 +206,10 @@ class LinearCostModel(TimedModel):
                     mx = s.start + 1
             else:
                 pt += n
-                pa += n * s.start + n * (n + 1) // 2
+                if s.request_id in verifying:  # its context read once, as a decode's (dc + ds below: +1 each)
+                    dc += s.start + n
+                else:
+                    pa += n * s.start + n * (n + 1) // 2
         if not pt:
             return self.decode_time(ds, dc + ds, mx)
         c, c_pt, c_pa, c_ds, c_dc, c_ns, c_ps, c_mx, c_pad = self._terms
@@ -357,7 +361,7 @@ class RecordedCostModel(CostModel):
             prev_end = end
         return cls(durations, str(path), gaps)
 
-    def step_time(self, step: int, spans: Sequence[Span]) -> float:
+    def step_time(self, step: int, spans: Sequence[Span], verifying: Container[int] = ()) -> float:
         try:
             return self.durations[step]
         except KeyError:

@@ -9,7 +9,7 @@ tracker's ``note_decodes``). What a model lacks is None, so a replica's loop nev
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 
 from traces.events import Span
@@ -20,7 +20,7 @@ DecodeDurations = Callable[[int, int, int, float, int, float], list[float]]
 
 @dataclass(frozen=True, slots=True)
 class EngineTiming:
-    step_time: Callable[[int, list[Span]], float]
+    step_time: Callable[[int, list[Span], Container[int]], float]  # (step, spans, requests verifying drafts)
     host_gap: Callable[[int | None], float] | None = None  # engine time before a step (previous spans; None after idle)
     gap_before: Callable[[int], float] | None = None  # a recording's gap before step n
     intake_delay: float = 0.0  # the front door: arrival stamp -> the engine sees the request

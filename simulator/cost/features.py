@@ -23,19 +23,17 @@ A span's ``start`` is the tokens already in the KV cache, ``num_tokens`` the chu
                      1,100-token step runs 1,536); 0 in a decode-only step, in an eager one and in a
                      model without ``step_padding``
 
-A speculative decode's verify span (its last token and d drafts, ``Step.drafts``) is a span of
-1 + d tokens, and priced as the executor runs it: its 1 + d rows go through every GEMM
-(``prefill_tokens``), its queries attend causally to the context and to each other
-(``prefill_attention``), and its step is a ``prefill_step``: the decode CUDA graphs take one-token
-spans only (runtime/executor/model_inputs.py, ``decode_only``), so a step that verifies drafts runs
-the mixed path, as one with a prefill chunk does. No feature reads ``sample``: they key on the chunk
-size alone, which a verify span shares with a prefill's last chunk of the same length (the same
-work, but for its logits). Two things a span does not show, so no feature prices them: the
-d + 1 logits rows a verify span samples (``seqs`` counts one per span: the LM head and the sampler
-on d more rows are left out), and that a few queries over a long context read its KV at the memory
-rate, not the per-pair rate ``prefill_attention`` is fitted at on long chunks. Both make a verify
-step look cheaper than it is; a model fitted on speculative logs carries the cost of the steps it
-saw in its other coefficients.
+A speculative decode's verify span (its last token and d drafts, ``Step.drafts``; the callers pass
+its request in ``verifying``) is a span of 1 + d tokens: its 1 + d rows go through every GEMM
+(``prefill_tokens``) and its step is a ``prefill_step`` (the decode CUDA graphs take one-token spans
+only, runtime/executor/model_inputs.py, so a step that verifies drafts runs the mixed path, as one
+with a prefill chunk does). Its attention is priced as a decode's, by its context (``decode_context``,
+start + 1 + d): a few queries over a long context read the KV once, at the memory rate (the CPU's C
+kernel and the GPU's prefill kernel take them in one block), not at the per-pair rate
+``prefill_attention`` is fitted at on long chunks. Not priced: the d more logits rows it samples
+(``seqs`` counts one per span), and that on some devices a GEMM's first rows cost almost nothing
+(the CPU's prepacked GEMM up to ~10 rows), which ``prefill_tokens``, fitted on chunks of 16 or
+more, does not know.
 
 ``EXT_FEATURES`` add what a tree model splits on besides: tokens in the step, prefill spans, the
 largest chunk. They are also the quantities whose profiled range a model records (simulator/cost/ranges.py).
@@ -47,7 +45,7 @@ feature's name before models knew the split policy, is read as ``longest_program
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 
 from traces.decode_splits import DecodeSplits
 from traces.events import Span
@@ -83,9 +81,9 @@ def current_names(coefficients: dict[str, float]) -> dict[str, float]:
 
 
 def step_features(spans: Iterable[Span], splits: DecodeSplits | None = None,
-                  padding: StepPadding | None = None) -> list[float]:
+                  padding: StepPadding | None = None, verifying: Container[int] = ()) -> list[float]:
     """The feature vector (in ``FEATURES`` order) of one step."""
-    return ext_features(spans, splits, padding)[:len(FEATURES)]
+    return ext_features(spans, splits, padding, verifying)[:len(FEATURES)]
 
 
 def decode_ext_features(n: int, context: int, longest: int) -> list[float]:
@@ -95,9 +93,10 @@ def decode_ext_features(n: int, context: int, longest: int) -> list[float]:
 
 
 def ext_features(spans: Iterable[Span], splits: DecodeSplits | None = None,
-                 padding: StepPadding | None = None) -> list[float]:
+                 padding: StepPadding | None = None, verifying: Container[int] = ()) -> list[float]:
     """The feature vector in ``EXT_FEATURES`` order (``FEATURES`` first), the decode kernel split
-    by ``splits`` (None: not split), prefill steps padded by ``padding`` (None: not padded)."""
+    by ``splits`` (None: not split), prefill steps padded by ``padding`` (None: not padded); the
+    spans of the requests in ``verifying`` are verify spans."""
     pt = pa = ds = dc = ns = ps = mc = mx = 0
     for s in spans:
         n = s.num_tokens
@@ -110,7 +109,10 @@ def ext_features(spans: Iterable[Span], splits: DecodeSplits | None = None,
         else:
             pt += n
             ps += 1
-            pa += n * s.start + n * (n + 1) // 2
+            if s.request_id in verifying:
+                dc += s.start + n
+            else:
+                pa += n * s.start + n * (n + 1) // 2
             if n > mc:
                 mc = n
     if splits is not None and mx:

@@ -3,7 +3,7 @@ the parts besides the step model — host timing (simulator/cost/host_timing.py)
 fitted on (simulator/cost/ranges.py).
 
 The simulator asks a model for its ``timing`` (simulator/cost/engine_timing.py): ``step_time(step,
-spans)`` and, where the model has them, ``host_gap(previous_spans)`` (engine time before a step;
+spans, verifying)`` and, where the model has them, ``host_gap(previous_spans)`` (engine time before a step;
 None after idle), ``intake_delay`` (seconds from a request's arrival stamp until the engine sees
 it), planning ahead with a launch time, and runs of decode steps priced at once.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,9 @@ class CostModel:
     simulation asks of the model (simulator/cost/engine_timing.py), for an engine of a step budget. A
     model that times only steps need define ``step_time`` alone."""
 
-    def step_time(self, step: int, spans: list[Span]) -> float:
-        """Seconds that step ``step`` with these spans takes."""
+    def step_time(self, step: int, spans: list[Span], verifying: Container[int] = ()) -> float:
+        """Seconds that step ``step`` with these spans takes; the spans of the requests in
+        ``verifying`` verify speculative drafts (simulator/cost/features.py)."""
         raise NotImplementedError
 
     def timing(self, max_num_batched_tokens: int) -> EngineTiming:

@@ -10,7 +10,7 @@ lie outside the model's profiled range (prefill tokens per step up to 2,048; her
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,17 +119,17 @@ class RangeTracker:
         inner = self.model.timing(max_num_batched_tokens)
         priced, report, ranges = inner.step_time, self.report, self.ranges
 
-        def step_time(step: int, spans: Sequence[Span]) -> float:
-            t = priced(step, spans)
-            row = ext_features(spans)
+        def step_time(step: int, spans: Sequence[Span], verifying: Container[int] = ()) -> float:
+            t = priced(step, spans, verifying)
+            row = ext_features(spans, verifying=verifying)
             report.add(row, t, ranges.outside(row))
             return t
 
         return dataclasses.replace(inner, step_time=step_time, note_decodes=self.note_decodes)
 
-    def step_time(self, step: int, spans: Sequence[Span]) -> float:
-        t = self.model.step_time(step, spans)
-        row = ext_features(spans)
+    def step_time(self, step: int, spans: Sequence[Span], verifying: Container[int] = ()) -> float:
+        t = self.model.step_time(step, spans, verifying)
+        row = ext_features(spans, verifying=verifying)
         self.report.add(row, t, self.ranges.outside(row))
         return t
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left
+from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
@@ -82,11 +83,11 @@ class TreeCostModel(TimedModel):
         self.decode_splits = splits
         self._derive()  # (the remembered cells priced the longest program by the policy before)
 
-    def step_time(self, step: int, spans: list[Span]) -> float:
+    def step_time(self, step: int, spans: list[Span], verifying: Container[int] = ()) -> float:
         context = longest = 0
         for s in spans:
             if s.num_tokens != 1:
-                trees, t = self._any_step(spans)
+                trees, t = self._any_step(spans, verifying)
                 return self._finish(t + trees, len(spans))
             context += s.start
             if s.start >= longest:
@@ -163,9 +164,9 @@ class TreeCostModel(TimedModel):
         host = host + per_span * spans
         return (host if host > t else t) + launch
 
-    def _any_step(self, spans: list[Span]) -> tuple[float, float]:
+    def _any_step(self, spans: list[Span], verifying: Container[int] = ()) -> tuple[float, float]:
         """The trees' value and the linear part of any step."""
-        x = ext_features(spans, self.decode_splits, self.padding)
+        x = ext_features(spans, self.decode_splits, self.padding, verifying)
         c0, c1, c2, c3, c4, c5, c6, c7, c8 = self._coef
         one, pt, pa, ds, dc, ns, ps, mx, pad = x[:_N]
         t = 0 + c0 * one + c1 * pt + c2 * pa + c3 * ds + c4 * dc + c5 * ns + c6 * ps + c7 * mx

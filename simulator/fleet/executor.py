@@ -46,7 +46,7 @@ class CostModelExecutor:
             tokens = [[token_fn(s.request_id, s.start + s.num_tokens)] for s in plan.spans if s.sample]
         previous = self.in_flight
         start = previous.ready if previous is not None and previous.ready > now else now
-        duration = self.step_time(plan.step, plan.spans)
+        duration = self.step_time(plan.step, plan.spans, plan.drafts or ())
         end = start + duration  # its device work follows the step in flight
         if self.launch_time is not None:
             ready = now + self.launch_time(plan.num_scheduled_tokens - len(plan.spans))

@@ -36,6 +36,7 @@ from simulator.sim import SimResult, Speculation, simulate
 from traces.events import Arrived, Event, Finished, Header, Step
 from traces.importers.log import read_log_workload
 from traces.log import LogError, read_log
+from traces.speculation import verifying
 
 
 @dataclass
@@ -63,10 +64,10 @@ def timing_replay(events_or_path: str | Path | list[Event], cost_model: CostMode
             rec_ready = max(prev_rec, ready)
             gap = max(ev.start - rec_ready, 0.0)  # engine time outside the step, as recorded
             pred_start = max(prev_pred, ready) + gap
-            pred = step_time(ev.step, ev.spans)
+            verify = verifying(ev)
+            pred = step_time(ev.step, ev.spans, verify)
             pred_end = pred_start + pred
             k = len(cols["step"])
-            verify = _verify_spans(ev)
             for s in ev.spans:
                 if s.sample:
                     first_step.setdefault(s.request_id, k)
@@ -112,14 +113,6 @@ def timing_replay(events_or_path: str | Path | list[Event], cost_model: CostMode
         summary["outside_model_range"] = tracker.report.to_dict()
         summary["range_warning"] = tracker.warning()
     return TimingReplay(steps, requests, summary)
-
-
-def _verify_spans(step: Step) -> set[int]:
-    """The requests whose spans in ``step`` verify drafts."""
-    if not step.drafts:
-        return set()
-    sampling = (s.request_id for s in step.spans if s.sample)
-    return {rid for rid, drafts in zip(sampling, step.drafts) if drafts}
 
 
 def _errors(pred: pd.Series, rec: pd.Series) -> dict[str, float]:
