@@ -29,8 +29,8 @@ its request in ``verifying``) is a span of 1 + d tokens: its 1 + d rows go throu
 only, runtime/executor/model_inputs.py, so a step that verifies drafts runs the mixed path, as one
 with a prefill chunk does). Its attention is priced as a decode's, by its context (``decode_context``,
 start + 1 + d): a few queries over a long context read the KV once, at the memory rate (the CPU's C
-kernel and the GPU's prefill kernel take them in one block), not at the per-pair rate
-``prefill_attention`` is fitted at on long chunks. Not priced: the d more logits rows it samples
+kernel reads it once for all of a span's rows), not at the per-pair rate ``prefill_attention`` is
+fitted at on long chunks. Not priced: the d more logits rows it samples
 (``seqs`` counts one per span), and that on some devices a GEMM's first rows cost almost nothing
 (the CPU's prepacked GEMM up to ~10 rows), which ``prefill_tokens``, fitted on chunks of 16 or
 more, does not know.
