@@ -30,7 +30,7 @@ from typing import Any
 from runtime.serving.engine_loop import EngineLoop, describe
 from runtime.serving.engine_protocol import Command, EngineFailed, Shutdown, decode_command, encode
 from runtime.serving.llm_engine import LLMEngine
-from runtime.serving.pipe_writer import PipeWriter, favour_pipe_threads
+from runtime.serving.pipe_writer import PipeWriter
 
 GRACE_S = 30.0
 
@@ -133,7 +133,6 @@ class _EngineProcess:
 def run_engine_process(spec: EngineSpec, commands: list[Connection], outputs: list[Connection]) -> None:
     """The spawned process's target: a command pipe and an output pipe per front end."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    favour_pipe_threads()  # its outboxes write each step's message within 0.5 ms, not 5
     try:
         _EngineProcess(spec, commands, outputs).run()
     except SystemExit:

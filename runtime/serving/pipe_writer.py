@@ -41,9 +41,12 @@ def widen(conn: Connection) -> None:
 
 
 class PipeWriter:
-    """``send`` queues; a thread writes. ``on_gone``: called (from that thread) when the reader is gone."""
+    """``send`` queues; a thread writes. ``on_gone``: called (from that thread) when the reader is gone.
+    A process that makes one has pipe threads (this one, and the reader of the pipe back): it favours
+    them (``favour_pipe_threads``)."""
 
     def __init__(self, conn: Connection, name: str, on_gone: Callable[[], None] | None = None) -> None:
+        favour_pipe_threads()
         self._conn = conn
         self._on_gone = on_gone
         self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()

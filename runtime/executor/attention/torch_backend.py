@@ -9,6 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from runtime.executor.attention.metadata import AttentionMetadata
+from runtime.executor.cpu_kernels import available as cpu_kernel_available
+from runtime.executor.cpu_kernels import paged_attention
 
 KERNEL_MAX_SPAN = 16  # longer chunks: gather + SDPA (the gather is paid once for many query rows)
 
@@ -66,14 +68,12 @@ class TorchAttentionBackend:
                 meta: AttentionMetadata, scale: float) -> torch.Tensor:
         out = torch.empty_like(q)
         if self._kernel_applies(q, k_cache):
-            from runtime.executor import cpu_kernels
-
             if self._rows is None or self._rows[0] is not meta:
                 self._rows = (meta, _KernelRows.of(meta))
             rows = self._rows[1]
             q = q.contiguous()
             if len(rows.seq_ids):
-                cpu_kernels.paged_attention(q, k_cache, v_cache, meta.block_tables.contiguous(),
+                paged_attention(q, k_cache, v_cache, meta.block_tables.contiguous(),
                                             meta.seq_lens.contiguous(), rows.seq_ids, rows.q_starts, rows.q_lens,
                                             scale, out)
             self._prefill(q, k_cache, v_cache, meta, scale, out, rows.others)
@@ -85,11 +85,8 @@ class TorchAttentionBackend:
         return out
 
     def _kernel_applies(self, q: torch.Tensor, k_cache: torch.Tensor) -> bool:
-        if not (self.cpu_kernels and q.device.type == "cpu" and q.dtype == k_cache.dtype == torch.float32):
-            return False
-        from runtime.executor import cpu_kernels
-
-        return cpu_kernels.available()
+        return (self.cpu_kernels and q.device.type == "cpu" and q.dtype == k_cache.dtype == torch.float32
+                and cpu_kernel_available())
 
     def _decode(self, q, k_cache, v_cache, meta, scale):
         nd = meta.num_decodes

@@ -9,8 +9,6 @@ import time
 import uvicorn
 from fastapi import FastAPI
 
-from runtime.serving.pipe_writer import favour_pipe_threads
-
 
 def tcp_socket(host: str, reuse_port: bool = False) -> socket.socket:
     """An unbound TCP socket as uvicorn makes one (IPv6 for a host with a colon; SO_REUSEADDR, so a
@@ -25,9 +23,7 @@ def tcp_socket(host: str, reuse_port: bool = False) -> socket.socket:
 
 def http_server(app: FastAPI, host: str, port: int, grace_s: float) -> uvicorn.Server:
     """The server ``minivllm serve`` runs (each of its front ends): no access log (nothing a request line
-    holds is worth keeping), ``grace_s`` for responses in progress at a shutdown; its engine connection's
-    threads get the GIL promptly (runtime/serving/pipe_writer.py)."""
-    favour_pipe_threads()
+    holds is worth keeping), ``grace_s`` for responses in progress at a shutdown."""
     return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
                                          timeout_graceful_shutdown=grace_s))
 
