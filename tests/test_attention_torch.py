@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from runtime.executor.attention import AttentionMetadata, get_backend
-from runtime.executor.attention.torch_backend import TorchAttentionBackend
+from runtime.executor.attention.torch_backend import KERNEL_MAX_SPAN, TorchAttentionBackend
 from runtime.executor.cpu_kernels import available
 
 
@@ -36,9 +36,9 @@ def test_mixed_batch_matches_dense(block_size, heads, kv_heads, cpu_kernels):
     torch.manual_seed(0)
     dim, num_blocks = 16, 128
     # (context after the step, query length): decodes first, then chunks with and without cached prefix,
-    # short (the CPU kernel's, like a speculative verify span) and long (SDPA's), interleaved
+    # short (the CPU kernel's, up to the longest speculative verify span) and long (SDPA's), interleaved
     seqs = [(1, 1), (17, 1), (block_size, 1), (40, 1), (9, 9), (60, 24), (33, 12), (block_size * 3, block_size),
-            (30, 30)]
+            (50, KERNEL_MAX_SPAN), (30, 30)]
     k_cache = torch.zeros(num_blocks, block_size, kv_heads, dim)
     v_cache = torch.zeros_like(k_cache)
     free = list(range(num_blocks))

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from runtime.bench.profile_shapes import FINISH_REASON, ShapeSweep, run_sweep
+from runtime.bench.profile_shapes import FINISH_REASON, ShapeSweep, SweepDrafter, run_sweep
 from runtime.cli import main
 from runtime.cli.profile import DEFAULT_LIMITS
 from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
@@ -33,6 +33,8 @@ pytestmark = pytest.mark.usefixtures(one_thread.__name__)
 
 
 def shape_class(step: Step) -> str:
+    if step.drafts:
+        return "verify"
     decode = any(s.num_tokens == 1 for s in step.spans)
     prefill = [s for s in step.spans if s.num_tokens > 1]
     if decode and prefill:
@@ -61,7 +63,7 @@ def test_quick_profile_writes_a_genuine_log_with_every_shape_class(quick_run):
     assert header.extra["profile"]["warmup_steps"] > 0
     steps = [e for e in events if isinstance(e, Step)]
     assert [s.step for s in steps] == list(range(len(steps)))  # warm-up steps are not in the log
-    assert {shape_class(s) for s in steps} == {"prefill", "prefill+context", "decode", "mixed"}
+    assert {shape_class(s) for s in steps} == {"prefill", "prefill+context", "decode", "mixed", "verify"}
     assert all(s.end > s.start for s in steps)
     assert any(e.reason == FINISH_REASON for e in events if isinstance(e, Finished))
     state = fold(events)  # the block events replay: a consistent engine log
@@ -105,7 +107,8 @@ class _ZeroCost:
 
     def execute(self, plan, requests):
         self.steps += 1
-        self.classes.add(shape_class(Step(step=plan.step, start=0, end=0, spans=plan.spans, tokens=[])))
+        drafts = [plan.drafts.get(s.request_id, []) for s in plan.spans if s.sample] if plan.drafts else []
+        self.classes.add(shape_class(Step(step=plan.step, start=0, end=0, spans=plan.spans, tokens=[], drafts=drafts)))
         return StepResult([[151_000] for s in plan.spans if s.sample], 0.0)
 
 
@@ -121,7 +124,7 @@ def test_cuda_default_sweep_is_feasible_and_short(tmp_path):
                           scheduler=SchedulerConfig(max_model_len=max_len, max_num_batched_tokens=max_len - 1))
     limits = derive_limits(max_context, max_batch, config, budget=2048, max_prefill=max_len - 1)
     plan = sweep_plan(limits)
-    assert {c.kind for c in plan} == {"prefill", "prefill+context", "decode", "decode (shared prefix)"}
+    assert {c.kind for c in plan} == {"prefill", "prefill+context", "decode", "decode (shared prefix)", "verify"}
     assert max(c.batch for c in plan if isinstance(c, DecodeCase)) == 256
     # whole prompts beyond the budget, up to max_model_len; decode batch x context up to the KV pool
     assert max(c.chunk for c in plan if isinstance(c, PrefillCase)) == max_len - 1
@@ -130,12 +133,13 @@ def test_cuda_default_sweep_is_feasible_and_short(tmp_path):
     assert len({StepPadding(max_len - 1).padding(n) for n in whole}) >= 3, whole
     assert max(c.batch * c.context for c in plan if isinstance(c, DecodeCase)) > limits.max_kv_tokens
     executor = _ZeroCost()
-    run_sweep(ShapeSweep(EngineCore(config), executor, vocab_size=151_936), warmup_plan(plan, limits),
-              progress=False)
+    run_sweep(ShapeSweep(EngineCore(config, drafter=SweepDrafter(151_936)), executor, vocab_size=151_936),
+              warmup_plan(plan, limits), progress=False)
     log = tmp_path / "sweep.jsonl"
     with LogWriter(log) as writer:
-        run_sweep(ShapeSweep(EngineCore(config, sink=writer), executor, vocab_size=151_936), plan, progress=False)
-    assert executor.classes == {"prefill", "prefill+context", "decode", "mixed"}
+        run_sweep(ShapeSweep(EngineCore(config, sink=writer, drafter=SweepDrafter(151_936)), executor,
+                             vocab_size=151_936), plan, progress=False)
+    assert executor.classes == {"prefill", "prefill+context", "decode", "mixed", "verify"}
     assert executor.steps < 2_000
     assert log.stat().st_size < 15 << 20  # a device run sends back files of up to 16 MiB
 
@@ -147,7 +151,8 @@ def test_chunked_prefill_off_limits_contexts_to_the_budget():
     limits = derive_limits(4096, 8, config)
     assert limits.max_context <= 512 - 128
     plan = sweep_plan(limits, quick=True)
-    run_sweep(ShapeSweep(EngineCore(config), _ZeroCost(), vocab_size=100), plan, progress=False)
+    run_sweep(ShapeSweep(EngineCore(config, drafter=SweepDrafter(100)), _ZeroCost(), vocab_size=100), plan,
+              progress=False)
     assert all(c.chunk + c.context <= limits.max_context for c in plan if isinstance(c, PrefillCase))
 
 
@@ -164,7 +169,9 @@ def test_resimulating_the_profile_log_reproduces_its_steps(quick_run, tmp_path):
     assert main(["simulate", str(log), "--cost-model", f"recorded:{log}", "--out", str(resim),
                  "--no-progress"]) == 0
     spans = [[(e.step, e.spans) for e in read_log(p) if isinstance(e, Step)] for p in (log, resim)]
-    assert spans[0] == spans[1]
+    # the sweep's verify cases come last, drafted by its own drafter, which a plain engine has not
+    verify = next(e.step for e in read_log(log) if isinstance(e, Step) and e.drafts)
+    assert verify > 0 and spans[0][:verify] == spans[1][:verify]
 
 
 def test_shipped_cpu_cost_model_loads_by_name():

@@ -6,14 +6,16 @@ scheduler, durations measured by the ModelRunner — are a genuine engine log th
 ``minivllm cost-model fit`` (or ``replay``, ``fold``) reads like any other.
 
 Decode cases end by finishing their requests between steps (``core.finish``, reason
-``"profile"``), the path a stop string takes: the log stays a complete, replayable run.
+``"profile"``), the path a stop string takes: the log stays a complete, replayable run. Verify
+cases (``DecodeCase.drafts``) run on a core whose drafter (``SweepDrafter``) proposes that many
+drafts for every decode while the case wants them, and none otherwise.
 """
 
 from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,8 +23,9 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from runtime.engine.core import EngineCore
+from runtime.engine.drafters import MAX_SPECULATIVE_TOKENS
 from runtime.engine.request import Request
-from runtime.engine.types import Executor, StepOutput
+from runtime.engine.types import EventSink, Executor, StepOutput
 from simulator.fitting.profile_plan import Case, DecodeCase, PrefillCase, SweepLimits, longest_request, plan_summary
 from traces.log import LogWriter
 from traces.params import SamplingParams
@@ -32,6 +35,26 @@ if TYPE_CHECKING:
     from runtime.executor.setup import EngineParts
 
 FINISH_REASON = "profile"
+
+
+class SweepDrafter:
+    """Proposes ``drafts`` tokens after each decode's last one (ids that follow it, modulo the
+    vocabulary): real verify spans, whatever the weights accept of them."""
+
+    def __init__(self, vocab_size: int) -> None:
+        self.num_tokens = MAX_SPECULATIVE_TOKENS
+        self.vocab_size = vocab_size
+        self.drafts = 0
+
+    def propose(self, requests: Sequence[Request], limits: Sequence[int]) -> list[list[int]]:
+        v = self.vocab_size
+        return [[(req.token_ids[-1] + 1 + i) % v for i in range(min(n, self.drafts))]
+                for req, n in zip(requests, limits)]
+
+
+def sweep_core(parts: EngineParts, sink: EventSink | None) -> EngineCore:
+    """A core for ``ShapeSweep``: the profiled engine's, with a ``SweepDrafter`` for verify cases."""
+    return parts.core(sink, drafter=SweepDrafter(parts.loaded.spec.vocab_size))
 
 
 class SweepStalled(RuntimeError):
@@ -116,10 +139,19 @@ class ShapeSweep:
         reqs += [self.add(self.prompt(case.context, prefix), max_tokens) for _ in range(case.batch - 1)]
         while any(r.num_computed_tokens < r.num_prompt_tokens for r in self.live(reqs)):
             self.step()  # prefill phase: chunks of the batch, with decodes of the early requests
-        for _ in range(case.steps):
-            if not self.live(reqs):
-                break
-            self.step()
+        drafter = self.core.drafter
+        if case.drafts:
+            if not isinstance(drafter, SweepDrafter):
+                raise TypeError("a verify case needs a core with a SweepDrafter (sweep_core)")
+            drafter.drafts = case.drafts
+        try:
+            for _ in range(case.steps):
+                if not self.live(reqs):
+                    break
+                self.step()
+        finally:
+            if case.drafts:
+                drafter.drafts = 0
         for chunk in case.mixed_chunks:
             if not self.live(reqs) or len(self.core.requests) >= self.max_seqs:
                 break  # a fresh prompt could not join the batch: it would wait for the batch to end
@@ -202,7 +234,7 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
     if quiet_wait > 0 and parts.runner.device.type == "cpu":
         gate = lambda: wait_until_quiet(quiet_wait)  # noqa: E731
         gate()  # the warm-up too: it would slow whatever else is running
-    warm = run_sweep(ShapeSweep(parts.core(None), parts.runner, vocab_size=vocab, seed=seed + 1), warmup,
+    warm = run_sweep(ShapeSweep(sweep_core(parts, None), parts.runner, vocab_size=vocab, seed=seed + 1), warmup,
                      progress=progress, desc="warm-up")
     header = parts.header("wall")
     # collect now and exempt everything alive from later collections: otherwise a full collection
@@ -216,7 +248,7 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
     try:
         with LogWriter(out) as writer:
             writer(msgspec.structs.replace(header, extra=extra))
-            sweep = ShapeSweep(parts.core(writer), parts.runner, vocab_size=vocab, seed=seed)
+            sweep = ShapeSweep(sweep_core(parts, writer), parts.runner, vocab_size=vocab, seed=seed)
             result = run_sweep(sweep, plan, deadline=deadline, before_case=gate, progress=progress)
     finally:
         gc.unfreeze()  # frozen objects are never freed (extension types then report leaks at exit)

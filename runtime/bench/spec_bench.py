@@ -29,7 +29,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from runtime.bench import spec_sim
-from runtime.engine.core import EngineCore
 from runtime.engine.drafters import parse_speculative
 from traces.events import Step
 from traces.log import LogWriter
@@ -150,10 +149,7 @@ def run_once(parts, prompts: list[list[int]], max_tokens: int, speculative: str,
     ``log``: where to write the run's event log (after the run: no file writes in the timed loop)."""
     events: list = []
     parts = dataclasses.replace(parts, config=dataclasses.replace(parts.config, speculative=speculative))
-    if drafter is None:  # the engine's own drafter for ``speculative`` (built as serve builds it)
-        core = parts.core(sink=events.append)
-    else:
-        core = EngineCore(parts.config, eos_token_id=parts.loaded.eos_token_id, sink=events.append, drafter=drafter)
+    core = parts.core(sink=events.append, drafter=drafter)  # None: the config's own, built as serve builds it
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
     for p in prompts:
         core.add_request(p, params, 0.0)

@@ -73,9 +73,11 @@ class EngineParts:
                                   if runner.device.type == "cuda" else {}),
                            })
 
-    def core(self, sink: EventSink | None = None, trace_prompts: str = "ids") -> EngineCore:
+    def core(self, sink: EventSink | None = None, trace_prompts: str = "ids",
+             drafter: Drafter | None = None) -> EngineCore:
+        """A fresh core on this runner; ``drafter``: its speculative drafter (default: the config's)."""
         return EngineCore(self.config, eos_token_id=self.loaded.eos_token_id, sink=sink, trace_prompts=trace_prompts,
-                          drafter=self.make_drafter())
+                          drafter=drafter or self.make_drafter())
 
     def make_drafter(self) -> Drafter | None:
         """The drafter a core of ``config`` needs from the executor: ``model:PATH:K``'s, loaded once

@@ -30,10 +30,11 @@ only, runtime/executor/model_inputs.py, so a step that verifies drafts runs the 
 with a prefill chunk does). Its attention is priced as a decode's, by its context (``decode_context``,
 start + 1 + d): a few queries over a long context read the KV once, at the memory rate (the CPU's C
 kernel reads it once for all of a span's rows), not at the per-pair rate ``prefill_attention`` is
-fitted at on long chunks. Not priced: the d more logits rows it samples
-(``seqs`` counts one per span), and that on some devices a GEMM's first rows cost almost nothing
-(the CPU's prepacked GEMM up to ~10 rows), which ``prefill_tokens``, fitted on chunks of 16 or
-more, does not know.
+fitted at on long chunks. ``minivllm profile``'s verify cases (simulator/fitting/profile_plan.py)
+put such steps in the fit: without them ``prefill_tokens`` is fitted on chunks of 16 or more only,
+and on a device whose GEMMs' first rows cost almost nothing (the CPU's prepacked GEMM, up to ~10
+rows) it overprices a short verify span. Not priced: the d more logits rows it samples (``seqs``
+counts one per span).
 
 ``EXT_FEATURES`` add what a tree model splits on besides: tokens in the step, prefill spans, the
 largest chunk. They are also the quantities whose profiled range a model records (simulator/cost/ranges.py).

@@ -18,6 +18,11 @@ own scheduler produces the step shapes the cost model needs (simulator/cost/cost
   DecodeCase(..., shared=True)    the same with one shared prefix (computed once, then prefix-cache
                                   hits): decode batch × context up to the KV pool without paying
                                   for batch × context tokens of prefill
+  DecodeCase(..., drafts=d)       speculative verification: every decode step verifies ``d``
+                                  drafts per request (spans of 1 + d tokens over the context; the
+                                  sweep's drafter proposes them, and they are rejected, so each
+                                  step commits one token); a verify span's rows cost what a short
+                                  GEMM costs, which no prefill chunk shows
 
 No torch here: the plan is plain data, so a test can run the full GPU-sized sweep through the
 engine core with a zero-cost executor and count its steps.
@@ -48,9 +53,12 @@ class DecodeCase:
     steps: int
     mixed_chunks: tuple[int, ...] = ()
     shared: bool = False  # prompts share all but their last block: cheap to prefill, full context to decode
+    drafts: int = 0  # drafts each decode step verifies per request (0: plain decode)
 
     @property
     def kind(self) -> str:
+        if self.drafts:
+            return "verify"
         return "decode (shared prefix)" if self.shared else "decode"
 
 
@@ -67,6 +75,10 @@ class SweepLimits:
     max_prefill: int = 0  # longest whole prompt profiled in one step (> budget: chunked-off what-ifs)
     pool_tokens: int = 0  # the KV pool: shared-prefix decode cases reach up to it
 
+
+# Drafts per verify span the sweep measures (at most MAX_SPECULATIVE_TOKENS, runtime/engine/drafters.py)
+VERIFY_DRAFTS = (1, 2, 4, 8, 16)
+VERIFY_MAX_BATCH = 32
 
 # Context a decode case's requests may grow by: decoding while the rest of the batch prefills
 # (batch × context / budget steps at most), then ``steps`` and the mixed injections.
@@ -157,7 +169,17 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
             for ctx in decode_ctx:
                 if lim.max_kv_tokens < b * ctx <= 0.9 * lim.pool_tokens and ctx >= 2 * bs:
                     decode.append(DecodeCase(b, ctx, steps // 2, (), shared=True))
-    return _interleave(prefill, on_context, decode)
+    # last (a sweep cut short by its time limit loses them first: a model fitted without them prices a
+    # verify row as a prefill token). Speculation pays at small batches: verify spans at batches of powers of two up to
+    # VERIFY_MAX_BATCH, every draft count over the shortest context, and one over the longest (shared
+    # prefixes: no batch × context prefill to pay for first)
+    verify_batches = [b for b in _geometric(1, VERIFY_MAX_BATCH, 2) if b in batches]
+    shapes = [(ctx, d) for d in (VERIFY_DRAFTS[-2:-1] if quick else VERIFY_DRAFTS) for ctx in decode_ctx[:1]]
+    if len(decode_ctx) > 1:
+        shapes.append((decode_ctx[-1], VERIFY_DRAFTS[-2]))
+    verify = [DecodeCase(b, ctx, 4 if quick else 6, shared=True, drafts=d) for b in verify_batches for ctx, d in shapes
+              if b * (1 + d) <= lim.budget and b * ctx <= 0.9 * lim.pool_tokens]
+    return _interleave(prefill, on_context, decode) + verify  # (a plain engine's log replays up to the verify cases)
 
 
 def warmup_plan(plan: list[Case], limits: SweepLimits) -> list[Case]:

@@ -8,11 +8,14 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
+from runtime.engine.drafters import MAX_SPECULATIVE_TOKENS
 from runtime.executor.attention.metadata import AttentionMetadata
 from runtime.executor.cpu_kernels import available as cpu_kernel_available
 from runtime.executor.cpu_kernels import paged_attention
 
-KERNEL_MAX_SPAN = 16  # longer chunks: gather + SDPA (the gather is paid once for many query rows)
+# the longest verify span (a decode and K drafts); longer chunks: gather + SDPA (the gather is paid
+# once for many query rows)
+KERNEL_MAX_SPAN = 1 + MAX_SPECULATIVE_TOKENS
 
 
 @dataclass(frozen=True)
