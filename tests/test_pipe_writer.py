@@ -25,6 +25,14 @@ def test_a_writer_does_not_wait_for_a_reader_that_is_not_reading():
         read_end.recv_bytes()
 
 
+def test_a_message_the_pipe_has_room_for_is_in_it_when_send_returns():
+    read_end, write_end = multiprocessing.Pipe(duplex=False)
+    writer = PipeWriter(write_end, "test-writer")
+    writer.send(b"token")  # written by the caller: no hand-over to the writer's thread
+    assert read_end.poll(0) and read_end.recv_bytes() == b"token"
+    writer.close()
+
+
 def test_close_writes_what_is_queued_first():
     read_end, write_end = multiprocessing.Pipe(duplex=False)
     writer = PipeWriter(write_end, "test-writer")

@@ -19,6 +19,10 @@ Both speak runtime/serving/engine_protocol.py. The front end owns:
 - Cancellation: a consumer that stops iterating (client disconnect, timeout) aborts its request.
 - Arrival: ``submit`` takes the time the server received the request, on the engine's clock
   (``now()``); the log's Arrived time and TTFT start there.
+- Order: of an engine message's deltas, those carrying a request's first tokens reach their streams
+  first. An event loop runs the streams in the order their items arrive: a first token queued
+  behind every running stream's next one would wait for all of them to be sent (TTFT the engine
+  did not spend), while a running stream's token waits only for the few new ones.
 - A request the engine aborted on its own (its logits went non-finite): its stream ends with
   ``RequestAborted`` naming why; the other streams go on.
 - Engine death: every open stream ends with ``EngineDead``; ``alive`` turns False (/health 503)
@@ -280,6 +284,7 @@ class AsyncLLMEngine:
         if (msg.added or msg.rejected) and self.on_added is not None:
             self.on_added(msg.added, msg.rejected)
         batches: dict[asyncio.AbstractEventLoop, list] = {}
+        firsts: dict[asyncio.AbstractEventLoop, list] = {}  # requests' first tokens: their streams go first
         handles = self._handles
         for key, delta in zip(msg.keys, msg.deltas):
             self._first(key)
@@ -289,7 +294,10 @@ class AsyncLLMEngine:
             if delta.finish_reason is not None:
                 handles.pop(key, None)  # (a cancel may pop it too)
             item = delta if delta.error is None else RequestAborted(f"the engine aborted this request: {delta.error}")
-            batches.setdefault(handle.loop, []).append((handle, item))
+            first = delta.num_output_tokens == len(delta.token_ids)
+            (firsts if first else batches).setdefault(handle.loop, []).append((handle, item))
+        for loop, items in firsts.items():
+            batches[loop] = items + batches.get(loop, [])
         for key, why in msg.rejected.items():
             self._first(key)
             handle = handles.pop(key, None)
