@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from traces.params import (
     INT32_MAX,
@@ -101,8 +101,16 @@ class _SamplingFields(BaseModel):
         )
 
 
+# A completions prompt: text, texts, token ids or lists of them. Tried in this order, strictly first:
+# pydantic's default ("smart") union validates a 40k-token prompt against several members (~4 ms of
+# the event loop's time on a server CPU) where the strict list of ints alone takes ~1 ms; the lax
+# members after them keep what smart mode accepted besides ([1.0, 2] and [true, 2] as token ids).
+Prompt = Annotated[str | list[StrictInt] | list[str] | list[list[StrictInt]] | list[int] | list[list[int]],
+                   Field(union_mode="left_to_right")]
+
+
 class CompletionRequest(_SamplingFields):
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: Prompt
     logprobs: int | None = Field(default=None, ge=0, le=LOGPROBS_MAX)
     echo: Literal[False] = False
     suffix: None = None
