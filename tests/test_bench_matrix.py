@@ -78,3 +78,15 @@ def test_a_failed_run_is_one_line_naming_it(runs, tmp_path, capsys):
     assert exc.value.code == 2 and len(err.splitlines()) == 1
     assert err.startswith("minivllm: error: bench matrix: `bench serve ") and err.endswith(
         f"exited with status 1; the runs so far are in {tmp_path}")
+
+
+def test_the_servers_own_flags_go_to_the_served_runs_only(runs, tmp_path):
+    assert main(["bench", "matrix", AZURE, "--limit", "50", "--loads", "0.8", "--chunked", "on", "--out", str(tmp_path),
+                 "--launch", "--model", "random:x", "--api-server-count", "4", "--max-pending=8", "--no-engine-process",
+                 "--max-num-seqs", "64"]) == 0
+    for c in runs.commands:
+        flags = c[c.index("--launch") + 1:] if c[1] == "serve" else c
+        assert flags[flags.index("--max-num-seqs") + 1] == "64"
+        front_end = {"--api-server-count", "4", "--max-pending=8", "--no-engine-process"}
+        assert front_end <= set(flags) if c[1] == "serve" else not front_end & set(flags)
+    assert [c[1] for c in runs.commands] == ["live", "serve", "live"]

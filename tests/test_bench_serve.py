@@ -126,7 +126,8 @@ def test_bench_serve_launch_and_bench_live_on_a_tiny_model(tmp_path, capsys):
              "--prompt-vocab", "300", "--no-progress"]
     log = tmp_path / "server.jsonl"
     assert main(["bench", "serve", *flags, "--json", str(tmp_path / "s.json"), "--server-trace", str(log),
-                 "--server-log", str(tmp_path / "server.out"), "--launch", "--model", str(tiny.folder),
+                 "--server-log", str(tmp_path / "logs" / "server.out"),  # (a folder not made yet)
+                 "--launch", "--model", str(tiny.folder),
                  "--device", "cpu", "--num-blocks", "256"]) == 0
     out = capsys.readouterr().out
     assert "6/6 requests" in out

@@ -9,7 +9,8 @@ serving at several loads, chunked prefill on and off, in one command.
    reference; ``--no-live`` skips it).
 3. ``summary.json`` and ``summary.md`` in ``--out``: one row per run, step times from both logs.
 
-The engine flags after ``--launch`` go to the server and to ``bench live``; chunked off adds
+The engine flags after ``--launch`` go to the server and to ``bench live`` (less the server's own,
+``serve.FRONT_END_FLAGS``: ``--api-server-count`` and the like); chunked off adds
 ``--no-enable-chunked-prefill`` (the default budget then holds a whole prompt).
 """
 
@@ -56,6 +57,7 @@ def _check(args: argparse.Namespace) -> tuple[list[float], list[str]]:
 
 def _run(args: argparse.Namespace) -> int:
     from runtime.bench.serve_matrix import RunFailed, chunked_flags, minivllm, render, run, steps
+    from runtime.cli.serve import engine_flags
     from traces.formats import load_workload
 
     loads, modes = _check(args)
@@ -65,12 +67,13 @@ def _run(args: argparse.Namespace) -> int:
     base_rate = len(wl) / wl.duration  # requests/s of the file's own arrivals
     source = [args.workload, "--limit", str(args.limit), "--no-progress"]
     out, flags = Path(args.out), list(args.launch or [])
+    live_flags = engine_flags(flags)  # (no HTTP front end in process)
     out.mkdir(parents=True, exist_ok=True)
     try:
         capacity = args.capacity
         if capacity is None:
             cap_json = out / "capacity.json"
-            run(minivllm("bench", "live", *source, "--rate-scale", "1000", *flags, "--json", str(cap_json)))
+            run(minivllm("bench", "live", *source, "--rate-scale", "1000", *live_flags, "--json", str(cap_json)))
             capacity = json.loads(cap_json.read_text())["summary"]["request_throughput_req_s"]
         print(f"capacity {capacity:.1f} req/s; the file's own rate {base_rate:.2f} req/s", flush=True)
         rows = []
@@ -89,8 +92,8 @@ def _run(args: argparse.Namespace) -> int:
                        "serve": json.loads((out / f"serve_{tag}.json").read_text())["summary"],
                        "served_steps": steps(served_log)}
                 if not args.no_live:
-                    run(minivllm("bench", "live", *source, *rate, *mode_flags, "--trace", str(live_log),
-                                 "--json", str(out / f"live_{tag}.json")))
+                    run(minivllm("bench", "live", *source, *rate, *live_flags, *chunked_flags(mode), "--trace",
+                                 str(live_log), "--json", str(out / f"live_{tag}.json")))
                     row["live"] = json.loads((out / f"live_{tag}.json").read_text())["summary"]
                     row["live_steps"] = steps(live_log)
                 rows.append(row)
@@ -109,7 +112,8 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
                          description="The engine's capacity in process (bench live, every request at once), "
                          "then for each chunked mode × load L bench serve --launch with the offered rate at L × "
                          "capacity and bench live of the same arrivals; summary.json and summary.md in --out. "
-                         "The engine flags after --launch go to every run.")
+                         "The engine flags after --launch go to every run (the server's own, e.g. --api-server-count, "
+                         "to the served runs only).")
     p.add_argument("workload", metavar="WORKLOAD", help="Azure CSV, Mooncake JSONL, a minivllm log or workload")
     p.add_argument("--limit", type=int, default=800, action=Bounded, at_least=2, metavar="N",
                    help="first N requests of WORKLOAD (default: %(default)s)")

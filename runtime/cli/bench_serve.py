@@ -118,7 +118,8 @@ def _serve(args: argparse.Namespace) -> int:
     if args.launch is not None:
         port = free_port()
         url = f"http://127.0.0.1:{port}/v1"
-        Path(args.server_trace).parent.mkdir(parents=True, exist_ok=True)
+        for path in (args.server_trace, args.server_log):
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
         server = ServerProcess([*args.launch, "--trace-if-exists", "overwrite"], port=port,
                                trace=args.server_trace, log_file=args.server_log)
         print(f"starting: {' '.join(server.cmd)}", file=sys.stderr)

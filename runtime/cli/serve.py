@@ -25,6 +25,24 @@ from traces.prompt import TRACE_PROMPTS
 API_KEY_ENV = "VLLM_API_KEY"  # vLLM's: scripts written for it keep working
 ENGINE_DIED_STATUS = 1  # the exit status after the engine stopped on its own
 SHUTDOWN_GRACE_S = 10  # how long responses in progress get to end once the engine is gone
+# serve's flags that shape its HTTP front end or its log only, with the values each takes: an in-process
+# run of the same engine (``bench live`` beside a served run) has none of them
+FRONT_END_FLAGS = {"--host": 1, "--port": 1, "--served-model-name": 1, "--api-key": 1, "--engine-process": 0,
+                   "--no-engine-process": 0, "--api-server-count": 1, "--max-pending": 1, "--max-request-bytes": 1,
+                   "--trace-prompts": 1, "--trace-if-exists": 1}
+
+
+def engine_flags(flags: list[str]) -> list[str]:
+    """``flags`` (serve's) less ``FRONT_END_FLAGS`` and their values."""
+    out, skip = [], 0
+    for flag in flags:
+        if skip:
+            skip -= 1
+        elif flag.split("=", 1)[0] in FRONT_END_FLAGS:
+            skip = 0 if "=" in flag else FRONT_END_FLAGS[flag]
+        else:
+            out.append(flag)
+    return out
 
 
 def register(sub: argparse._SubParsersAction) -> None:
