@@ -20,8 +20,8 @@ own scheduler produces the step shapes the cost model needs (simulator/cost/cost
                                   for batch × context tokens of prefill
   DecodeCase(..., drafts=d)       speculative verification: every decode step verifies ``d``
                                   drafts per request (spans of 1 + d tokens over the context; the
-                                  sweep's drafter proposes them, and they are rejected, so each
-                                  step commits one token); a verify span's rows cost what a short
+                                  sweep's drafter proposes them, and almost all are rejected, so
+                                  a step commits about one token); a verify span's rows cost what a short
                                   GEMM costs, which no prefill chunk shows
 
 No torch here: the plan is plain data, so a test can run the full GPU-sized sweep through the
@@ -169,23 +169,24 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
             for ctx in decode_ctx:
                 if lim.max_kv_tokens < b * ctx <= 0.9 * lim.pool_tokens and ctx >= 2 * bs:
                     decode.append(DecodeCase(b, ctx, steps // 2, (), shared=True))
-    # last (a sweep cut short by its time limit loses them first: a model fitted without them prices a
-    # verify row as a prefill token). Speculation pays at small batches: verify spans at batches of powers of two up to
-    # VERIFY_MAX_BATCH, every draft count over the shortest context, and one over the longest (shared
-    # prefixes: no batch × context prefill to pay for first)
+    # Verify cases go last: a sweep cut short by its time limit loses them first (a model fitted
+    # without them prices a verify row as a prefill token), and a plain engine's log of the sweep
+    # replays up to them. Speculation pays at small batches: batches of powers of two up to
+    # VERIFY_MAX_BATCH, every draft count over the shortest context and one over the longest
+    # (shared prefixes: no batch × context prefill to pay for first).
     verify_batches = [b for b in _geometric(1, VERIFY_MAX_BATCH, 2) if b in batches]
     shapes = [(ctx, d) for d in (VERIFY_DRAFTS[-2:-1] if quick else VERIFY_DRAFTS) for ctx in decode_ctx[:1]]
     if len(decode_ctx) > 1:
         shapes.append((decode_ctx[-1], VERIFY_DRAFTS[-2]))
     verify = [DecodeCase(b, ctx, 4 if quick else 6, shared=True, drafts=d) for b in verify_batches for ctx, d in shapes
               if b * (1 + d) <= lim.budget and b * ctx <= 0.9 * lim.pool_tokens]
-    return _interleave(prefill, on_context, decode) + verify  # (a plain engine's log replays up to the verify cases)
+    return _interleave(prefill, on_context, decode) + verify
 
 
 def warmup_plan(plan: list[Case], limits: SweepLimits) -> list[Case]:
     """Short cases touching the sweep's extremes (largest chunk, every decode batch size, the
-    longest decode context), run unlogged first: kernel compilation, allocator growth and any
-    per-batch-size capture happen here, not in measured steps."""
+    longest decode context, the longest verify span), run unlogged first: kernel compilation,
+    allocator growth and any per-batch-size capture happen here, not in measured steps."""
     top_chunk = min(limits.budget, limits.max_context)
     # sizes both multiples of 16 and not: Triton specializes integer arguments on divisibility by 16
     out: list[Case] = [PrefillCase(top_chunk), PrefillCase(16), PrefillCase(17)]
@@ -199,6 +200,9 @@ def warmup_plan(plan: list[Case], limits: SweepLimits) -> list[Case]:
         out.append(DecodeCase(b, 16, 2, (16, 17)))
     if decodes:
         out.append(DecodeCase(1, max(c.context for c in decodes), 2))
+    verify = [c for c in decodes if c.drafts]
+    if verify:  # the longest verify span
+        out.append(DecodeCase(1, verify[0].context, 2, shared=True, drafts=max(c.drafts for c in verify)))
     return out
 
 
