@@ -130,10 +130,11 @@ class EnginePipes:
 
     def close(self, timeout: float = 30.0) -> None:
         """Close this front end's pipes (front end 0's closing stops the engine), after the commands
-        queued are written. Idempotent."""
+        queued are written (within ``timeout`` seconds in all). Idempotent."""
+        deadline = time.monotonic() + timeout
         self._writer.close(timeout)
         if self._reader is not None and self._reader is not threading.current_thread():
-            self._reader.join(timeout)
+            self._reader.join(max(0.0, deadline - time.monotonic()))
         if self._reader is None or not self._reader.is_alive():
             self._outputs.close()
 
