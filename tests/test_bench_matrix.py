@@ -84,9 +84,13 @@ def test_the_servers_own_flags_go_to_the_served_runs_only(runs, tmp_path):
     assert main(["bench", "matrix", AZURE, "--limit", "50", "--loads", "0.8", "--chunked", "on", "--out", str(tmp_path),
                  "--launch", "--model", "random:x", "--api-server-count", "4", "--max-pending=8", "--no-engine-process",
                  "--max-num-seqs", "64"]) == 0
+    assert [c[1] for c in runs.commands] == ["live", "serve", "live"]
     for c in runs.commands:
         flags = c[c.index("--launch") + 1:] if c[1] == "serve" else c
-        assert flags[flags.index("--max-num-seqs") + 1] == "64"
-        front_end = {"--api-server-count", "4", "--max-pending=8", "--no-engine-process"}
-        assert front_end <= set(flags) if c[1] == "serve" else not front_end & set(flags)
-    assert [c[1] for c in runs.commands] == ["live", "serve", "live"]
+        assert flags[flags.index("--max-num-seqs") + 1] == "64"  # an engine flag: every run
+        if c[1] == "serve":
+            assert flags[flags.index("--api-server-count") + 1] == "4"
+            assert {"--max-pending=8", "--no-engine-process"} <= set(flags)
+        else:
+            assert not {"--api-server-count", "--max-pending=8", "--no-engine-process"} & set(flags)
+            assert flags[flags.index("--model") + 1] == "random:x"
