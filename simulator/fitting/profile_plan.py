@@ -21,8 +21,8 @@ own scheduler produces the step shapes the cost model needs (simulator/cost/cost
   DecodeCase(..., drafts=d)       speculative verification: every decode step verifies ``d``
                                   drafts per request (spans of 1 + d tokens over the context; the
                                   sweep's drafter proposes them, and almost all are rejected, so
-                                  a step commits about one token); a verify span's rows cost what a short
-                                  GEMM costs, which no prefill chunk shows
+                                  a step commits about one token); a verify span's rows cost what
+                                  a short GEMM costs, which no prefill chunk shows
 
 No torch here: the plan is plain data, so a test can run the full GPU-sized sweep through the
 engine core with a zero-cost executor and count its steps.
