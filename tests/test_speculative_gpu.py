@@ -1,6 +1,7 @@
 """Speculative decoding on CUDA (fp32 tiny models, so greedy choices are not decided by rounding):
-with Triton attention and CUDA graphs on, speculating steps go through the piecewise graphs (plain
-decode steps through the decode graphs, the draft model's one-token steps through its own), and
+with Triton attention and CUDA graphs on, speculating steps go through the decode graphs, a row per
+token (steps with a prefill chunk through the piecewise graphs, the draft model's one-token steps
+through its own), and
 greedy output equals HF's greedy and the plain run's; sampled output equals the plain run's with
 either sampler."""
 
@@ -15,6 +16,7 @@ from runtime.engine.drafters import parse_speculative
 from runtime.executor.config import RunnerConfig
 from runtime.executor.draft_model import build_draft_drafter
 from runtime.executor.model.loader import load_model
+from runtime.executor.model_runner import ModelRunner
 from tests.model_helpers import make_tiny, run_engine
 from tests.speculative_helpers import ReplayDrafter, by_prompt, drive, spec_rounds
 from traces.params import SamplingParams
@@ -59,10 +61,25 @@ def test_greedy_equals_hf_with_triton_and_graphs(tiny_gpu, scenario, drafter):
         assert made.graphs is not None
     else:
         made, speculative = None, f"ngram:{k}"
-    run = run_engine(tiny_gpu.loaded, prompts, sc["max_tokens"], device="cuda", attention_backend="triton",
-                     speculative=speculative, drafter=made, **sc["kw"])
+    verified = []
+    real_init = ModelRunner.__init__
+
+    def counting(self, *a, **kw):  # count the decode-graph replays of steps with drafts
+        real_init(self, *a, **kw)
+        replay = self.graphs.run
+
+        def run(host, ids=None):
+            verified.append(host.rows_per_sample is not None)
+            return replay(host, ids)
+
+        self.graphs.run = run
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ModelRunner, "__init__", counting)
+        run = run_engine(tiny_gpu.loaded, prompts, sc["max_tokens"], device="cuda", attention_backend="triton",
+                         speculative=speculative, drafter=made, **sc["kw"])
     assert run.outputs == refs
-    assert run.runner.graphs is not None and run.runner.piecewise.replays > 0
+    assert run.runner.piecewise.replays > 0 and sum(verified) > 0
     if scenario == "preemption":
         assert run.preemptions > 0
     if drafter == "model:self":

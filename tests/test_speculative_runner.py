@@ -387,3 +387,73 @@ def test_warm_up_shares_the_draft_model_and_forgets_its_requests(tiny):
         for out in engine.step():
             ids += out.token_ids
     assert ids == tiny.reference([3, 4, 5, 6], 6)
+
+
+def test_decode_graph_path_dry_run(tiny, plain):
+    """Verify steps through the decode graphs' buffers (their dry run on the CPU), a row per token:
+    greedy output equals plain, and the graphs ran steps with drafts in them."""
+    from runtime.executor.cuda_graphs import DecodeGraphs
+
+    drafter = ReplayDrafter(by_prompt(PROMPTS, plain), 3, 0.5)
+    config = EngineConfig(cache=CacheConfig(block_size=BLOCK, num_blocks=48),
+                          scheduler=SchedulerConfig(max_num_batched_tokens=16, max_num_seqs=6, max_model_len=128),
+                          speculative="ngram:3", seed=3)
+    runner = ModelRunner(tiny.loaded, RunnerConfig(attention_backend="torch", device="cpu"), config)
+    runner.graphs = DecodeGraphs(runner.model, runner.kv_caches, runner.backend, max_batch=24, max_model_len=128,
+                                 block_size=BLOCK, device=runner.device)
+    runner.graphs.capture()
+    verified = []
+    real_run = runner.graphs.run
+
+    def run(host, previous_ids=None):
+        verified.append(host.rows_per_sample is not None)
+        return real_run(host, previous_ids)
+
+    runner.graphs.run = run
+    outputs, _, events, *_ = drive(tiny.loaded, PROMPTS, GREEDY, speculative="ngram:3", drafter=drafter,
+                                   runner=runner)
+    assert outputs == plain
+    assert sum(verified) > 10 and sum(a for _, _, a in spec_rounds(events)) > 0
+
+
+def test_decode_rows_give_the_varlen_steps_logits(tiny):
+    """A step of a decode and two verify spans: its logits through ``as_decode_rows`` (a decode row
+    per token, the order restored) equal the varlen step's; a step with a prefill chunk has no
+    decode rows."""
+    from array import array
+
+    from runtime.engine.request import Request
+    from runtime.engine.types import StepPlan
+    from runtime.executor.cuda_graphs import DecodeGraphs
+    from runtime.executor.model_inputs import as_decode_rows, to_device
+    from traces.events import Span
+
+    config = EngineConfig(cache=CacheConfig(block_size=BLOCK, num_blocks=32),
+                          scheduler=SchedulerConfig(max_num_seqs=16, max_model_len=64), speculative="ngram:3")
+    runner = ModelRunner(tiny.loaded, RunnerConfig(attention_backend="torch", device="cpu"), config)
+    graphs = DecodeGraphs(runner.model, runner.kv_caches, runner.backend, max_batch=16, max_model_len=64,
+                          block_size=BLOCK, device=runner.device)
+    graphs.capture()
+    rng = random.Random(2)
+    lens = {0: 9, 1: 6, 2: 13}
+    reqs = {rid: Request(rid, array("i", [rng.randrange(320) for _ in range(n)]), GREEDY, 0.0, 64)
+            for rid, n in lens.items()}
+    tables = [[0, 1, 2], [3, 4], [5, 6, 7, 8]]
+    prefill = StepPlan(0, [Span(rid, 0, n - 1, False) for rid, n in lens.items()], tables, [], [], 25, 0)
+    host = host_inputs(prefill, reqs, BLOCK)
+    assert as_decode_rows(host) is None
+    with torch.inference_mode():
+        inp = to_device(host, runner.device)
+        runner.model(inp.input_ids, inp.positions, runner.kv_caches, inp.meta, runner.backend, inp.logits_indices)
+        # request 0 verifies 3 drafts, 1 decodes, 2 verifies 2: the decode moves first in batch order
+        spans = [Span(0, 8, 4, True), Span(1, 5, 1, True), Span(2, 12, 3, True)]
+        plan = StepPlan(1, spans, tables, [], [], 8, 3, {0: [5, 6, 7], 2: [8, 9]})
+        host = host_inputs(plan, reqs, BLOCK)
+        rows = as_decode_rows(host)
+        assert rows.decode_only and rows.seq_lens.tolist() == (host.positions + 1).tolist()
+        assert rows.logits_indices.tolist() == [1, 2, 3, 4, 0, 5, 6, 7]
+        inp = to_device(host, runner.device)
+        varlen = runner.model(inp.input_ids, inp.positions, runner.kv_caches, inp.meta, runner.backend,
+                              inp.logits_indices)
+        graphed = graphs.run(rows)
+    torch.testing.assert_close(graphed, varlen, rtol=1e-4, atol=1e-5)

@@ -9,7 +9,9 @@ context 0 (nothing read), and their logits are dropped.
 The Triton decode kernel's split-context count is a launch parameter, fixed in a graph; each bucket
 is captured once per split count a batch of its size can need, and a step replays the graph with
 the count an eager step of the same shape would choose (same kernels, same reduction order).
-Mixed or prefill steps run eagerly. Off CUDA the same buffers and buckets run eagerly
+A speculative verify step runs here too, a row per token (``as_decode_rows`` in
+runtime/executor/model_inputs.py), while its tokens fit the largest bucket; its logits come back in
+the plan's row order. Mixed or prefill steps run eagerly. Off CUDA the same buffers and buckets run eagerly
 ("dry run"), which lets the CPU tests (Triton interpreted) check the staging and padding logic.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from runtime.executor.attention import AttentionBackend, AttentionMetadata
@@ -62,10 +65,12 @@ class DecodeGraphs:
         self.max_blocks = -(-max_model_len // block_size)
         b, w = self.max_batch, self.max_blocks
         dev = dict(device=device)
-        # ids, positions, slots, context lengths, placeholder rows and their sources: one [6, b]
-        # buffer, one H2D copy per step
-        self.d_vec = torch.zeros((6, b), dtype=torch.int64, **dev)
-        self.ids, self.positions, self.slots, self.seq_lens64, self.fill_rows, self.fill_from = self.d_vec.unbind(0)
+        # ids, positions, slots, context lengths, placeholder rows and their sources, the logits rows
+        # in plan order: one [7, b] buffer, one H2D copy per step
+        self.d_vec = torch.zeros((7, b), dtype=torch.int64, **dev)
+        (self.ids, self.positions, self.slots, self.seq_lens64, self.fill_rows, self.fill_from,
+         self.order) = self.d_vec.unbind(0)
+        self.identity = np.arange(b, dtype=np.int64)
         self.seq_lens = torch.zeros(b, dtype=torch.int32, **dev)  # the kernels read int32
         self.block_table = torch.zeros((b, w), dtype=torch.int32, **dev)
         self.query_start = torch.arange(b + 1, dtype=torch.int32, **dev)
@@ -73,7 +78,7 @@ class DecodeGraphs:
         # host staging (pinned on CUDA), two sets used in turn: with overlapped steps the host fills
         # step n+1's set while step n's copy may still be queued behind step n-1 on the GPU
         pin = not self.dry_run
-        self.staging = [(torch.zeros((6, b), dtype=torch.int64, pin_memory=pin),
+        self.staging = [(torch.zeros((7, b), dtype=torch.int64, pin_memory=pin),
                          torch.zeros((b, w), dtype=torch.int32, pin_memory=pin)) for _ in range(2)]
         self.graphs: dict[tuple[int, int], _Graph] = {}
         self.replays = 0
@@ -119,8 +124,9 @@ class DecodeGraphs:
 
     @torch.inference_mode()
     def run(self, host: HostInputs, previous_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits ``[n, vocab]`` of a decode-only step (a view of static memory: use before the next run).
-        ``previous_ids``: the previous launch's sampled ids, when ``host`` has placeholders."""
+        """Logits ``[n, vocab]`` of a decode-only step, in ``host.logits_indices`` order (a view of
+        static memory when that is the rows' own order: use before the next run). ``previous_ids``:
+        the previous launch's sampled ids, when ``host`` has placeholders."""
         n = len(host.seq_lens)
         batch = self.buckets[bisect.bisect_left(self.buckets, n)]
         choose = getattr(self.backend, "decode_splits", None)
@@ -136,6 +142,10 @@ class DecodeGraphs:
         p = len(host.fill_rows)
         vec[4, :p] = host.fill_rows
         vec[5, :p] = host.fill_from
+        rows = host.logits_indices
+        permuted = not np.array_equal(rows, self.identity[:n])
+        if permuted:
+            vec[6, :n] = rows
         w = host.block_table.shape[1]
         h_table.numpy()[:n, :w] = host.block_table
         self.d_vec[:, :batch].copy_(h_vec[:, :batch], non_blocking=True)
@@ -145,6 +155,8 @@ class DecodeGraphs:
         g = self.graphs[(batch, splits)]
         self.replays += 1
         if g.graph is None:
-            return self._forward(batch, splits)[:n]
-        g.graph.replay()
-        return g.logits[:n]
+            logits = self._forward(batch, splits)[:n]
+        else:
+            g.graph.replay()
+            logits = g.logits[:n]
+        return logits.index_select(0, self.order[:n]) if permuted else logits

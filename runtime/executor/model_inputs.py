@@ -165,6 +165,36 @@ def host_inputs(plan: StepPlan, requests: Mapping[int, Request], block_size: int
     )
 
 
+def as_decode_rows(host: HostInputs) -> HostInputs | None:
+    """``host`` as a decode-only step of one row per token, when every token is a logits row (decodes
+    and speculating spans, no prefill chunk); else None. Row i attends to the keys up to its own
+    position through its span's block table: a verify span's drafts are stored before the layer's
+    attention, so each of its rows sees the drafts before it and none after, as the span's causal
+    attention does. Such a step then replays a decode CUDA graph (runtime/executor/cuda_graphs.py)
+    instead of launching a varlen attention per layer. Its ``logits_indices`` stay in plan order (a
+    permutation of the rows when decodes were moved before the spans)."""
+    if host.decode_only:
+        return host
+    n = host.num_tokens
+    if len(host.logits_indices) != n:
+        return None
+    per_span = np.diff(host.query_start)
+    return HostInputs(
+        input_ids=host.input_ids,
+        positions=host.positions,
+        slot_mapping=host.slot_mapping,
+        query_start=np.arange(n + 1, dtype=np.int64),
+        seq_lens=(host.positions + 1).astype(np.int32),
+        block_table=np.repeat(host.block_table, per_span, axis=0),
+        logits_indices=host.logits_indices,
+        num_decodes=n,
+        sampled_requests=host.sampled_requests,
+        fill_rows=host.fill_rows,  # placeholders are decode inputs: the first rows, one token each
+        fill_from=host.fill_from,
+        rows_per_sample=host.rows_per_sample,
+    )
+
+
 def fill_placeholders(input_ids: torch.Tensor, rows: torch.Tensor, source_rows: torch.Tensor,
                       previous_ids: torch.Tensor | None) -> None:
     """Write the previous launch's sampled ids into the placeholder rows, on the device."""

@@ -10,7 +10,8 @@ its logits and its stream, never on which other requests share the batch.
 
 Speculative decoding: a span that verifies drafts (``plan.drafts``) gets one logits row per position,
 each sampled as a decode would be, and commits its accepted drafts and one token more
-(runtime/executor/speculative.py).
+(runtime/executor/speculative.py). A step of decodes and verify spans only replays a decode CUDA
+graph, a row per token (``as_decode_rows``), while its tokens fit the graphs' largest batch.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from runtime.executor.cuda_graphs import DecodeGraphs
 from runtime.executor.jit_counter import JIT
 from runtime.executor.kv_cache import allocate_kv
 from runtime.executor.model.loader import LoadedModel
-from runtime.executor.model_inputs import host_inputs, to_device
+from runtime.executor.model_inputs import as_decode_rows, host_inputs, to_device
 from runtime.executor.piecewise_graphs import PiecewiseGraphs
 from runtime.executor.sampling import GREEDY_EPS, PendingSample, Sampler, SamplingBatch, plain_greedy, request_rng
 from runtime.executor.speculative import Rewind, num_accepted, row_histories
@@ -151,9 +152,10 @@ class ModelRunner:
         """Build the inputs, queue the forward and the sampling; return without waiting for the device."""
         t0 = time.perf_counter()
         host = host_inputs(plan, requests, self.block_size, self._previous_rows, self.table_rows)
-        if self.graphs is not None and self.graphs.supports(host):
+        rows = None if self.graphs is None else as_decode_rows(host)  # decodes and verify spans: a row a token
+        if rows is not None and self.graphs.supports(rows):
             t1 = time.perf_counter()
-            logits = self.graphs.run(host, self._previous_ids)
+            logits = self.graphs.run(rows, self._previous_ids)
         else:
             inputs = to_device(host, self.device, self._previous_ids)
             t1 = time.perf_counter()
