@@ -47,6 +47,9 @@
 #   spec       speculative decoding: the GPU tests (greedy equal to plain and HF with Triton + CUDA graphs,
 #              sampled equal to plain), then bench spec on both shapes with a drafter of controlled
 #              acceptance (0, 0.5, 0.8, 1), single stream and batch 8, greedy, 256 tokens
+#   specsim    the simulator against live speculative decoding: minivllm profile (SmolLM2 shape), then bench spec
+#              with the fitted model (--cost-model), the drafter of controlled acceptance, REPEATS (default 5)
+#              interleaved repeats; the profile log, the model, the JSON and every run's log come back in $OUT
 #   machine    which machine this is (GPU UUID, host), for runs compared across machines
 # The packages the machine lacks travel as wheels in .whl/: run scripts/gpu_wheels.sh here first and
 # copy .whl to the GPU machine with the tree.
@@ -181,6 +184,16 @@ for pc in ('off', 'on'):
             minivllm bench spec --model-shape $shape --tokenizer "$(tokenizer_for $shape)" --device cuda --dtype bfloat16 \
               --workload open --batch 1 8 --max-tokens 256 --acceptance 0,0.5,0.8,1 --json "$OUT/spec_${shape%%-*}.json"
           done ;;
+    specsim) # the simulator against live speculative decoding: a profile of this machine, then bench spec's runs
+             # re-simulated with the model fitted on it (SmolLM2 shape, the drafter of controlled acceptance)
+             minivllm profile --model random:smollm2-135m --device cuda --dtype bfloat16 --max-batch 16 \
+               --max-context 1024 --max-prefill 0 --out "$OUT/profile_smollm2.jsonl" --fit "$OUT/h200_smollm2.json" \
+               --no-progress 2>&1 | tail -n 25
+             minivllm bench spec --model-shape smollm2-135m --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 \
+               --workload open --batch 1 8 --max-tokens 256 --acceptance 0,0.5,0.8,1 --repeats "${REPEATS:-5}" \
+               --cost-model "$OUT/h200_smollm2.json" --log-dir "$OUT/spec_logs" --json "$OUT/spec_sim_smollm2.json"
+             tar czf "$OUT/spec_logs.tgz" -C "$OUT" spec_logs && rm -r "$OUT/spec_logs"
+             gzip -f "$OUT/profile_smollm2.jsonl" ;;
     machine) nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader; hostname; nproc ;;
     modeltests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_model_gpu.py tests/test_fused_norm_rope_gpu.py 2>&1 | tail -n 30 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
