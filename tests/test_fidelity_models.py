@@ -142,9 +142,7 @@ def test_overlapped_steps_cost_max_of_host_and_device():
     m = LinearCostModel({"const": 1e-3})
     m.set_host(HostTiming(gap_const=3e-3, overlap=True, launch=1e-4))
     assert m.step_time(0, [Span(0, 5, 1, True)]) == pytest.approx(3.1e-3)  # host-bound
-    # the gap follows only a step the next did not overlap (the replica's rule; overlapped steps tile:
-    # tests/test_speculative_sim.py)
-    assert m.host_gap(1) == pytest.approx(3e-3)
+    assert m.host_gap(1) == 0.0  # overlapped steps tile the timeline
     m.set_host(HostTiming(gap_const=1e-4, overlap=True))
     assert m.step_time(0, [Span(0, 5, 1, True)]) == pytest.approx(1e-3)  # device-bound
 
