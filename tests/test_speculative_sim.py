@@ -315,25 +315,3 @@ def test_analyze_prints_the_acceptance_section(live_log, capsys):
     est = estimate(live_log).workload
     assert f"speculative decoding (K=4), live.jsonl: {est.rounds:,} rounds of {est.decodes:,} decodes" in text
     assert "acceptance rate" in text and "tokens per round" in text and "1: α " in text
-
-
-def test_overlapped_engine_waits_its_host_gap_after_verify_steps_only():
-    """A model of an overlapping engine (async scheduling) with host time between steps: plain
-    decoding tiles its steps; speculating steps, which the engine completes before it plans the
-    next, are each followed by the gap."""
-    from simulator.cost.host_timing import HostTiming
-
-    def run(spec, rate):
-        model = LinearCostModel(MODEL)
-        model.set_host(HostTiming(gap_const=0.001, gap_per_seq=1e-5, overlap=True))
-        events = []
-        sp = None if rate is None else Speculation.constant(rate)
-        simulate(workload(20), config(spec), model, sink=events.append, speculation=sp)
-        return [e for e in events if type(e) is Step]
-
-    plain = run("", None)
-    assert sum(b.start == a.end for a, b in zip(plain, plain[1:])) > 0.9 * len(plain)
-    spec = run("ngram:4", 0.7)
-    after_verify = [(a, b) for a, b in zip(spec, spec[1:]) if a.drafts]
-    assert len(after_verify) > 50
-    assert all(b.start - a.end >= 0.001 + 1e-5 * len(a.spans) - 1e-9 for a, b in after_verify)

@@ -14,10 +14,7 @@ fitted model carries, besides its step model:
                shows it: the log records Arrived when the engine takes a request in
   overlap      steps overlap (async scheduling on CUDA: step k+1 is planned while k runs): consecutive
                steps then tile, gaps are 0 and a step costs ``max(host, device) + launch``, the
-               host part being what ``gap`` measured on sequential runs. A step the engine cannot
-               overlap (one whose tokens decide the next plan: a speculating engine's, whose next
-               drafts follow them) is completed before the next is planned, so ``gap`` follows it
-               still; in an overlapped log ``gap`` is fitted on the gaps after such steps
+               host part being what ``gap`` measured on sequential runs
   eager_launch the host time to plan and launch a step that carries prefill (no CUDA graph: its
                kernels go one by one), ``eager_launch + eager_launch_per_token · extra tokens``
                (tokens beyond one per span); with overlap it holds back the end of the step in
@@ -57,10 +54,11 @@ class HostTiming:
     fitted_from: dict[str, Any] = field(default_factory=dict)
 
     def gap(self, previous_spans: int | None) -> float:
-        """Engine time before scheduling: after a step of ``previous_spans`` spans that the next one
-        did not overlap, or (None) after idle."""
+        """Engine time before scheduling: after a step of ``previous_spans`` spans, or (None) after idle."""
         if previous_spans is None:
             return self.wake
+        if self.overlap:
+            return 0.0
         return self.gap_const + self.gap_per_seq * previous_spans
 
     def eager_launch_time(self, extra_tokens: int) -> float:
@@ -92,14 +90,13 @@ class HostData:
 
     busy_gaps: list[float] = field(default_factory=list)
     busy_spans: list[int] = field(default_factory=list)
-    busy_drafted: list[bool] = field(default_factory=list)  # a step beside the gap verified drafts
     wakes: list[float] = field(default_factory=list)
     intake_lags: list[float] = field(default_factory=list)  # per request: how long it waited unseen
     tiled: int = 0  # consecutive busy steps with no gap at all
     live_logs: int = 0
 
     def extend(self, other: HostData) -> None:
-        for name in ("busy_gaps", "busy_spans", "busy_drafted", "wakes", "intake_lags"):
+        for name in ("busy_gaps", "busy_spans", "wakes", "intake_lags"):
             getattr(self, name).extend(getattr(other, name))
         self.tiled += other.tiled
         self.live_logs += other.live_logs
@@ -110,12 +107,12 @@ class HostData:
         added by the sweep between cases, not by a front door."""
         profile = "profile" in read_header(path).extra
         data = cls(live_logs=0 if profile else 1)
-        steps: list[tuple[float, float, int, int, bool]] = []  # start, end, spans, requests ended before it, drafts
+        steps: list[tuple[float, float, int, int]] = []  # start, end, spans, requests ended before it
         arrivals: list[float] = []
         ended = 0
         for ev in read_log(path):
             if isinstance(ev, Step):
-                steps.append((ev.start, ev.end, len(ev.spans), ended, bool(ev.drafts)))
+                steps.append((ev.start, ev.end, len(ev.spans), ended))
             elif isinstance(ev, Arrived):
                 arrivals.append(ev.time)
                 if not profile and steps:
@@ -127,8 +124,8 @@ class HostData:
             elif isinstance(ev, Finished | Aborted):
                 ended += 1
         order = np.sort(np.asarray(arrivals))
-        prev_end, prev_spans, prev_drafted = None, 0, False
-        for start, end, spans, ended_before, drafted in steps:
+        prev_end, prev_spans = None, 0
+        for start, end, spans, ended_before in steps:
             if prev_end is None:
                 ready = float(order[0]) if len(order) else start
                 idle = True
@@ -143,34 +140,22 @@ class HostData:
             else:
                 data.busy_gaps.append(max(gap, 0.0))
                 data.busy_spans.append(prev_spans)
-                data.busy_drafted.append(prev_drafted or drafted)
                 data.tiled += gap == 0.0
-            prev_end, prev_spans, prev_drafted = end, spans, drafted
+            prev_end, prev_spans = end, spans
         return data
-
-    @property
-    def overlaps(self) -> bool:
-        """The steps tile: the engine overlapped them. No step before a verify step or after one is
-        overlapped (the drafts follow the tokens of the step before), so the gaps beside verify
-        steps do not count against it."""
-        plain = len(self.busy_gaps) - sum(self.busy_drafted)
-        return plain > 0 and self.tiled >= OVERLAP_SHARE * plain
 
 
 def fit_host_timing(logs: Sequence[str | Path]) -> HostTiming:
-    """Host timing from the gaps of ``logs`` (least squares for busy gaps, in an overlapped log those
-    after the steps it did not overlap; medians for wake and intake)."""
+    """Host timing from the gaps of ``logs`` (least squares for busy gaps; medians for wake and intake)."""
     data = HostData()
     for path in logs:
         data.extend(HostData.from_log(path))
     timing = HostTiming(fitted_from={"logs": [str(p) for p in logs], "busy_gaps": len(data.busy_gaps),
                                      "wakes": len(data.wakes), "requests": len(data.intake_lags)})
-    timing.overlap = data.overlaps
-    y, spans = np.asarray(data.busy_gaps), np.asarray(data.busy_spans, dtype=float)
-    if timing.overlap:
-        spans, y = spans[y > 0], y[y > 0]
-    if len(y):
-        X = np.column_stack([np.ones_like(y), spans])
+    if data.busy_gaps:
+        y = np.asarray(data.busy_gaps)
+        timing.overlap = data.tiled >= OVERLAP_SHARE * len(y)
+        X = np.column_stack([np.ones_like(y), np.asarray(data.busy_spans, dtype=float)])
         coef = np.linalg.lstsq(X, y, rcond=None)[0]
         if coef[1] < 0:  # a gap does not shrink with the batch: the mean alone
             coef = np.array([y.mean(), 0.0])
@@ -187,4 +172,5 @@ def fit_host_timing(logs: Sequence[str | Path]) -> HostTiming:
 
 def log_overlaps(path: str | Path) -> bool:
     """Whether the log's consecutive busy steps tile (an overlapped engine's log)."""
-    return HostData.from_log(path).overlaps
+    data = HostData.from_log(path)
+    return bool(data.busy_gaps) and data.tiled >= OVERLAP_SHARE * len(data.busy_gaps)

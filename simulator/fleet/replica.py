@@ -3,8 +3,7 @@ the cost-model executor, in virtual time.
 
 The process is the simulated twin of the live engine loop: requests are handed in by the front
 door (``add``) at their times; an idle replica sleeps until one comes; host time the model has
-(``host_gap`` or a recording's ``gap_before``) is waited out before a step is planned (with
-overlapped steps, only after a step the next did not overlap: a speculating engine's); between a
+(``host_gap`` or a recording's ``gap_before``) is waited out before a step is planned; between a
 step's launch and its completion the process waits until the step's end, so every request that
 arrives by then joins before the step is committed (an arrival at time t lands before a step that
 starts or ends at t; live drivers take requests in between steps the same way).
@@ -122,7 +121,6 @@ class Replica:
         host_gap, gap_before, plans_ahead = timing.host_gap, timing.gap_before, timing.plans_ahead
         runs, every = self._runs, self.progress_every
         previous: int | None = None  # spans of the step before, None after idle (sequential host gaps)
-        alone: int | None = None  # overlapped steps: spans of a step completed before the next was planned
         while True:
             if not requests and not loop.busy:  # idle: sleep until a request comes
                 if self._closed:
@@ -131,15 +129,11 @@ class Replica:
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
-                previous = alone = None
+                previous = None
                 if not requests:
                     continue
                 if plans_ahead and host_gap is not None and (gap := host_gap(None)) > 0:
                     yield at(env.now + gap)
-            if alone is not None:
-                if host_gap is not None and (gap := host_gap(alone)) > 0:
-                    yield at(env.now + gap)
-                alone = None
             if not plans_ahead and (host_gap is not None or gap_before is not None):
                 gap = host_gap(previous) if host_gap is not None else gap_before(result.num_steps)
                 if gap > 0:  # engine time before the step (arrivals meanwhile join it)
@@ -165,8 +159,6 @@ class Replica:
             end = waiting.handle.ready
             if end > env.now:
                 yield at(end)
-            if plans_ahead and not waiting.overlappable:
-                alone = len(waiting.plan.spans)
             loop.end()
             result.num_steps += 1
             result.end_time = end
