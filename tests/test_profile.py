@@ -13,7 +13,7 @@ from runtime.cli import main
 from runtime.cli.profile import DEFAULT_LIMITS
 from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
-from runtime.engine.types import PLACEHOLDER, StepResult
+from runtime.engine.types import StepResult
 from simulator.cost.cost_model import FEATURES, load_cost_model
 from simulator.fitting.fit import CANDIDATES, EXTRAPOLATING
 from simulator.fitting.profile_plan import (
@@ -25,7 +25,7 @@ from simulator.fitting.profile_plan import (
     warmup_plan,
 )
 from tests.model_helpers import make_tiny, one_thread
-from traces.events import Finished, Header, Span, Step, make_header
+from traces.events import Finished, Header, Span, Step
 from traces.log import LogWriter, fold, read_log
 from traces.step_padding import StepPadding
 
@@ -142,48 +142,6 @@ def test_cuda_default_sweep_is_feasible_and_short(tmp_path):
     assert executor.classes == {"prefill", "prefill+context", "decode", "mixed", "verify"}
     assert executor.steps < 2_000
     assert log.stat().st_size < 15 << 20  # a device run sends back files of up to 16 MiB
-
-
-class _Overlapping:
-    """launch / collect, every row sampling token 7 (so no draft of 8, 9, … is accepted)."""
-
-    def __init__(self) -> None:
-        self.placeholders = 0
-
-    def launch(self, plan, requests):
-        for s in plan.spans:
-            self.placeholders += PLACEHOLDER in requests[s.request_id].token_ids[s.start:s.start + s.num_tokens]
-        return StepResult([[7] for s in plan.spans if s.sample], 0.0)
-
-    def collect(self, handle):
-        return handle
-
-
-def test_overlapped_sweep_tiles_decode_steps_and_runs_verify_steps_alone(tmp_path):
-    """Through the overlapping step loop (the live engine's on CUDA): decode steps tile the timeline
-    (each planned while the one before ran), a verify step starts after the one before ended and
-    its drafts follow committed tokens (7 + 1, 7 + 2, …), never a placeholder; the log folds."""
-    config = EngineConfig(cache=CacheConfig(block_size=4, num_blocks=512),
-                          scheduler=SchedulerConfig(max_model_len=160, max_num_batched_tokens=64, max_num_seqs=8))
-    limits = derive_limits(128, 4, config)
-    plan = sweep_plan(limits, quick=True)
-    ticks = iter(range(10**9))
-    executor, log = _Overlapping(), tmp_path / "overlapped.jsonl"
-    with LogWriter(log) as writer:
-        writer(make_header(config, clock="wall"))
-        sweep = ShapeSweep(EngineCore(config, sink=writer, drafter=SweepDrafter(100)), executor, vocab_size=100,
-                           clock=lambda: next(ticks) * 1e-3, overlap=True)
-        result = run_sweep(sweep, plan, progress=False)
-    events = list(read_log(log))
-    steps = [e for e in events if isinstance(e, Step)]
-    assert result.steps == len(steps) and executor.placeholders > 0
-    verify = [(before, s) for before, s in zip(steps, steps[1:]) if s.drafts]
-    assert verify and all(s.start > before.end for before, s in verify)
-    assert all(d == list(range(8, 8 + len(d))) for _, s in verify for d in s.drafts)
-    decode = [(before, s) for before, s in zip(steps, steps[1:])
-              if shape_class(before) == shape_class(s) == "decode"]
-    assert decode and sum(s.start == before.end for before, s in decode) > 0.9 * len(decode)
-    assert not fold(events).tables
 
 
 def test_chunked_prefill_off_limits_contexts_to_the_budget():

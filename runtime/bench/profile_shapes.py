@@ -1,18 +1,14 @@
 """Drive the real engine through a sweep plan (simulator/fitting/profile_plan.py) and log every step.
 
 Nothing is invented: each case is a workload (random-token prompts, greedy, ``ignore_eos``) added
-to a real ``EngineCore`` and stepped with the real executor through the engine's own ``StepLoop``,
-so the Step events — spans from the scheduler, durations measured as the live engine measures
-them — are a genuine engine log that ``minivllm cost-model fit`` (or ``replay``, ``fold``) reads
-like any other. Where the live engine overlaps steps (async scheduling on CUDA) so does the sweep:
-a decode step is then logged at what it costs with the host's work hidden behind the device's,
-as in a live run, and a verify step, which no engine overlaps, at its sequential cost.
+to a real ``EngineCore`` and stepped with the real executor, so the Step events — spans from the
+scheduler, durations measured by the ModelRunner — are a genuine engine log that
+``minivllm cost-model fit`` (or ``replay``, ``fold``) reads like any other.
 
 Decode cases end by finishing their requests between steps (``core.finish``, reason
 ``"profile"``), the path a stop string takes: the log stays a complete, replayable run. Verify
 cases (``DecodeCase.drafts``) run on a core whose drafter (``SweepDrafter``) proposes that many
-drafts for every decode while the case wants them, and none otherwise (``idle``: the steps between
-them overlap as a plain engine's do).
+drafts for every decode while the case wants them, and none otherwise.
 """
 
 from __future__ import annotations
@@ -29,8 +25,7 @@ import msgspec
 from runtime.engine.core import EngineCore
 from runtime.engine.drafters import MAX_SPECULATIVE_TOKENS
 from runtime.engine.request import Request
-from runtime.engine.step_loop import StepLoop
-from runtime.engine.types import EventSink, Executor, OverlappingExecutor, StepOutput
+from runtime.engine.types import EventSink, Executor, StepOutput
 from simulator.fitting.profile_plan import Case, DecodeCase, PrefillCase, SweepLimits, longest_request, plan_summary
 from traces.log import LogWriter
 from traces.params import SamplingParams
@@ -51,11 +46,6 @@ class SweepDrafter:
         self.vocab_size = vocab_size
         self.drafts = 0
 
-    @property
-    def idle(self) -> bool:
-        """Proposing nothing: the next step's plan does not depend on this one's tokens."""
-        return not self.drafts
-
     def propose(self, requests: Sequence[Request], limits: Sequence[int]) -> list[list[int]]:
         v = self.vocab_size
         return [[(req.token_ids[-1] + 1 + i) % v for i in range(min(n, self.drafts))]
@@ -72,18 +62,17 @@ class SweepStalled(RuntimeError):
 
 
 class ShapeSweep:
-    """Runs cases on one core; ``now`` is seconds since the sweep began (the log's wall clock);
-    ``overlap``: the step loop overlaps steps where it can, as the live engine on this executor does."""
+    """Runs cases on one core; ``now`` is seconds since the sweep began (the log's wall clock)."""
 
-    def __init__(self, core: EngineCore, executor: Executor | OverlappingExecutor, *, vocab_size: int,
-                 seed: int = 0, clock: Callable[[], float] = time.monotonic, overlap: bool = False) -> None:
+    def __init__(self, core: EngineCore, executor: Executor, *, vocab_size: int, seed: int = 0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.core = core
+        self.executor = executor
         self.vocab_size = vocab_size
         self.seed = seed
         self._unique = 0
         self.clock = clock
         self.t0 = clock()
-        self.loop = StepLoop(core, executor, self.now, overlap=overlap)
         self.steps = 0
         self._prefixes: set[int] = set()
         self.max_seqs = core.config.scheduler.max_num_seqs
@@ -107,19 +96,11 @@ class ShapeSweep:
         return self.core.requests[rid]
 
     def step(self) -> StepOutput:
-        """Turn the step loop until a step completes (with overlap the next one is then in flight)."""
-        done = self.loop.step()
-        while not done:  # a launch with nothing in flight before it
-            done = self.loop.step()
-        out = done[0]
+        out = self.core.step(self.now(), self.executor)
         if out.plan.empty:
             raise SweepStalled(f"engine scheduled nothing with {len(self.core.requests)} unfinished requests")
         self.steps += 1
         return out
-
-    def settle(self) -> None:
-        """Complete the step in flight: the core's requests then hold every token they sampled."""
-        self.steps += len(self.loop.drain())
 
     def live(self, reqs: Iterable[Request]) -> list[Request]:
         return [r for r in reqs if r.request_id in self.core.requests]
@@ -162,7 +143,6 @@ class ShapeSweep:
         if case.drafts:
             if not isinstance(drafter, SweepDrafter):
                 raise TypeError("a verify case needs a core with a SweepDrafter (sweep_core)")
-            self.settle()  # drafts follow the committed tokens, not the placeholders of a step in flight
             drafter.drafts = case.drafts
         try:
             for _ in range(case.steps):
@@ -178,7 +158,6 @@ class ShapeSweep:
             self.drain([self.add(self.prompt(chunk), 1)])  # decodes + this chunk (+ its rest)
             if self.live(reqs):
                 self.step()  # a pure decode step between injections
-        self.settle()
         now = self.now()
         for r in self.live(reqs):
             self.core.finish(r.request_id, now, FINISH_REASON)
@@ -255,8 +234,8 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
     if quiet_wait > 0 and parts.runner.device.type == "cpu":
         gate = lambda: wait_until_quiet(quiet_wait)  # noqa: E731
         gate()  # the warm-up too: it would slow whatever else is running
-    warm = run_sweep(ShapeSweep(sweep_core(parts, None), parts.runner, vocab_size=vocab, seed=seed + 1,
-                                overlap=parts.overlap), warmup, progress=progress, desc="warm-up")
+    warm = run_sweep(ShapeSweep(sweep_core(parts, None), parts.runner, vocab_size=vocab, seed=seed + 1), warmup,
+                     progress=progress, desc="warm-up")
     header = parts.header("wall")
     # collect now and exempt everything alive from later collections: otherwise a full collection
     # over the startup heap (torch, transformers: ~10 ms) lands inside some measured step
@@ -269,8 +248,7 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
     try:
         with LogWriter(out) as writer:
             writer(msgspec.structs.replace(header, extra=extra))
-            sweep = ShapeSweep(sweep_core(parts, writer), parts.runner, vocab_size=vocab, seed=seed,
-                               overlap=parts.overlap)
+            sweep = ShapeSweep(sweep_core(parts, writer), parts.runner, vocab_size=vocab, seed=seed)
             result = run_sweep(sweep, plan, deadline=deadline, before_case=gate, progress=progress)
     finally:
         gc.unfreeze()  # frozen objects are never freed (extension types then report leaks at exit)

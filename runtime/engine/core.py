@@ -210,9 +210,8 @@ class EngineCore:
         """True when no token this step samples can change the next schedule or the executor's
         next inputs (see ``Request.next_token_matters``): then the next step may be planned and
         launched before these tokens reach the host, and the log stays what a sequential run writes."""
-        drafter = self.drafter
-        if drafter is not None and plan.num_sampling and not getattr(drafter, "idle", False):
-            return False  # the next drafts follow these tokens
+        if self.drafter is not None and plan.num_sampling:  # the next drafts follow these tokens
+            return False
         if not self._watched:  # no unfinished request's token values matter
             return True
         requests = self.requests

@@ -79,8 +79,6 @@ class Drafter(Protocol):
     """Proposes drafts for the decoding requests of a step, once per step, before it is budgeted."""
 
     num_tokens: int  # K: the most drafts a request is proposed
-    # (optional) ``idle``: True while it proposes nothing whatever the tokens (a profile's drafter
-    # between its verify cases); the engine may then overlap steps (EngineCore.overlappable)
 
     def propose(self, requests: Sequence[Request], limits: Sequence[int]) -> list[list[int]]:
         """Per request, at most ``limits[i]`` (<= K) token ids to follow its committed tokens
