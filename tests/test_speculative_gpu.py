@@ -79,7 +79,8 @@ def test_greedy_equals_hf_with_triton_and_graphs(tiny_gpu, scenario, drafter):
         run = run_engine(tiny_gpu.loaded, prompts, sc["max_tokens"], device="cuda", attention_backend="triton",
                          speculative=speculative, drafter=made, **sc["kw"])
     assert run.outputs == refs
-    assert run.runner.piecewise.replays > 0 and sum(verified) > 0
+    assert run.runner.piecewise.replays > 0
+    assert sum(verified) > 0 or drafter == "ngram"  # (prompt lookup may find nothing in random tokens)
     if scenario == "preemption":
         assert run.preemptions > 0
     if drafter == "model:self":

@@ -115,7 +115,9 @@ def _engine(args: argparse.Namespace):
     if max_prefill > budget and chunked:
         opts["max_num_batched_tokens"] = max_prefill
     try:
-        parts = build_engine(args.model, loaded=loaded, sync_timing=True, **opts)
+        # timed as the live engine runs: no device sync between the forward and the sampling (a
+        # benchmark instrument that adds a wait and a late sampling launch to every step)
+        parts = build_engine(args.model, loaded=loaded, **opts)
     except ConfigError as e:
         raise flag_error(e) from None
     limits = derive_limits(max_context, args.max_batch or default_batch, parts.config, budget=budget,
