@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import hashlib
 import re
 import statistics
@@ -154,6 +155,7 @@ def run_once(parts, prompts: list[list[int]], max_tokens: int, speculative: str,
     for p in prompts:
         core.add_request(p, params, 0.0)
     outputs: dict[int, list[int]] = {i: [] for i in range(len(prompts))}
+    gc.collect()  # the garbage of earlier runs (and their re-simulation) is not collected inside this one
     t0 = time.perf_counter()
     loop = parts.loop(core, lambda: time.perf_counter() - t0)
     while core.has_unfinished() or loop.busy:
