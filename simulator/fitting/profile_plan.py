@@ -14,7 +14,9 @@ own scheduler produces the step shapes the cost model needs (simulator/cost/cost
                                   early ones decode (mixed steps); then ``steps`` pure decode
                                   steps; then one fresh prompt per ``mixed_chunks`` entry joins
                                   the running batch (decode + prefill in one step), unless the
-                                  batch already holds max_num_seqs sequences
+                                  batch already holds max_num_seqs sequences; contexts a factor of
+                                  4 apart, 2 for batches up to SMALL_BATCH (single streams and
+                                  speculation, whose step time a model interpolates between them)
   DecodeCase(..., shared=True)    the same with one shared prefix (computed once, then prefix-cache
                                   hits): decode batch × context up to the KV pool without paying
                                   for batch × context tokens of prefill
@@ -79,6 +81,7 @@ class SweepLimits:
 # Drafts per verify span the sweep measures (at most MAX_SPECULATIVE_TOKENS, runtime/engine/drafters.py)
 VERIFY_DRAFTS = (1, 2, 4, 8, 16)
 VERIFY_MAX_BATCH = 32
+SMALL_BATCH = 8  # decode batches up to this size are profiled on a finer context grid
 
 # Context a decode case's requests may grow by: decoding while the rest of the batch prefills
 # (batch × context / budget steps at most), then ``steps`` and the mixed injections.
@@ -139,6 +142,7 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
         chunks, repeats, ctx_chunks = _with_top([16, 64], top_chunk), 1, [16, 64]
         contexts = [max(bs, lim.max_context // 2 // bs * bs)]
         batches, decode_ctx, steps = _with_top([1], lim.max_batch), _with_top([32], lim.max_context), 3
+        small_ctx = decode_ctx
     else:
         chunks, repeats, ctx_chunks = _with_top(_geometric(16, top_chunk, 2), top_chunk), 3, [16, 128, 512, 2048]
         contexts = _geometric(256, lim.max_context - 16, 4) + [lim.max_context // 2, lim.max_context - 256]
@@ -148,6 +152,9 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
         between = {b for b in (3, 6, 12) if b <= lim.max_batch}
         batches = _with_top(sorted(set(_geometric(1, lim.max_batch, 2)) | between), lim.max_batch)
         decode_ctx, steps = _with_top(_geometric(32, lim.max_context, 4), lim.max_context), 16
+        # small batches (single streams, speculation) also halfway between: their step cost grows with
+        # the context by the decode kernel's programs, which a model can only interpolate between points
+        small_ctx = _with_top(_geometric(32, lim.max_context, 2), lim.max_context)
 
     prefill = [PrefillCase(c, 0, repeats) for c in chunks]
     if lim.max_prefill > lim.budget:  # whole prompts beyond the live budget (chunked-off what-ifs)
@@ -158,7 +165,8 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
                   if 2 <= c <= min(lim.budget, lim.max_context - ctx)]
     decode = []
     for b in batches:
-        contexts_b = [ctx for ctx in decode_ctx if b * ctx <= lim.max_kv_tokens]
+        grid = small_ctx if b <= SMALL_BATCH else decode_ctx
+        contexts_b = [ctx for ctx in grid if b * ctx <= lim.max_kv_tokens]
         for ctx in contexts_b:
             fill = min(lim.budget - b, lim.max_context)  # a chunk that fills the step's budget
             # the budget-filling chunk (the costliest step) once per batch size, at its longest context
