@@ -180,13 +180,17 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
     # Verify cases go last: a sweep cut short by its time limit loses them first (a model fitted
     # without them prices a verify row as a prefill token), and a plain engine's log of the sweep
     # replays up to them. Speculation pays at small batches: batches of powers of two up to
-    # VERIFY_MAX_BATCH, every draft count over the shortest context and one over the longest
-    # (shared prefixes: no batch × context prefill to pay for first).
+    # VERIFY_MAX_BATCH, every draft count over the shortest context, a mid one over the contexts
+    # between and one over the longest (shared prefixes: no batch × context prefill to pay for first).
     verify_batches = [b for b in _geometric(1, VERIFY_MAX_BATCH, 2) if b in batches]
     shapes = [(ctx, d) for d in (VERIFY_DRAFTS[-2:-1] if quick else VERIFY_DRAFTS) for ctx in decode_ctx[:1]]
     if len(decode_ctx) > 1:
         shapes.append((decode_ctx[-1], VERIFY_DRAFTS[-2]))
-    verify = [DecodeCase(b, ctx, 4 if quick else 6, shared=True, drafts=d) for b in verify_batches for ctx, d in shapes
+    # small batches also at a mid draft count over their context grid: a verify row's attention grows
+    # with its context as a decode's does
+    mid = [(ctx, VERIFY_DRAFTS[len(VERIFY_DRAFTS) // 2]) for ctx in small_ctx[1:-1]]
+    verify = [DecodeCase(b, ctx, 4 if quick else 6, shared=True, drafts=d) for b in verify_batches
+              for ctx, d in shapes + (mid if b <= SMALL_BATCH else [])
               if b * (1 + d) <= lim.budget and b * ctx <= 0.9 * lim.pool_tokens]
     return _interleave(prefill, on_context, decode) + verify
 
