@@ -49,20 +49,23 @@ def test_features_of_a_step():
     assert dict(zip(FEATURES, step_features([Span(2, 16, 32, False)])))["longest_program"] == 0
 
 
-def test_a_verify_span_reads_its_context_once():
-    """A speculating request's span of 1 + 8 tokens over 1,450 cached: its 9 rows are GEMM work, its
-    attention a decode's (the context read once), not a prefill chunk's query-key pairs."""
+def test_a_verify_span_is_decode_rows_reading_its_context_once():
+    """A speculating request's span of 1 + 8 tokens over 1,450 cached: 9 decode rows (the decode graph
+    runs a row per token), its context read once and its last row the longest program, no prefill
+    chunk's tokens or query-key pairs; a step of decodes and verify spans is a decode step."""
     spans = [Span(0, 1450, 9, True), Span(1, 300, 1, True), Span(2, 16, 9, True)]
     plain = dict(zip(FEATURES, step_features(spans)))
     verify = dict(zip(FEATURES, step_features(spans, verifying={0})))
     assert plain["prefill_attention"] == 9 * 1450 + 45 + 9 * 16 + 45 and plain["decode_context"] == 301
-    assert verify["prefill_attention"] == 9 * 16 + 45 and verify["decode_context"] == 301 + 1450 + 9
-    assert verify["prefill_tokens"] == plain["prefill_tokens"] == 18 and verify["prefill_step"] == 1.0
+    assert verify["prefill_attention"] == 9 * 16 + 45 and verify["prefill_tokens"] == 9
+    assert verify["decode_seqs"] == 1 + 9 and verify["seqs"] == 3 + 8 and verify["decode_context"] == 301 + 1450 + 9
+    assert verify["longest_program"] == 1450 + 9 and verify["prefill_step"] == 1.0
+    rows = dict(zip(FEATURES, step_features(spans[:2], verifying={0})))
+    assert rows["prefill_step"] == rows["prefill_tokens"] == 0
     model = LinearCostModel(TRUE)  # its inlined features agree
-    expected = float(np.dot([TRUE.get(k, 0.0) for k in FEATURES], list(verify.values())))
-    assert model.step_time(0, spans, {0}) == pytest.approx(expected)
-    plain_expected = float(np.dot([TRUE.get(k, 0.0) for k in FEATURES], list(plain.values())))
-    assert model.step_time(0, spans) == pytest.approx(plain_expected)
+    for s, v in ((spans, {0}), (spans, ()), (spans[:2], {0}), (spans, {0, 2})):
+        expected = float(np.dot([TRUE.get(k, 0.0) for k in FEATURES], step_features(s, verifying=v)))
+        assert model.step_time(0, s, v) == pytest.approx(expected)
 
 
 def test_longest_program_follows_the_decode_kernels_split():

@@ -6,9 +6,9 @@ A span's ``start`` is the tokens already in the KV cache, ``num_tokens`` the chu
   const              1 per step (weights read, launches, fixed overhead)
   prefill_tokens     Σ chunk over spans with chunk > 1 (GEMM work)
   prefill_attention  Σ (chunk · start + chunk · (chunk + 1) / 2): query-key pairs of causal prefill
-  decode_seqs        spans with chunk == 1
-  decode_context     Σ (start + 1) over those: KV read by decode attention
-  seqs               all spans (per-sequence overhead, sampling)
+  decode_seqs        decode rows: spans with chunk == 1, and a verify span's rows (below)
+  decode_context     Σ (start + 1) over the decodes: KV read by decode attention
+  seqs               all spans, a verify span's rows each (per-sequence overhead, sampling)
   prefill_step       1 when any span has chunk > 1: a step that carries prefill runs eagerly (no CUDA
                      graph) and pays a fixed extra cost, however few tokens it has
   longest_program    the context tokens the decode kernel's longest program reads: the longest decode
@@ -24,17 +24,17 @@ A span's ``start`` is the tokens already in the KV cache, ``num_tokens`` the chu
                      model without ``step_padding``
 
 A speculative decode's verify span (its last token and d drafts, ``Step.drafts``; the callers pass
-its request in ``verifying``) is a span of 1 + d tokens: its 1 + d rows go through every GEMM
-(``prefill_tokens``) and its step is a ``prefill_step`` (the decode CUDA graphs take one-token spans
-only, runtime/executor/model_inputs.py, so a step that verifies drafts runs the mixed path, as one
-with a prefill chunk does). Its attention is priced as a decode's, by its context (``decode_context``,
-start + 1 + d): a few queries over a long context read the KV once, at the memory rate (the CPU's C
-kernel reads it once for all of a span's rows), not at the per-pair rate ``prefill_attention`` is
-fitted at on long chunks. ``minivllm profile``'s verify cases (simulator/fitting/profile_plan.py)
-put such steps in the fit: without them ``prefill_tokens`` is fitted on chunks of 16 or more only,
-and on a device whose GEMMs' first rows cost almost nothing (the CPU's prepacked GEMM, up to ~10
-rows) it overprices a short verify span. Not priced: the d more logits rows it samples (``seqs``
-counts one per span).
+its request in ``verifying``) counts as 1 + d decode rows: ``decode_seqs`` and ``seqs`` + 1 + d
+(each row is sampled), its context read once (``decode_context`` + start + 1 + d), the longest of
+them in ``longest_program`` (the split count taken for every decode row of the step). That is how
+the engine runs it: on CUDA a step
+of decodes and verify spans replays a decode CUDA graph with a row per token
+(runtime/executor/model_inputs.py ``as_decode_rows``), each row a decode-kernel program over its own
+context (the rows of one span hit the same KV blocks in L2); on the CPU the C kernel reads the
+span's KV once for all its rows. It is no ``prefill_step`` (nothing eager) and no query-key pairs.
+``minivllm profile``'s verify cases (simulator/fitting/profile_plan.py) put such steps in the fit.
+Not priced: a step whose decode rows outnumber the graphs' largest batch (max_num_seqs) runs the
+piecewise graphs instead, which cost more.
 
 ``EXT_FEATURES`` add what a tree model splits on besides: tokens in the step, prefill spans, the
 largest chunk. They are also the quantities whose profiled range a model records (simulator/cost/ranges.py).
@@ -59,7 +59,7 @@ FEATURE_DOC = {
     "const": "seconds per step",
     "prefill_tokens": "seconds per prefill token (chunk > 1)",
     "prefill_attention": "seconds per causal query-key pair in prefill chunks",
-    "decode_seqs": "seconds per decode span (chunk == 1)",
+    "decode_seqs": "seconds per decode row (a span with chunk == 1, or a verify span's row)",
     "decode_context": "seconds per context token read by a decode span",
     "seqs": "seconds per span",
     "prefill_step": "seconds per step that carries prefill (any chunk > 1: eager, no CUDA graph)",
@@ -107,13 +107,16 @@ def ext_features(spans: Iterable[Span], splits: DecodeSplits | None = None,
             dc += s.start + 1
             if s.start >= mx:
                 mx = s.start + 1
+        elif s.request_id in verifying:  # 1 + d decode rows, the context read once
+            ds += n
+            ns += n - 1
+            dc += s.start + n
+            if s.start + n > mx:
+                mx = s.start + n
         else:
             pt += n
             ps += 1
-            if s.request_id in verifying:
-                dc += s.start + n
-            else:
-                pa += n * s.start + n * (n + 1) // 2
+            pa += n * s.start + n * (n + 1) // 2
             if n > mc:
                 mc = n
     if splits is not None and mx:
