@@ -186,12 +186,14 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
     shapes = [(ctx, d) for d in (VERIFY_DRAFTS[-2:-1] if quick else VERIFY_DRAFTS) for ctx in decode_ctx[:1]]
     if len(decode_ctx) > 1:
         shapes.append((decode_ctx[-1], VERIFY_DRAFTS[-2]))
-    # small batches also at a mid draft count over their context grid: a verify row's attention grows
-    # with its context as a decode's does
-    mid = [(ctx, VERIFY_DRAFTS[len(VERIFY_DRAFTS) // 2]) for ctx in small_ctx[1:-1]]
     verify = [DecodeCase(b, ctx, 4 if quick else 6, shared=True, drafts=d) for b in verify_batches
-              for ctx, d in shapes + (mid if b <= SMALL_BATCH else [])
-              if b * (1 + d) <= lim.budget and b * ctx <= 0.9 * lim.pool_tokens]
+              for ctx, d in shapes if b * (1 + d) <= lim.budget and b * ctx <= 0.9 * lim.pool_tokens]
+    # small batches also at a mid draft count over their context grid, each request over a context of
+    # its own as live (a shared prefix's blocks, read by every row, stay in the GPU's L2 cache): a verify
+    # row's attention grows with its context as a decode's does
+    d = VERIFY_DRAFTS[len(VERIFY_DRAFTS) // 2]
+    verify += [DecodeCase(b, ctx, 6, drafts=d) for b in verify_batches if b <= SMALL_BATCH and not quick
+               for ctx in small_ctx[1:-1] if b * (1 + d) <= lim.budget and b * ctx <= lim.max_kv_tokens]
     return _interleave(prefill, on_context, decode) + verify
 
 
