@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -17,7 +18,7 @@ from simulator.cost.trees import TreeEnsemble
 from simulator.fitting.fit import CANDIDATES, EXTRAPOLATING, fit_candidate, fit_cost_model, select_model
 from simulator.sim import simulate
 from tests.sim_helpers import VaryingDurationExecutor, mixed_workload, record_async_style, small_config
-from traces.events import Span, Step
+from traces.events import Header, Span, Step
 from traces.log import LogWriter, read_log
 
 TRUE = {"const": 2e-3, "prefill_tokens": 4e-6, "prefill_attention": 1e-9, "decode_seqs": 5e-6,
@@ -293,3 +294,17 @@ def test_a_weighted_log_counts_its_training_steps_that_many_times(padded_logs, t
             main(["cost-model", "fit", *map(str, train), "--weight", bad, "--out", str(out)])
         err = capsys.readouterr().err
         assert f"--weight {bad}" in err and why in err
+
+
+def test_a_profile_sweeps_gaps_leave_out_its_own_request_additions(tmp_path):
+    """In a profile sweep's log (Header extra ``profile``) the sweep adds requests itself, making a
+    prompt each time: a busy gap a request arrived in is its time, not the engine's, and is left out."""
+    events = record_async_style(mixed_workload(60, seed=2, rate=200), small_config(), VaryingDurationExecutor(seed=1),
+                                overhead=5e-3)
+    live, sweep = tmp_path / "live.jsonl", tmp_path / "sweep.jsonl"
+    for path, extra in ((live, {}), (sweep, {"profile": {"quick": True}})):
+        with LogWriter(path) as w:
+            for ev in events:
+                w(msgspec.structs.replace(ev, extra={**ev.extra, **extra}) if isinstance(ev, Header) else ev)
+    all_gaps, sweep_gaps = HostData.from_log(live).busy_gaps, HostData.from_log(sweep).busy_gaps
+    assert 0 < len(sweep_gaps) < len(all_gaps)

@@ -103,8 +103,9 @@ class HostData:
 
     @classmethod
     def from_log(cls, path: str | Path) -> HostData:
-        """A profile sweep's log (Header ``extra.profile``) gives busy gaps only: its requests are
-        added by the sweep between cases, not by a front door."""
+        """A profile sweep's log (Header ``extra.profile``) gives busy gaps only, and none a request
+        was added in: its requests are added by the sweep (a synthetic prompt made each time), not
+        by a front door."""
         profile = "profile" in read_header(path).extra
         data = cls(live_logs=0 if profile else 1)
         steps: list[tuple[float, float, int, int]] = []  # start, end, spans, requests ended before it
@@ -126,6 +127,7 @@ class HostData:
         order = np.sort(np.asarray(arrivals))
         prev_end, prev_spans = None, 0
         for start, end, spans, ended_before in steps:
+            added = False  # (a sweep's request added in the gap: the sweep's time, not the engine's)
             if prev_end is None:
                 ready = float(order[0]) if len(order) else start
                 idle = True
@@ -133,11 +135,12 @@ class HostData:
                 arrived = int(np.searchsorted(order, prev_end, side="right"))
                 idle = arrived - ended_before <= 0 and arrived < len(order)
                 ready = float(order[arrived]) if idle else prev_end
+                added = profile and np.searchsorted(order, start, "right") > np.searchsorted(order, prev_end, "left")
             gap = start - ready
             if idle:
                 if not profile:
                     data.wakes.append(max(gap, 0.0))
-            else:
+            elif not added:
                 data.busy_gaps.append(max(gap, 0.0))
                 data.busy_spans.append(prev_spans)
                 data.tiled += gap == 0.0
