@@ -28,6 +28,7 @@ from tests.sim_helpers import mixed_workload, small_config
 from traces.decode_splits import DecodeSplits
 from traces.events import Span
 from traces.log import LogWriter
+from traces.step_padding import StepPadding
 
 TRUE = {"const": 0.004, "prefill_tokens": 3e-5, "prefill_attention": 2e-9, "decode_seqs": 2e-4,
         "decode_context": 4e-7, "seqs": 1e-4, "prefill_step": 0.012, "longest_program": 3e-7}
@@ -58,13 +59,16 @@ def test_a_verify_span_is_decode_rows_reading_its_context_once():
     verify = dict(zip(FEATURES, step_features(spans, verifying={0})))
     assert plain["prefill_attention"] == 9 * 1450 + 45 + 9 * 16 + 45 and plain["decode_context"] == 301
     assert verify["prefill_attention"] == 9 * 16 + 45 and verify["prefill_tokens"] == 9
-    assert verify["decode_seqs"] == 1 + 9 and verify["seqs"] == 3 + 8 and verify["decode_context"] == 301 + 1450 + 9
+    assert verify["decode_seqs"] == 1 + 9 and verify["seqs"] == 3 and verify["decode_context"] == 301 + 1450 + 9
     assert verify["longest_program"] == 1450 + 9 and verify["prefill_step"] == 1.0
     rows = dict(zip(FEATURES, step_features(spans[:2], verifying={0})))
     assert rows["prefill_step"] == rows["prefill_tokens"] == 0
-    model = LinearCostModel(TRUE)  # its inlined features agree
+    padded = {**TRUE, "padded_tokens": 1e-6}
+    model = LinearCostModel(padded)  # its inlined features agree, padding too
+    model.set_step_padding(StepPadding(2048))
     for s, v in ((spans, {0}), (spans, ()), (spans[:2], {0}), (spans, {0, 2})):
-        expected = float(np.dot([TRUE.get(k, 0.0) for k in FEATURES], step_features(s, verifying=v)))
+        expected = float(np.dot([padded.get(k, 0.0) for k in FEATURES],
+                                step_features(s, padding=StepPadding(2048), verifying=v)))
         assert model.step_time(0, s, v) == pytest.approx(expected)
 
 

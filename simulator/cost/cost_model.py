@@ -196,7 +196,7 @@ class LinearCostModel(TimedModel):
 
     def step_time(self, step: int, spans: Sequence[Span], verifying: Container[int] = ()) -> float:
         # inlined step_features: this runs once per simulated step (longest_program: mx, split below)
-        pt = pa = ds = dc = mx = rows = 0  # rows: a verify span's beyond its first
+        pt = pa = ds = dc = mx = rows = 0  # rows: verify spans' decode rows
         for s in spans:
             n = s.num_tokens
             if n == 1:
@@ -206,23 +206,23 @@ class LinearCostModel(TimedModel):
                     mx = s.start + 1
             elif s.request_id in verifying:  # 1 + d decode rows, the context read once (dc + ds below)
                 ds += n
-                rows += n - 1
+                rows += n
                 dc += s.start
                 if s.start + n > mx:
                     mx = s.start + n
             else:
                 pt += n
                 pa += n * s.start + n * (n + 1) // 2
-        if not pt:
+        if not pt and not rows:  # (a step with verify rows has fewer sequences than decode rows)
             return self.decode_time(ds, dc + ds, mx)
         c, c_pt, c_pa, c_ds, c_dc, c_ns, c_ps, c_mx, c_pad = self._terms
-        t = c + c_pt * pt + c_pa * pa + c_ds * ds + c_dc * (dc + ds) + c_ns * (len(spans) + rows) + c_ps
+        t = c + c_pt * pt + c_pa * pa + c_ds * ds + c_dc * (dc + ds) + c_ns * len(spans) + (c_ps if pt else 0.0)
         if mx and c_mx:  # (a model without the coefficient adds nothing, not even a 0.0)
             splits = self.decode_splits
             t += c_mx * (mx if splits is None else splits.longest_program(mx, ds))
-        if c_pad and self.padding is not None:
+        if c_pad and pt and self.padding is not None:
             t += c_pad * self.padding.padding(pt + ds)
-        return t if self._overlap is None else self._overlapped(t, len(spans) + rows)
+        return t if self._overlap is None else self._overlapped(t, len(spans))
 
     def decode_time(self, n: int, context: int, longest: int) -> float:
         """``step_time`` of a decode-only step of ``n`` spans, ``context`` = Σ (start + 1) and

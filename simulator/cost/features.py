@@ -8,7 +8,7 @@ A span's ``start`` is the tokens already in the KV cache, ``num_tokens`` the chu
   prefill_attention  Σ (chunk · start + chunk · (chunk + 1) / 2): query-key pairs of causal prefill
   decode_seqs        decode rows: spans with chunk == 1, and a verify span's rows (below)
   decode_context     Σ (start + 1) over the decodes: KV read by decode attention
-  seqs               all spans, a verify span's rows each (per-sequence overhead, sampling)
+  seqs               all spans (per-sequence overhead, sampling)
   prefill_step       1 when any span has chunk > 1: a step that carries prefill runs eagerly (no CUDA
                      graph) and pays a fixed extra cost, however few tokens it has
   longest_program    the context tokens the decode kernel's longest program reads: the longest decode
@@ -24,9 +24,9 @@ A span's ``start`` is the tokens already in the KV cache, ``num_tokens`` the chu
                      model without ``step_padding``
 
 A speculative decode's verify span (its last token and d drafts, ``Step.drafts``; the callers pass
-its request in ``verifying``) counts as 1 + d decode rows: ``decode_seqs`` and ``seqs`` + 1 + d
-(each row is sampled), its context read once (``decode_context`` + start + 1 + d), the longest of
-them in ``longest_program`` (the split count taken for every decode row of the step). That is how
+its request in ``verifying``) counts as 1 + d decode rows: ``decode_seqs`` + 1 + d (one sequence
+in ``seqs``), its context read once (``decode_context`` + start + 1 + d), the longest of them in
+``longest_program`` (the split count taken for every decode row of the step). That is how
 the engine runs it: on CUDA a step
 of decodes and verify spans replays a decode CUDA graph with a row per token
 (runtime/executor/model_inputs.py ``as_decode_rows``), each row a decode-kernel program over its own
@@ -109,7 +109,6 @@ def ext_features(spans: Iterable[Span], splits: DecodeSplits | None = None,
                 mx = s.start + 1
         elif s.request_id in verifying:  # 1 + d decode rows, the context read once
             ds += n
-            ns += n - 1
             dc += s.start + n
             if s.start + n > mx:
                 mx = s.start + n
