@@ -142,8 +142,8 @@ class DecodeGraphs:
         p = len(host.fill_rows)
         vec[4, :p] = host.fill_rows
         vec[5, :p] = host.fill_from
-        rows = host.logits_indices
-        permuted = not np.array_equal(rows, self.identity[:n])
+        rows = host.logits_indices  # (a plain decode step's are the rows' own order)
+        permuted = host.rows_per_sample is not None and not np.array_equal(rows, self.identity[:n])
         if permuted:
             vec[6, :n] = rows
         w = host.block_table.shape[1]
