@@ -1,9 +1,8 @@
 """Speculative decoding on CUDA (fp32 tiny models, so greedy choices are not decided by rounding):
 with Triton attention and CUDA graphs on, speculating steps go through the decode graphs, a row per
 token (steps with a prefill chunk through the piecewise graphs, the draft model's one-token steps
-through its own), and
-greedy output equals HF's greedy and the plain run's; sampled output equals the plain run's with
-either sampler."""
+through its own), and greedy output equals HF's greedy and the plain run's; sampled output equals
+the plain run's with either sampler."""
 
 from __future__ import annotations
 

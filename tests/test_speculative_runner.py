@@ -104,14 +104,19 @@ def test_prefix_hits_under_speculation(tiny, plain):
     assert any(isinstance(b, PrefixHit) for e in events if hasattr(e, "block_events") for b in e.block_events)
 
 
+def _graph_path_runner(tiny) -> ModelRunner:
+    """A CPU runner of the graph-path dry runs: steps of 16 tokens, up to 6 sequences, ngram:3."""
+    config = EngineConfig(cache=CacheConfig(block_size=BLOCK, num_blocks=48),
+                          scheduler=SchedulerConfig(max_num_batched_tokens=16, max_num_seqs=6, max_model_len=128),
+                          speculative="ngram:3", seed=3)
+    return ModelRunner(tiny.loaded, RunnerConfig(attention_backend="torch", device="cpu"), config)
+
+
 def test_piecewise_graph_path_dry_run(tiny, plain):
     """Speculating steps through PiecewiseGraphs (its dry run on the CPU: the same buffers and
     padding): their logits rows (1 + drafts per decode) fit ``max_num_seqs`` rows."""
     drafter = ReplayDrafter(by_prompt(PROMPTS, plain), 3, 0.5)
-    config = EngineConfig(cache=CacheConfig(block_size=BLOCK, num_blocks=48),
-                          scheduler=SchedulerConfig(max_num_batched_tokens=16, max_num_seqs=6, max_model_len=128),
-                          speculative="ngram:3", seed=3)
-    runner = ModelRunner(tiny.loaded, RunnerConfig(attention_backend="torch", device="cpu"), config)
+    runner = _graph_path_runner(tiny)
     runner.piecewise = PiecewiseGraphs(runner.model, runner.kv_caches, runner.backend, max_tokens=16, max_seqs=16,
                                        device=runner.device)
     outputs, *_ = drive(tiny.loaded, PROMPTS, GREEDY, speculative="ngram:3", drafter=drafter, runner=runner)
@@ -395,10 +400,7 @@ def test_decode_graph_path_dry_run(tiny, plain):
     from runtime.executor.cuda_graphs import DecodeGraphs
 
     drafter = ReplayDrafter(by_prompt(PROMPTS, plain), 3, 0.5)
-    config = EngineConfig(cache=CacheConfig(block_size=BLOCK, num_blocks=48),
-                          scheduler=SchedulerConfig(max_num_batched_tokens=16, max_num_seqs=6, max_model_len=128),
-                          speculative="ngram:3", seed=3)
-    runner = ModelRunner(tiny.loaded, RunnerConfig(attention_backend="torch", device="cpu"), config)
+    runner = _graph_path_runner(tiny)
     runner.graphs = DecodeGraphs(runner.model, runner.kv_caches, runner.backend, max_batch=24, max_model_len=128,
                                  block_size=BLOCK, device=runner.device)
     runner.graphs.capture()

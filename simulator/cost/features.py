@@ -26,15 +26,14 @@ A span's ``start`` is the tokens already in the KV cache, ``num_tokens`` the chu
 A speculative decode's verify span (its last token and d drafts, ``Step.drafts``; the callers pass
 its request in ``verifying``) counts as 1 + d decode rows: ``decode_seqs`` + 1 + d (one sequence
 in ``seqs``), its context read once (``decode_context`` + start + 1 + d), the longest of them in
-``longest_program`` (the split count taken for every decode row of the step). That is how
-the engine runs it: on CUDA a step
-of decodes and verify spans replays a decode CUDA graph with a row per token
-(runtime/executor/model_inputs.py ``as_decode_rows``), each row a decode-kernel program over its own
-context (the rows of one span hit the same KV blocks in L2); on the CPU the C kernel reads the
-span's KV once for all its rows. It is no ``prefill_step`` (nothing eager) and no query-key pairs.
-``minivllm profile``'s verify cases (simulator/fitting/profile_plan.py) put such steps in the fit.
-Not priced: a step whose decode rows outnumber the graphs' largest batch (max_num_seqs) runs the
-piecewise graphs instead, which cost more.
+``longest_program`` (the split count taken for every decode row of the step). That is how the
+engine runs it: on CUDA a step of decodes and verify spans replays a decode CUDA graph with a row
+per token (runtime/executor/model_inputs.py ``as_decode_rows``), each row a decode-kernel program
+over its own context (the rows of one span read the same KV blocks, from L2 after the first); on
+the CPU the C kernel reads the span's KV once for all its rows. It is no ``prefill_step`` (nothing
+eager) and no query-key pairs. ``minivllm profile``'s verify cases (simulator/fitting/profile_plan.py)
+put such steps in the fit. Not priced: a step whose decode rows outnumber the graphs' largest batch
+(max_num_seqs) runs the piecewise graphs instead, which cost more.
 
 ``EXT_FEATURES`` add what a tree model splits on besides: tokens in the step, prefill spans, the
 largest chunk. They are also the quantities whose profiled range a model records (simulator/cost/ranges.py).

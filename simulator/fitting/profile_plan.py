@@ -178,7 +178,7 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
                 if lim.max_kv_tokens < b * ctx <= 0.9 * lim.pool_tokens and ctx >= 2 * bs:
                     decode.append(DecodeCase(b, ctx, steps // 2, (), shared=True))
     # Verify cases go last: a sweep cut short by its time limit loses them first (a model fitted
-    # without them prices a verify row as a prefill token), and a plain engine's log of the sweep
+    # without them prices a verify row as any other decode row), and a plain engine's log of the sweep
     # replays up to them. Speculation pays at small batches: batches of powers of two up to
     # VERIFY_MAX_BATCH, every draft count over the shortest context, a mid one over the contexts
     # between and one over the longest (shared prefixes: no batch × context prefill to pay for first).
