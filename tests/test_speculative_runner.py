@@ -18,8 +18,9 @@ from runtime.engine.config import CacheConfig, ConfigError, EngineConfig, Schedu
 from runtime.engine.core import EngineCore
 from runtime.engine.drafters import parse_speculative
 from runtime.executor.config import RunnerConfig
+from runtime.executor.cuda_graphs import DecodeGraphs
 from runtime.executor.draft_model import build_draft_drafter, check_compatible
-from runtime.executor.model_inputs import host_inputs
+from runtime.executor.model_inputs import as_decode_rows, host_inputs, to_device
 from runtime.executor.model_runner import NONFINITE_LOGITS, ModelRunner
 from runtime.executor.piecewise_graphs import PiecewiseGraphs
 from tests.model_helpers import make_tiny, one_thread
@@ -397,8 +398,6 @@ def test_warm_up_shares_the_draft_model_and_forgets_its_requests(tiny):
 def test_decode_graph_path_dry_run(tiny, plain):
     """Verify steps through the decode graphs' buffers (their dry run on the CPU), a row per token:
     greedy output equals plain, and the graphs ran steps with drafts in them."""
-    from runtime.executor.cuda_graphs import DecodeGraphs
-
     drafter = ReplayDrafter(by_prompt(PROMPTS, plain), 3, 0.5)
     runner = _graph_path_runner(tiny)
     runner.graphs = DecodeGraphs(runner.model, runner.kv_caches, runner.backend, max_batch=24, max_model_len=128,
@@ -426,8 +425,6 @@ def test_decode_rows_give_the_varlen_steps_logits(tiny):
 
     from runtime.engine.request import Request
     from runtime.engine.types import StepPlan
-    from runtime.executor.cuda_graphs import DecodeGraphs
-    from runtime.executor.model_inputs import as_decode_rows, to_device
     from traces.events import Span
 
     config = EngineConfig(cache=CacheConfig(block_size=BLOCK, num_blocks=32),
