@@ -157,6 +157,31 @@ def test_chunked_prefill_off_limits_contexts_to_the_budget():
     assert all(c.chunk + c.context <= limits.max_context for c in plan if isinstance(c, PrefillCase))
 
 
+class _CountingDrafter(SweepDrafter):
+    def __init__(self) -> None:
+        super().__init__(100)
+        self.calls = 0
+
+    def propose(self, requests, limits):
+        self.calls += 1
+        return super().propose(requests, limits)
+
+
+def test_sweep_speculates_only_in_verify_cases():
+    """Plain cases are planned as a plain engine plans them (no drafter: the scheduler's decode fast
+    path), so their steps' host time is a plain engine's; a verify case's every decode drafts."""
+    config = EngineConfig(cache=CacheConfig(block_size=16, num_blocks=512),
+                          scheduler=SchedulerConfig(max_model_len=512, max_num_batched_tokens=256))
+    drafter = _CountingDrafter()
+    core = EngineCore(config, drafter=drafter)
+    sweep = ShapeSweep(core, _ZeroCost(), vocab_size=100)
+    run_sweep(sweep, [DecodeCase(4, 32, 5), PrefillCase(16)], progress=False)
+    assert drafter.calls == 0 and core.drafter is None
+    run_sweep(sweep, [DecodeCase(4, 32, 5, drafts=2)], progress=False)
+    assert drafter.calls == 5 and core.drafter is None
+    assert sweep.executor.classes >= {"verify"}
+
+
 @pytest.mark.parametrize("flag", ["--max-batch", "--max-context", "--holdout-every"])
 def test_bad_sweep_flags_name_the_flag(flag, capsys):
     with pytest.raises(SystemExit) as exc:

@@ -7,8 +7,8 @@ scheduler, durations measured by the ModelRunner — are a genuine engine log th
 
 Decode cases end by finishing their requests between steps (``core.finish``, reason
 ``"profile"``), the path a stop string takes: the log stays a complete, replayable run. Verify
-cases (``DecodeCase.drafts``) run on a core whose drafter (``SweepDrafter``) proposes that many
-drafts for every decode while the case wants them, and none otherwise.
+cases (``DecodeCase.drafts``) hand the core a drafter (``SweepDrafter``) proposing that many drafts
+for every decode; the other cases run without one, as a plain engine does.
 """
 
 from __future__ import annotations
@@ -77,6 +77,9 @@ class ShapeSweep:
         self._prefixes: set[int] = set()
         self.max_seqs = core.config.scheduler.max_num_seqs
         self.max_len = longest_request(core.config.scheduler)
+        # the core speculates only in verify cases: every other step is planned as a plain engine's
+        # (a drafter, even one proposing nothing, takes the scheduler off its decode fast path)
+        self.drafter, core.drafter = core.drafter, None
 
     def now(self) -> float:
         return self.clock() - self.t0
@@ -139,19 +142,18 @@ class ShapeSweep:
         reqs += [self.add(self.prompt(case.context, prefix), max_tokens) for _ in range(case.batch - 1)]
         while any(r.num_computed_tokens < r.num_prompt_tokens for r in self.live(reqs)):
             self.step()  # prefill phase: chunks of the batch, with decodes of the early requests
-        drafter = self.core.drafter
         if case.drafts:
-            if not isinstance(drafter, SweepDrafter):
+            if not isinstance(self.drafter, SweepDrafter):
                 raise TypeError("a verify case needs a core with a SweepDrafter (sweep_core)")
-            drafter.drafts = case.drafts
+            self.drafter.drafts = case.drafts
+            self.core.drafter = self.drafter
         try:
             for _ in range(case.steps):
                 if not self.live(reqs):
                     break
                 self.step()
         finally:
-            if case.drafts:
-                drafter.drafts = 0
+            self.core.drafter = None
         for chunk in case.mixed_chunks:
             if not self.live(reqs) or len(self.core.requests) >= self.max_seqs:
                 break  # a fresh prompt could not join the batch: it would wait for the batch to end

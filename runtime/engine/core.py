@@ -54,7 +54,6 @@ class EngineCore:
         spec = parse_speculative(config.speculative)
         if drafter is None and spec is not None:
             drafter = make_drafter(spec)
-        self.drafter = drafter
         self.scheduler = Scheduler(config.scheduler, self.block_manager, drafter)
         self.requests: dict[int, Request] = {}  # unfinished requests
         self._watched = 0  # of those, how many a token value may matter to (``overlappable``)
@@ -63,6 +62,16 @@ class EngineCore:
         self._planned: dict[int, float] = {}  # steps planned, not yet completed: when they were planned
         # of those, the ones ``advance`` took: their block events, the requests it ended, the tokens it wrote
         self._advanced: dict[int, tuple[list, list[Request], list[list[int]] | None]] = {}
+
+    @property
+    def drafter(self) -> Drafter | None:
+        """Who proposes speculative drafts (None: no speculation)."""
+        return self.scheduler.drafter
+
+    @drafter.setter
+    def drafter(self, drafter: Drafter | None) -> None:
+        """Between steps, with none in flight: a profile sweep speculates only in its verify cases."""
+        self.scheduler.drafter = drafter
 
     # --- requests ------------------------------------------------------------------------------
 

@@ -9,14 +9,17 @@ rolls the KV of rejected drafts back (runtime/engine/core.py). A drafter only pr
 Spelled ``METHOD:K`` or ``METHOD:ARG:K`` (``--speculative``; ``parse_speculative`` is the one
 home of the rule):
 
-- ``ngram:K``: prompt lookup. The longest of the request's last 4, 3 or 2 tokens that occurred
-  before in its prompt + output is found (latest occurrence), and the K tokens that followed it
-  are proposed. Deterministic, pure Python, nothing to load. A request whose drafts keep being
-  rejected (text that does not repeat itself) goes quiet, so it costs the batch little: each
-  verified draft is compute, and a rejected one buys nothing. A quiet request's proposals are
-  still made and scored against the tokens it then commits, but kept back (shadow proposals:
-  free, no verification); once they would have been accepted again it drafts again, so text that
-  starts repeating itself (a model falling into a loop, a quote) gets drafts at once.
+- ``ngram:K``: prompt lookup. The longest of the request's last 8, 6, 4, 3 or 2 tokens that
+  occurred before in its prompt + output is found (latest occurrence), and the K tokens that
+  followed it are proposed: a longer suffix picks, of the places a short phrase recurs, the one
+  that continues as the text does now (in a loop of "it was the age of X, ..." the last loop, not
+  the latest "the age of"). Deterministic, pure Python, nothing to load. A request whose drafts
+  keep being rejected (text that does not repeat itself) goes quiet, so it costs the batch
+  little: each verified draft is compute, and a rejected one buys nothing. A quiet request's
+  proposals are still made and scored against the tokens it then commits, but kept back (shadow
+  proposals: free, no verification); as soon as one has guessed its first SHADOW_PROBE tokens it
+  drafts again, so text that starts repeating itself (a model falling into a loop, a quote) gets
+  drafts within a few tokens.
 - ``model:PATH:K``: a small draft model (any model the loader reads that shares the target's
   tokenizer), its greedy continuation: built by the executor (runtime/executor/draft_model.py),
   since it runs on the device.
@@ -39,7 +42,7 @@ from runtime.engine.request import Request
 from traces.speculation import num_accepted
 
 MAX_SPECULATIVE_TOKENS = 16  # K: a verify span is 1 + K tokens
-NGRAM_SIZES = (4, 3, 2)  # prompt lookup: the suffix lengths tried, longest first
+NGRAM_SIZES = (8, 6, 4, 3, 2)  # prompt lookup: the suffix lengths tried, longest first
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +108,7 @@ class NgramDrafter:
     RATE_WEIGHT = 0.5  # of the latest proposal in the running acceptance rate
     MIN_RATE = 0.2  # below it the request goes quiet
     RESUME_RATE = 0.5  # a quiet request drafts again once its shadow proposals bring the rate here
+    SHADOW_PROBE = 3  # a shadow proposal is scored on its first this many tokens (all right: 1)
 
     def __init__(self, num_tokens: int, sizes: Sequence[int] = NGRAM_SIZES) -> None:
         self.num_tokens = num_tokens
@@ -128,18 +132,20 @@ class NgramDrafter:
 
     def _track(self, req: Request) -> _Track:
         """The request's track, its last proposal scored once what was committed since decides it:
-        a verified one after its round; a shadow one at its first wrong token, or once as many
-        tokens as it proposed are committed."""
+        a verified one after its round (the share of its drafts accepted); a shadow one at its
+        first wrong token, or once its first SHADOW_PROBE tokens are committed (the share of those
+        it guessed)."""
         track = self._tracks.get(req.request_id)
         if track is None or track.request is not req:
             track = self._tracks[req.request_id] = _Track(req)
         elif track.drafts and len(req.token_ids) > track.at:  # (no new tokens: its round did not run)
-            committed = req.token_ids[track.at:track.at + len(track.drafts)]
+            scored = min(len(track.drafts), self.SHADOW_PROBE) if track.quiet else len(track.drafts)
+            committed = req.token_ids[track.at:track.at + scored]
             accepted = num_accepted(track.drafts, committed)
-            if track.quiet and accepted == len(committed) < len(track.drafts):
+            if track.quiet and accepted == len(committed) < scored:
                 return track  # a shadow proposal not decided yet
             w = self.RATE_WEIGHT
-            track.rate = (1 - w) * track.rate + w * accepted / len(track.drafts)
+            track.rate = (1 - w) * track.rate + w * accepted / scored
             track.drafts = ()
             track.quiet = track.rate < (self.RESUME_RATE if track.quiet else self.MIN_RATE)
         return track

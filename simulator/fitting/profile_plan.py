@@ -83,6 +83,12 @@ VERIFY_DRAFTS = (1, 2, 4, 8, 16)
 VERIFY_MAX_BATCH = 32
 SMALL_BATCH = 8  # decode batches up to this size are profiled on a finer context grid
 
+def verify_steps(batch: int) -> int:
+    """Verify steps a case measures: more from batch 4 on, where a step's rows (batch × (1 + drafts))
+    reach the sizes at which GEMM and graph costs step, and a few samples a shape leave the fit noisy."""
+    return 6 if batch < 4 else 12
+
+
 # Context a decode case's requests may grow by: decoding while the rest of the batch prefills
 # (batch × context / budget steps at most), then ``steps`` and the mixed injections.
 DECODE_HEADROOM = 512
@@ -186,13 +192,13 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
     shapes = [(ctx, d) for d in (VERIFY_DRAFTS[-2:-1] if quick else VERIFY_DRAFTS) for ctx in decode_ctx[:1]]
     if len(decode_ctx) > 1:
         shapes.append((decode_ctx[-1], VERIFY_DRAFTS[-2]))
-    verify = [DecodeCase(b, ctx, 4 if quick else 6, shared=True, drafts=d) for b in verify_batches
+    verify = [DecodeCase(b, ctx, 4 if quick else verify_steps(b), shared=True, drafts=d) for b in verify_batches
               for ctx, d in shapes if b * (1 + d) <= lim.budget and b * ctx <= 0.9 * lim.pool_tokens]
     # small batches also at a mid draft count over their context grid, each request over a context of
     # its own as live (a shared prefix's blocks, read by every row, stay in the GPU's L2 cache): a verify
     # row's attention grows with its context as a decode's does
     d = VERIFY_DRAFTS[len(VERIFY_DRAFTS) // 2]
-    verify += [DecodeCase(b, ctx, 6, drafts=d) for b in verify_batches if b <= SMALL_BATCH and not quick
+    verify += [DecodeCase(b, ctx, verify_steps(b), drafts=d) for b in verify_batches if b <= SMALL_BATCH and not quick
                for ctx in small_ctx[1:-1] if b * (1 + d) <= lim.budget and b * ctx <= lim.max_kv_tokens]
     return _interleave(prefill, on_context, decode) + verify
 
