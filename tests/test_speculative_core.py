@@ -163,7 +163,7 @@ def test_ngram_drafter_leaves_a_request_alone_while_its_drafts_are_rejected():
 
 def test_a_quiet_request_drafts_again_as_soon_as_its_text_repeats():
     """While quiet, its proposals are scored against what it commits (not verified): the first one
-    that would have been accepted whole ends the quiet."""
+    whose first SHADOW_PROBE tokens come true ends the quiet."""
     from array import array
 
     from runtime.engine.request import Request
@@ -179,5 +179,6 @@ def test_a_quiet_request_drafts_again_as_soon_as_its_text_repeats():
         if d.propose([req], [4])[0] and drafted_at is None:
             drafted_at = step
         req.token_ids.append(loop[step % len(loop)])
-    # a loop is seen once it has come round (5 tokens), a shadow proposal of 4 is then scored whole
-    assert drafted_at is not None and drafted_at <= 5 + 2 * 4, drafted_at
+    # a loop is seen once its first two tokens come round (step 7); the shadow proposal made then
+    # is scored on its first SHADOW_PROBE tokens
+    assert drafted_at == len(loop) + 2 + NgramDrafter.SHADOW_PROBE, drafted_at
