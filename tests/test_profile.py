@@ -115,7 +115,7 @@ class _ZeroCost:
 
 def test_cuda_default_sweep_is_feasible_and_short(tmp_path):
     """The H200 command's sweep (default CUDA limits, default engine flags, ~1M-token KV pool) runs
-    through the real core without a stall, stays under 3,000 steps (tens of seconds there), and its
+    through the real core without a stall, stays under 4,000 steps (tens of seconds there), and its
     log stays under the 16 MiB a device run can send back. As `minivllm profile` builds it: the
     chunk ladder stops at the 2,048 budget, whole prompts go on to max_model_len - 1 (the engine's
     budget raised to hold them)."""
@@ -141,7 +141,7 @@ def test_cuda_default_sweep_is_feasible_and_short(tmp_path):
         run_sweep(ShapeSweep(EngineCore(config, sink=writer, drafter=SweepDrafter(151_936)), executor,
                              vocab_size=151_936), plan, progress=False)
     assert executor.classes == {"prefill", "prefill+context", "decode", "mixed", "verify"}
-    assert executor.steps < 3_000
+    assert executor.steps < 4_000
     assert log.stat().st_size < 15 << 20  # a device run sends back files of up to 16 MiB
 
 

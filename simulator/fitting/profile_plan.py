@@ -15,8 +15,8 @@ own scheduler produces the step shapes the cost model needs (simulator/cost/cost
                                   steps; then one fresh prompt per ``mixed_chunks`` entry joins
                                   the running batch (decode + prefill in one step), unless the
                                   batch already holds max_num_seqs sequences; contexts a factor of
-                                  4 apart, 2 for batches up to SMALL_BATCH (single streams and
-                                  speculation, whose step time a model interpolates between them)
+                                  4 apart, 1.5 and 2 for batches up to SMALL_BATCH (single streams
+                                  and speculation, whose step time a model interpolates between them)
   DecodeCase(..., shared=True)    the same with one shared prefix (computed once, then prefix-cache
                                   hits): decode batch × context up to the KV pool without paying
                                   for batch × context tokens of prefill
@@ -161,6 +161,9 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
         # small batches (single streams, speculation) also halfway between: their step cost grows with
         # the context by the decode kernel's programs, which a model can only interpolate between points
         small_ctx = _with_top(_geometric(32, lim.max_context, 2), lim.max_context)
+    # ... and their decodes at 1.5 times each too (trees do not interpolate: a split between two
+    # points prices half the range between them as the far one)
+    small_decode_ctx = sorted(set(small_ctx) | ({c * 3 // 2 for c in small_ctx[:-1]} if not quick else set()))
 
     prefill = [PrefillCase(c, 0, repeats) for c in chunks]
     if lim.max_prefill > lim.budget:  # whole prompts beyond the live budget (chunked-off what-ifs)
@@ -171,7 +174,7 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
                   if 2 <= c <= min(lim.budget, lim.max_context - ctx)]
     decode = []
     for b in batches:
-        grid = small_ctx if b <= SMALL_BATCH else decode_ctx
+        grid = small_decode_ctx if b <= SMALL_BATCH else decode_ctx
         contexts_b = [ctx for ctx in grid if b * ctx <= lim.max_kv_tokens]
         for ctx in contexts_b:
             fill = min(lim.budget - b, lim.max_context)  # a chunk that fills the step's budget
