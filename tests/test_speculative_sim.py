@@ -13,6 +13,7 @@ from runtime.cli import main
 from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
 from simulator.cost.cost_model import LinearCostModel, RecordedCostModel
+from simulator.cost.host_timing import HostTiming, fit_host_timing
 from simulator.fleet.fleet import Fleet, ReplicaSpec
 from simulator.fleet.replica import SimulationError
 from simulator.fleet.speculation import Speculation
@@ -315,3 +316,19 @@ def test_analyze_prints_the_acceptance_section(live_log, capsys):
     est = estimate(live_log).workload
     assert f"speculative decoding (K=4), live.jsonl: {est.rounds:,} rounds of {est.decodes:,} decodes" in text
     assert "acceptance rate" in text and "tokens per round" in text and "1: α " in text
+
+
+def test_host_gaps_after_verify_steps_are_fitted_by_their_drafts(tmp_path):
+    """An engine spending 0.1 ms + 20 µs a span + 5 µs a verified draft between steps: a fit of its
+    log finds each part, so a plain run's gaps are not priced at a speculating one's."""
+    model = LinearCostModel(MODEL)
+    model.set_host(HostTiming(gap_const=1e-4, gap_per_seq=2e-5, gap_per_draft=5e-6))
+    path = tmp_path / "spec.jsonl"
+    with LogWriter(path) as w:
+        simulate(workload(), config(), model, sink=w, speculation=Speculation.constant(0.6, seed=1))
+    fitted = fit_host_timing([path])
+    assert (fitted.gap_const, fitted.gap_per_seq, fitted.gap_per_draft) == pytest.approx((1e-4, 2e-5, 5e-6), rel=1e-3)
+    plain = tmp_path / "plain.jsonl"
+    with LogWriter(plain) as w:
+        simulate(workload(), config(""), model, sink=w)
+    assert fit_host_timing([plain]).gap_per_draft == 0.0

@@ -77,7 +77,8 @@ def print_fit(model, out: str) -> None:
         print(f"  {name:<18} {value:.4g}")
     host = getattr(model, "host", None)
     if host is not None:
-        print(f"  host: gap {host.gap_const * 1e3:.3f} ms + {host.gap_per_seq * 1e6:.2f} µs/seq, wake "
+        drafts = f" + {host.gap_per_draft * 1e6:.2f} µs/draft" if host.gap_per_draft else ""
+        print(f"  host: gap {host.gap_const * 1e3:.3f} ms + {host.gap_per_seq * 1e6:.2f} µs/seq{drafts}, wake "
               f"{host.wake * 1e3:.3f} ms, intake delay {host.intake_delay * 1e3:.3f} ms"
               + (", steps overlap" if host.overlap else ""))
         if model.launch_time is not None:

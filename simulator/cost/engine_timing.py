@@ -21,7 +21,8 @@ DecodeDurations = Callable[[int, int, int, float, int, float], list[float]]
 @dataclass(frozen=True, slots=True)
 class EngineTiming:
     step_time: Callable[[int, list[Span], Container[int]], float]  # (step, spans, requests verifying drafts)
-    host_gap: Callable[[int | None], float] | None = None  # engine time before a step (previous spans; None after idle)
+    host_gap: Callable[[int | None, int], float] | None = None  # engine time before a step (previous spans
+    # and drafts; None after idle)
     gap_before: Callable[[int], float] | None = None  # a recording's gap before step n
     intake_delay: float = 0.0  # the front door: arrival stamp -> the engine sees the request
     intake_service: float = 0.0  # the front door's worker: requests closer together than this queue

@@ -6,8 +6,11 @@ after idle, the arrival that wakes the engine reaches it some time after it was 
 simulation that charges only step durations runs ahead of the live engine by all of that. So a
 fitted model carries, besides its step model:
 
-  gap          seconds between two back-to-back steps: ``const + per_seq · spans of the previous step``
-               (least squares over the busy gaps of the training logs: the mean, so total time holds)
+  gap          seconds between two back-to-back steps: ``const + per_seq · spans + per_draft · drafts``
+               of the previous step (least squares over the busy gaps of the training logs: the
+               mean, so total time holds); a step that verified drafts leaves more to commit (the
+               accepted tokens, the rejected ones' KV) and its requests' next drafts to propose, so
+               a plain engine's gaps are not priced at a speculating one's
   wake         seconds from the moment an idle engine could see a request to its first step
   intake_delay seconds from a request's arrival stamp (the front door) to the engine seeing it; a
                request that arrives while a step runs but is not taken in before the next schedule
@@ -44,6 +47,7 @@ OVERLAP_SHARE = 0.9
 class HostTiming:
     gap_const: float = 0.0
     gap_per_seq: float = 0.0
+    gap_per_draft: float = 0.0
     wake: float = 0.0
     intake_delay: float = 0.0
     intake_service: float = 0.0  # the front door's worker: requests closer together than this queue
@@ -53,13 +57,14 @@ class HostTiming:
     eager_launch_per_token: float = 0.0
     fitted_from: dict[str, Any] = field(default_factory=dict)
 
-    def gap(self, previous_spans: int | None) -> float:
-        """Engine time before scheduling: after a step of ``previous_spans`` spans, or (None) after idle."""
+    def gap(self, previous_spans: int | None, previous_drafts: int = 0) -> float:
+        """Engine time before scheduling: after a step of ``previous_spans`` spans verifying
+        ``previous_drafts`` drafts, or (None) after idle."""
         if previous_spans is None:
             return self.wake
         if self.overlap:
             return 0.0
-        return self.gap_const + self.gap_per_seq * previous_spans
+        return self.gap_const + self.gap_per_seq * previous_spans + self.gap_per_draft * previous_drafts
 
     def eager_launch_time(self, extra_tokens: int) -> float:
         """Host time to plan and launch a step with ``extra_tokens`` tokens beyond one per span
@@ -77,8 +82,8 @@ class HostTiming:
     def from_dict(cls, d: dict[str, Any]) -> HostTiming:
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         timing = cls(**known)
-        for name in ("gap_const", "gap_per_seq", "wake", "intake_delay", "intake_service", "launch", "eager_launch",
-                     "eager_launch_per_token"):
+        for name in ("gap_const", "gap_per_seq", "gap_per_draft", "wake", "intake_delay", "intake_service", "launch",
+                     "eager_launch", "eager_launch_per_token"):
             if not float(getattr(timing, name)) >= 0:
                 raise ValueError(f"host.{name} must be >= 0")
         return timing
@@ -90,13 +95,14 @@ class HostData:
 
     busy_gaps: list[float] = field(default_factory=list)
     busy_spans: list[int] = field(default_factory=list)
+    busy_drafts: list[int] = field(default_factory=list)  # drafts the step before verified
     wakes: list[float] = field(default_factory=list)
     intake_lags: list[float] = field(default_factory=list)  # per request: how long it waited unseen
     tiled: int = 0  # consecutive busy steps with no gap at all
     live_logs: int = 0
 
     def extend(self, other: HostData) -> None:
-        for name in ("busy_gaps", "busy_spans", "wakes", "intake_lags"):
+        for name in ("busy_gaps", "busy_spans", "busy_drafts", "wakes", "intake_lags"):
             getattr(self, name).extend(getattr(other, name))
         self.tiled += other.tiled
         self.live_logs += other.live_logs
@@ -108,12 +114,12 @@ class HostData:
         by a front door."""
         profile = "profile" in read_header(path).extra
         data = cls(live_logs=0 if profile else 1)
-        steps: list[tuple[float, float, int, int]] = []  # start, end, spans, requests ended before it
+        steps: list[tuple[float, float, int, int, int]] = []  # start, end, spans, drafts, requests ended before it
         arrivals: list[float] = []
         ended = 0
         for ev in read_log(path):
             if isinstance(ev, Step):
-                steps.append((ev.start, ev.end, len(ev.spans), ended))
+                steps.append((ev.start, ev.end, len(ev.spans), sum(map(len, ev.drafts)), ended))
             elif isinstance(ev, Arrived):
                 arrivals.append(ev.time)
                 if not profile and steps:
@@ -125,8 +131,8 @@ class HostData:
             elif isinstance(ev, Finished | Aborted):
                 ended += 1
         order = np.sort(np.asarray(arrivals))
-        prev_end, prev_spans = None, 0
-        for start, end, spans, ended_before in steps:
+        prev_end, prev_spans, prev_drafts = None, 0, 0
+        for start, end, spans, drafts, ended_before in steps:
             added = False  # (a sweep's request added in the gap: the sweep's time, not the engine's)
             if prev_end is None:
                 ready = float(order[0]) if len(order) else start
@@ -143,8 +149,9 @@ class HostData:
             elif not added:
                 data.busy_gaps.append(max(gap, 0.0))
                 data.busy_spans.append(prev_spans)
+                data.busy_drafts.append(prev_drafts)
                 data.tiled += gap == 0.0
-            prev_end, prev_spans = end, spans
+            prev_end, prev_spans, prev_drafts = end, spans, drafts
         return data
 
 
@@ -158,6 +165,11 @@ def fit_host_timing(logs: Sequence[str | Path]) -> HostTiming:
     if data.busy_gaps:
         y = np.asarray(data.busy_gaps)
         timing.overlap = data.tiled >= OVERLAP_SHARE * len(y)
+        drafts = np.asarray(data.busy_drafts, dtype=float)
+        if drafts.any():  # the part of a gap its verified drafts explain, then the rest as without them
+            X = np.column_stack([np.ones_like(y), np.asarray(data.busy_spans, dtype=float), drafts])
+            timing.gap_per_draft = max(float(np.linalg.lstsq(X, y, rcond=None)[0][2]), 0.0)
+            y = y - timing.gap_per_draft * drafts
         X = np.column_stack([np.ones_like(y), np.asarray(data.busy_spans, dtype=float)])
         coef = np.linalg.lstsq(X, y, rcond=None)[0]
         if coef[1] < 0:  # a gap does not shrink with the batch: the mean alone

@@ -3,9 +3,10 @@ the parts besides the step model — host timing (simulator/cost/host_timing.py)
 fitted on (simulator/cost/ranges.py).
 
 The simulator asks a model for its ``timing`` (simulator/cost/engine_timing.py): ``step_time(step,
-spans, verifying)`` and, where the model has them, ``host_gap(previous_spans)`` (engine time before a step;
-None after idle), ``intake_delay`` (seconds from a request's arrival stamp until the engine sees
-it), planning ahead with a launch time, and runs of decode steps priced at once.
+spans, verifying)`` and, where the model has them, ``host_gap(previous_spans, previous_drafts)``
+(engine time before a step; None after idle), ``intake_delay`` (seconds from a request's arrival
+stamp until the engine sees it), planning ahead with a launch time, and runs of decode steps priced
+at once.
 """
 
 from __future__ import annotations
@@ -99,8 +100,8 @@ class TimedModel(CostModel):
         self.intake_delay = host.intake_delay if host is not None else 0.0
         self._overlap = (host.gap_const, host.gap_per_seq, host.launch) if host is not None and host.overlap else None
 
-    def host_gap(self, previous_spans: int | None) -> float:
-        return 0.0 if self.host is None else self.host.gap(previous_spans)
+    def host_gap(self, previous_spans: int | None, previous_drafts: int = 0) -> float:
+        return 0.0 if self.host is None else self.host.gap(previous_spans, previous_drafts)
 
     @property
     def launch_time(self):

@@ -121,6 +121,7 @@ class Replica:
         host_gap, gap_before, plans_ahead = timing.host_gap, timing.gap_before, timing.plans_ahead
         runs, every = self._runs, self.progress_every
         previous: int | None = None  # spans of the step before, None after idle (sequential host gaps)
+        previous_drafts = 0  # drafts it verified
         while True:
             if not requests and not loop.busy:  # idle: sleep until a request comes
                 if self._closed:
@@ -135,7 +136,7 @@ class Replica:
                 if plans_ahead and host_gap is not None and (gap := host_gap(None)) > 0:
                     yield at(env.now + gap)
             if not plans_ahead and (host_gap is not None or gap_before is not None):
-                gap = host_gap(previous) if host_gap is not None else gap_before(result.num_steps)
+                gap = host_gap(previous, previous_drafts) if host_gap is not None else gap_before(result.num_steps)
                 if gap > 0:  # engine time before the step (arrivals meanwhile join it)
                     yield at(env.now + gap)
             flight = loop.in_flight
@@ -151,7 +152,9 @@ class Replica:
                                           f"{core.num_running} running")
                 continue
             if not plans_ahead:
-                previous = len(waiting.plan.spans)
+                plan = waiting.plan
+                previous = len(plan.spans)
+                previous_drafts = sum(map(len, plan.drafts.values())) if plan.drafts else 0
                 if runs and self._land_run(waiting):
                     yield at(self._run_ends[-1])
                     self._finish_run()
