@@ -108,7 +108,7 @@ class NgramDrafter:
     RATE_WEIGHT = 0.5  # of the latest proposal in the running acceptance rate
     MIN_RATE = 0.2  # below it the request goes quiet
     RESUME_RATE = 0.5  # a quiet request drafts again once its shadow proposals bring the rate here
-    SHADOW_PROBE = 3  # a shadow proposal is scored on its first this many tokens (all right: 1)
+    SHADOW_PROBE = 3  # a shadow proposal is scored on its first this many tokens (all guessed: a score of 1)
 
     def __init__(self, num_tokens: int, sizes: Sequence[int] = NGRAM_SIZES) -> None:
         self.num_tokens = num_tokens
