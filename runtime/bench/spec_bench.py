@@ -80,7 +80,7 @@ class ReplayDrafter:
 
     def __init__(self, outputs: Sequence[Sequence[int]], num_tokens: int, rate: float, vocab: int,
                  seed: int = 0) -> None:
-        self.num_tokens, self.rate = num_tokens, rate
+        self.num_tokens = num_tokens
         self.proposals = [[t if _keep(seed, rid, i, rate) else (t + 1) % vocab for i, t in enumerate(out)]
                           for rid, out in enumerate(outputs)]
 

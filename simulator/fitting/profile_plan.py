@@ -148,7 +148,7 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
         chunks, repeats, ctx_chunks = _with_top([16, 64], top_chunk), 1, [16, 64]
         contexts = [max(bs, lim.max_context // 2 // bs * bs)]
         batches, decode_ctx, steps = _with_top([1], lim.max_batch), _with_top([32], lim.max_context), 3
-        small_ctx = decode_ctx
+        small_ctx = small_decode_ctx = decode_ctx
     else:
         chunks, repeats, ctx_chunks = _with_top(_geometric(16, top_chunk, 2), top_chunk), 3, [16, 128, 512, 2048]
         contexts = _geometric(256, lim.max_context - 16, 4) + [lim.max_context // 2, lim.max_context - 256]
@@ -161,9 +161,9 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
         # small batches (single streams, speculation) also halfway between: their step cost grows with
         # the context by the decode kernel's programs, which a model can only interpolate between points
         small_ctx = _with_top(_geometric(32, lim.max_context, 2), lim.max_context)
-    # ... and their decodes at 1.5 times each too (trees do not interpolate: a split between two
-    # points prices half the range between them as the far one)
-    small_decode_ctx = sorted(set(small_ctx) | ({c * 3 // 2 for c in small_ctx[:-1]} if not quick else set()))
+        # ... and their decodes at 1.5 times each too (trees do not interpolate: a split between two
+        # points prices half the range between them as the far one)
+        small_decode_ctx = sorted(set(small_ctx) | {c * 3 // 2 for c in small_ctx[:-1]})
 
     prefill = [PrefillCase(c, 0, repeats) for c in chunks]
     if lim.max_prefill > lim.budget:  # whole prompts beyond the live budget (chunked-off what-ifs)
