@@ -49,7 +49,8 @@
 #              acceptance (0, 0.5, 0.8, 1), single stream and batch 8, greedy, 256 tokens
 #   specsim    the simulator against live speculative decoding: minivllm profile (SmolLM2 shape), then bench spec
 #              with the fitted model (--cost-model), the drafter of controlled acceptance, REPEATS (default 5)
-#              interleaved repeats; the profile log, the model, the JSON and every run's log come back in $OUT
+#              interleaved repeats of SPEC_TOKENS output tokens (default 256; up to 896 stays inside the
+#              profile's 1,024 contexts); the profile log, the model, the JSON and every run's log come back in $OUT
 #   machine    which machine this is (GPU UUID, host), for runs compared across machines
 # The packages the machine lacks travel as wheels in .whl/: run scripts/gpu_wheels.sh here first and
 # copy .whl to the GPU machine with the tree.
@@ -190,8 +191,8 @@ for pc in ('off', 'on'):
                --max-context 1024 --max-prefill 0 --out "$OUT/profile_smollm2.jsonl" --fit "$OUT/h200_smollm2.json" \
                --no-progress 2>&1 | tail -n 25
              minivllm bench spec --model-shape smollm2-135m --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 \
-               --workload open --batch 1 8 --max-tokens 256 --acceptance 0,0.5,0.8,1 --repeats "${REPEATS:-5}" \
-               --cost-model "$OUT/h200_smollm2.json" --log-dir "$OUT/spec_logs" --json "$OUT/spec_sim_smollm2.json"
+               --workload open --batch 1 8 --max-tokens "${SPEC_TOKENS:-256}" --acceptance 0,0.5,0.8,1 \
+               --repeats "${REPEATS:-5}" --cost-model "$OUT/h200_smollm2.json" --log-dir "$OUT/spec_logs" --json "$OUT/spec_sim_smollm2.json"
              tar czf "$OUT/spec_logs.tgz" -C "$OUT" spec_logs && rm -r "$OUT/spec_logs"
              gzip -f "$OUT/profile_smollm2.jsonl" ;;
     machine) nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader; hostname; nproc ;;

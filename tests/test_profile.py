@@ -133,6 +133,11 @@ def test_cuda_default_sweep_is_feasible_and_short(tmp_path):
     whole = [c.chunk for c in plan if isinstance(c, PrefillCase) and c.chunk > 2048]
     assert len({StepPadding(max_len - 1).padding(n) for n in whole}) >= 3, whole
     assert max(c.batch * c.context for c in plan if isinstance(c, DecodeCase)) > limits.max_kv_tokens
+    # verify spans over contexts of their own reach the longest context a single stream is profiled at
+    # (a tree model prices anything past its grid's last context at that context's cost)
+    own = [c for c in plan if isinstance(c, DecodeCase) and c.drafts and not c.shared]
+    single = max(c.context for c in plan if isinstance(c, DecodeCase) and c.batch == 1 and not c.drafts)
+    assert max(c.context for c in own if c.batch == 1) == single
     executor = _ZeroCost()
     run_sweep(ShapeSweep(EngineCore(config, drafter=SweepDrafter(151_936)), executor, vocab_size=151_936),
               warmup_plan(plan, limits), progress=False)

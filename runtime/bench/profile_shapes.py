@@ -26,6 +26,7 @@ from runtime.engine.core import EngineCore
 from runtime.engine.drafters import MAX_SPECULATIVE_TOKENS
 from runtime.engine.request import Request
 from runtime.engine.types import EventSink, Executor, StepOutput
+from runtime.executor.heap import freeze_heap
 from simulator.fitting.profile_plan import Case, DecodeCase, PrefillCase, SweepLimits, longest_request, plan_summary
 from traces.log import LogWriter
 from traces.params import SamplingParams
@@ -239,10 +240,7 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
     warm = run_sweep(ShapeSweep(sweep_core(parts, None), parts.runner, vocab_size=vocab, seed=seed + 1), warmup,
                      progress=progress, desc="warm-up")
     header = parts.header("wall")
-    # collect now and exempt everything alive from later collections: otherwise a full collection
-    # over the startup heap (torch, transformers: ~10 ms) lands inside some measured step
-    gc.collect()
-    gc.freeze()
+    freeze_heap()  # no full collection over the start-up heap inside a measured step
     extra = {**header.extra, "hardware": describe_device(parts.runner.device),
              "profile": {"quick": quick, **asdict(limits), "cases": plan_summary(plan),
                          "warmup_steps": warm.steps, "git_commit": git_commit()}}

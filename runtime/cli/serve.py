@@ -10,7 +10,6 @@ half-written step); the log of the run that died stays whole up to its last step
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import signal
 import sys
@@ -19,6 +18,7 @@ from runtime.cli.checks import Bounded
 from runtime.cli.config_flags import add_engine_args, announce_load, engine_options, flag_error
 from runtime.cli.errors import CLIError
 from runtime.engine.routers import ROUTERS
+from runtime.executor.heap import freeze_heap
 from traces.log import IF_EXISTS
 from traces.prompt import TRACE_PROMPTS
 
@@ -240,8 +240,7 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         sock.close()
         raise
-    gc.collect()  # the start-up heap (tokenizer, FastAPI, pydantic): exempt from collections while serving
-    gc.freeze()
+    freeze_heap()  # the start-up heap (tokenizer, FastAPI, pydantic): exempt from collections while serving
     port = sock.getsockname()[1]
     # the model name and the log's path only: never a prompt
     print(f"minivllm: serving {app.state.server.model_name!r} on http://{args.host}:{port}/v1"

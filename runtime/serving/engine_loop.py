@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
+from runtime.executor.heap import freeze_heap
 from runtime.executor.jit_counter import JIT
 from runtime.serving.engine_protocol import (
     AbortRequest,
@@ -107,10 +108,7 @@ class EngineLoop:
 
     def _warm_up(self) -> None:
         report = warm_up(self.engine) if self.warmup else None
-        # exempt the start-up heap (torch, transformers, the model) from later collections: a full
-        # collection over it costs tens of ms, inside some step
-        gc.collect()
-        gc.freeze()
+        freeze_heap()  # the start-up heap (torch, transformers, the model): no full collection over it in a step
         self.serving = True
         self.send_all(encode(EngineReady(report, JIT.count)))
 

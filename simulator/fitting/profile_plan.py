@@ -197,12 +197,13 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
         shapes.append((decode_ctx[-1], VERIFY_DRAFTS[-2]))
     verify = [DecodeCase(b, ctx, 4 if quick else verify_steps(b), shared=True, drafts=d) for b in verify_batches
               for ctx, d in shapes if b * (1 + d) <= lim.budget and b * ctx <= 0.9 * lim.pool_tokens]
-    # small batches also at a mid draft count over their context grid, each request over a context of
-    # its own as live (a shared prefix's blocks, read by every row, stay in the GPU's L2 cache): a verify
-    # row's attention grows with its context as a decode's does
+    # small batches also at a mid draft count over their context grid up to the longest, each request
+    # over a context of its own as live (a shared prefix's blocks, read by every row, stay in the GPU's
+    # L2 cache): a verify row's attention grows with its context as a decode's does, and a tree model
+    # prices a context past the grid's last at the last's cost
     d = VERIFY_DRAFTS[len(VERIFY_DRAFTS) // 2]
     verify += [DecodeCase(b, ctx, verify_steps(b), drafts=d) for b in verify_batches if b <= SMALL_BATCH and not quick
-               for ctx in small_ctx[1:-1] if b * (1 + d) <= lim.budget and b * ctx <= lim.max_kv_tokens]
+               for ctx in small_ctx[1:] if b * (1 + d) <= lim.budget and b * ctx <= lim.max_kv_tokens]
     return _interleave(prefill, on_context, decode) + verify
 
 

@@ -19,7 +19,6 @@ each of them SIGTERM first (uvicorn's graceful shutdown), then stops the engine.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import multiprocessing
 import signal
 import sys
@@ -27,6 +26,7 @@ import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 
+from runtime.executor.heap import freeze_heap
 from runtime.serving.engine_process import EngineProcess
 
 
@@ -108,8 +108,7 @@ def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection)
 
     engine.on_dead = on_dead
     engine.start()
-    gc.collect()
-    gc.freeze()
+    freeze_heap()
     try:
         server.run(sockets=[sock])
     finally:
