@@ -13,7 +13,6 @@ for every decode; the other cases run without one, as a plain engine does.
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -26,7 +25,7 @@ from runtime.engine.core import EngineCore
 from runtime.engine.drafters import MAX_SPECULATIVE_TOKENS
 from runtime.engine.request import Request
 from runtime.engine.types import EventSink, Executor, StepOutput
-from runtime.executor.heap import freeze_heap
+from runtime.executor.heap import frozen_heap
 from simulator.fitting.profile_plan import Case, DecodeCase, PrefillCase, SweepLimits, longest_request, plan_summary
 from traces.log import LogWriter
 from traces.params import SamplingParams
@@ -240,18 +239,15 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
     warm = run_sweep(ShapeSweep(sweep_core(parts, None), parts.runner, vocab_size=vocab, seed=seed + 1), warmup,
                      progress=progress, desc="warm-up")
     header = parts.header("wall")
-    freeze_heap()  # no full collection over the start-up heap inside a measured step
     extra = {**header.extra, "hardware": describe_device(parts.runner.device),
              "profile": {"quick": quick, **asdict(limits), "cases": plan_summary(plan),
                          "warmup_steps": warm.steps, "git_commit": git_commit()}}
     retries_before = cuda_alloc_retries(parts.runner.device)
-    try:
-        with LogWriter(out) as writer:
-            writer(msgspec.structs.replace(header, extra=extra))
-            sweep = ShapeSweep(sweep_core(parts, writer), parts.runner, vocab_size=vocab, seed=seed)
-            result = run_sweep(sweep, plan, deadline=deadline, before_case=gate, progress=progress)
-    finally:
-        gc.unfreeze()  # frozen objects are never freed (extension types then report leaks at exit)
+    # no full collection over the start-up heap inside a measured step
+    with frozen_heap(), LogWriter(out) as writer:
+        writer(msgspec.structs.replace(header, extra=extra))
+        sweep = ShapeSweep(sweep_core(parts, writer), parts.runner, vocab_size=vocab, seed=seed)
+        result = run_sweep(sweep, plan, deadline=deadline, before_case=gate, progress=progress)
     retries = cuda_alloc_retries(parts.runner.device)
     return ProfileResult(result.steps, result.cases_run, result.skipped, result.seconds, result.waited,
                          warm.steps, warm.seconds, None if retries is None else retries - retries_before)
