@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from runtime.bench.profile_shapes import FINISH_REASON, ShapeSweep, SweepDrafter, run_sweep
+from runtime.bench.profile_shapes import FINISH_REASON, ShapeSweep, SweepDrafter, pass_spread, run_sweep
 from runtime.cli import main
 from runtime.cli.profile import DEFAULT_LIMITS
 from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
@@ -49,8 +49,8 @@ def quick_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("profile")
     tiny = make_tiny("llama", tmp / "model")
     log, model = tmp / "profile.jsonl", tmp / "m.json"
-    assert main(["profile", "--model", str(tiny.folder), "--device", "cpu", "--quick", "--out", str(log),
-                 "--fit", str(model), "--holdout-every", "4", "--no-progress"]) == 0
+    assert main(["profile", "--model", str(tiny.folder), "--device", "cpu", "--quick", "--passes", "2",
+                 "--out", str(log), "--fit", str(model), "--holdout-every", "4", "--no-progress"]) == 0
     return log, model
 
 
@@ -81,6 +81,8 @@ def test_quick_profile_fit(quick_run):
     assert math.isfinite(doc["training"]["mape"]) and math.isfinite(doc["heldout"]["mape"])
     assert doc["heldout"]["steps"] > 0 and doc["training"]["logs"] == [str(log)]
     assert doc["command"].startswith("minivllm profile ") and "--quick" in doc["command"]
+    # two passes of the sweep, the second checked against the first
+    assert doc["profile"]["passes"] == 2 and doc["profile"]["pass_spread"]["cases"] > 0
     assert doc["hardware"] and doc["dtype"] == "float32"
     # every candidate was scored on the held-out steps; the lowest score with a linear part was kept
     scores = doc["selection"]["candidates"]
@@ -170,6 +172,31 @@ class _CountingDrafter(SweepDrafter):
     def propose(self, requests, limits):
         self.calls += 1
         return super().propose(requests, limits)
+
+
+class _SlowerSecondPass:
+    """Every step takes 1 s until ``slow_from`` steps have run, then 1.1 s."""
+
+    def __init__(self, slow_from: int) -> None:
+        self.slow_from, self.steps = slow_from, 0
+
+    def execute(self, plan, requests):
+        self.steps += 1
+        return StepResult([[7] for s in plan.spans if s.sample], 1.0 if self.steps <= self.slow_from else 1.1)
+
+
+def test_pass_spread_compares_each_decode_case_with_its_first_pass():
+    config = EngineConfig(cache=CacheConfig(block_size=16, num_blocks=512),
+                          scheduler=SchedulerConfig(max_model_len=512, max_num_batched_tokens=256))
+    plan = [DecodeCase(2, 32, 4), PrefillCase(16), DecodeCase(2, 48, 4, shared=True), DecodeCase(1, 64, 3)]
+    first = run_sweep(ShapeSweep(EngineCore(config), _ZeroCost(), vocab_size=100), plan, progress=False)
+    executor = _SlowerSecondPass(slow_from=first.steps)
+    result = run_sweep(ShapeSweep(EngineCore(config), executor, vocab_size=100), plan * 2, progress=False)
+    assert result.case_times[:len(plan)] == [1.0] * len(plan)
+    spread = pass_spread(plan, result.case_times)
+    # the two plain decode cases; not the prefill, nor the shared prefix (cached by the second pass)
+    assert spread.cases == 2 and spread.median == pytest.approx(0.1) and spread.p90 == pytest.approx(0.1)
+    assert pass_spread(plan, result.case_times[:len(plan)]) is None  # one pass: nothing to compare
 
 
 def test_sweep_speculates_only_in_verify_cases():

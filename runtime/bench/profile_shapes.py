@@ -9,10 +9,15 @@ Decode cases end by finishing their requests between steps (``core.finish``, rea
 ``"profile"``), the path a stop string takes: the log stays a complete, replayable run. Verify
 cases (``DecodeCase.drafts``) hand the core a drafter (``SweepDrafter``) proposing that many drafts
 for every decode; the other cases run without one, as a plain engine does.
+
+A sweep of several passes runs the plan again and again (every step logged, so a fit has that many
+samples of each shape) and checks itself: ``pass_spread`` says how far each decode case's step time
+moved from the first pass's, the noise any model fitted on the sweep carries.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -74,6 +79,7 @@ class ShapeSweep:
         self.clock = clock
         self.t0 = clock()
         self.steps = 0
+        self.durations: list[float] = []  # every step's, in order
         self._prefixes: set[int] = set()
         self.max_seqs = core.config.scheduler.max_num_seqs
         self.max_len = longest_request(core.config.scheduler)
@@ -103,6 +109,7 @@ class ShapeSweep:
         if out.plan.empty:
             raise SweepStalled(f"engine scheduled nothing with {len(self.core.requests)} unfinished requests")
         self.steps += 1
+        self.durations.append(out.result.duration)
         return out
 
     def live(self, reqs: Iterable[Request]) -> list[Request]:
@@ -172,6 +179,34 @@ class SweepResult:
     skipped: list[Case] = field(default_factory=list)
     seconds: float = 0.0
     waited: float = 0.0  # seconds ``before_case`` spent (waiting for a quiet CPU)
+    case_times: list[float] = field(default_factory=list)  # per case run, the median of its steps' durations
+
+
+@dataclass(frozen=True)
+class PassSpread:
+    """How far a sweep's later passes moved from its first: |t / t_first - 1| of each decode case's
+    median step time, over the ``cases`` compared."""
+
+    median: float
+    p90: float
+    cases: int
+
+
+def pass_spread(plan: Sequence[Case], case_times: Sequence[float]) -> PassSpread | None:
+    """``case_times`` of a sweep that ran ``plan`` pass after pass (the last pass may be cut short)
+    against the first pass's. Only decode cases over contexts of their own: a shared-prefix case's
+    prefix, or a prefill case's context, is cached by then, so a later pass runs fewer steps of them.
+    None: no case ran twice."""
+    n = len(plan)
+    moved = []
+    for i in range(n, len(case_times)):
+        case, first = plan[i % n], case_times[i % n]
+        if isinstance(case, DecodeCase) and not case.shared and first > 0:
+            moved.append(abs(case_times[i] / first - 1))
+    if not moved:
+        return None
+    moved.sort()
+    return PassSpread(statistics.median(moved), moved[min(len(moved) - 1, int(0.9 * len(moved)))], len(moved))
 
 
 def run_sweep(sweep: ShapeSweep, plan: list[Case], *, deadline: float | None = None,
@@ -192,8 +227,11 @@ def run_sweep(sweep: ShapeSweep, plan: list[Case], *, deadline: float | None = N
                 break
             if before_case is not None:
                 result.waited += before_case()
+            before = len(sweep.durations)
             sweep.run(case)
             result.cases_run += 1
+            times = sweep.durations[before:]
+            result.case_times.append(statistics.median(times) if times else 0.0)
             bar.set_postfix(steps=sweep.steps, refresh=False)
     finally:
         bar.close()
@@ -223,11 +261,11 @@ class ProfileResult(SweepResult):
 
 def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str | Path, *,
             limits: SweepLimits, quick: bool = False, deadline: float | None = None, seed: int = 0,
-            quiet_wait: float = 0.0, progress: bool = True) -> ProfileResult:
-    """Warm up on a scratch core (same runner and KV pool, nothing logged), then run ``plan`` on a
-    fresh core whose events go to ``out``. The Header's ``extra`` adds ``hardware`` and the sweep.
-    ``quiet_wait`` (CPU devices): before each case wait up to that long for other processes to
-    leave the CPU."""
+            quiet_wait: float = 0.0, progress: bool = True, passes: int = 1) -> ProfileResult:
+    """Warm up on a scratch core (same runner and KV pool, nothing logged), then run ``plan``
+    ``passes`` times on a fresh core whose events go to ``out``. The Header's ``extra`` adds
+    ``hardware`` and the sweep. ``quiet_wait`` (CPU devices): before each case wait up to that long
+    for other processes to leave the CPU."""
     from runtime.bench.cpu_quiet import wait_until_quiet
     from runtime.bench.hardware import cuda_alloc_retries, describe_device
 
@@ -240,14 +278,14 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
                      progress=progress, desc="warm-up")
     header = parts.header("wall")
     extra = {**header.extra, "hardware": describe_device(parts.runner.device),
-             "profile": {"quick": quick, **asdict(limits), "cases": plan_summary(plan),
+             "profile": {"quick": quick, **asdict(limits), "cases": plan_summary(plan), "passes": passes,
                          "warmup_steps": warm.steps, "git_commit": git_commit()}}
     retries_before = cuda_alloc_retries(parts.runner.device)
     # no full collection over the start-up heap inside a measured step
     with frozen_heap(), LogWriter(out) as writer:
         writer(msgspec.structs.replace(header, extra=extra))
         sweep = ShapeSweep(sweep_core(parts, writer), parts.runner, vocab_size=vocab, seed=seed)
-        result = run_sweep(sweep, plan, deadline=deadline, before_case=gate, progress=progress)
+        result = run_sweep(sweep, plan * passes, deadline=deadline, before_case=gate, progress=progress)
     retries = cuda_alloc_retries(parts.runner.device)
-    return ProfileResult(result.steps, result.cases_run, result.skipped, result.seconds, result.waited,
-                         warm.steps, warm.seconds, None if retries is None else retries - retries_before)
+    return ProfileResult(**vars(result), warmup_steps=warm.steps, warmup_seconds=warm.seconds,
+                         alloc_retries=None if retries is None else retries - retries_before)

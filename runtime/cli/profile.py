@@ -7,6 +7,7 @@
 The sweep (simulator/fitting/profile_plan.py) covers the cost model's features: pure prefill chunks,
 chunks on cached context, decode at batch sizes × contexts, decode + prefill mixed. A short
 unlogged warm-up runs first. With ``--fit`` the log is fitted at once (every Nth step held out).
+``--passes N`` runs the sweep N times and reports how far the later passes moved from the first.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import shlex
 import sys
 import time
+from dataclasses import asdict
 
 from runtime.cli.checks import Bounded
 from runtime.cli.config_flags import add_engine_args, announce_load, engine_options, flag_error
@@ -24,6 +26,7 @@ from runtime.cli.errors import CLIError
 DEFAULT_LIMITS = {"cpu": (1024, 32), "cuda": (4096, 256)}
 QUICK_LIMITS = (128, 4)
 QUIET_WAIT = 60.0  # s per case at most (a shared CPU; see runtime/bench/cpu_quiet.py)
+NOISY_PASSES = 0.05  # a sweep whose passes disagree by more on the median decode case says so
 CUDA_TIME_LIMIT = 150.0  # s since start; a guard so a slower GPU still finishes (and fits) in time
 
 
@@ -48,6 +51,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "max_model_len - 1; 0 = none beyond the budget)")
     g.add_argument("--time-limit", type=float, metavar="S", action=Bounded, at_least=0,
                    help="start no new case after S seconds (default: 150 on CUDA, none on the CPU; 0 = none)")
+    g.add_argument("--passes", type=int, default=1, action=Bounded, at_least=1,
+                   help="run the sweep N times: N samples of every shape for the fit, and how far the later "
+                        "passes' step times moved from the first's (a noisy machine's sweep says so) "
+                        "(default: %(default)s)")
     g.add_argument("--quiet-wait", type=float, metavar="S", action=Bounded, at_least=0,
                    help="CPU devices: before each case wait up to S seconds for other processes to leave "
                         "the CPU (default: 60, with --quick 0; 0 = off)")
@@ -127,7 +134,7 @@ def _engine(args: argparse.Namespace):
     return parts, limits
 
 
-def _fit(args: argparse.Namespace, result, plan) -> None:
+def _fit(args: argparse.Namespace, result, plan, spread) -> None:
     from runtime.cli.cost_model import fit_logs, print_fit
     from simulator.fitting.profile_plan import plan_summary
     from traces.log import read_header
@@ -136,14 +143,15 @@ def _fit(args: argparse.Namespace, result, plan) -> None:
     model.meta["profile"] = {"steps": result.steps, "cases": plan_summary(plan),
                              "skipped_cases": len(result.skipped), "seconds": round(result.seconds, 1),
                              "git_commit": read_header(args.out).extra["profile"]["git_commit"],
-                             "cuda_alloc_retries": result.alloc_retries}
+                             "cuda_alloc_retries": result.alloc_retries, "passes": args.passes,
+                             "pass_spread": None if spread is None else asdict(spread)}
     model.save(args.fit)
     print_fit(model, args.fit)
 
 
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    from runtime.bench.profile_shapes import profile
+    from runtime.bench.profile_shapes import pass_spread, profile
     from simulator.fitting.profile_plan import plan_summary, sweep_plan, warmup_plan
 
     parts, limits = _engine(args)
@@ -157,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
           f"{limits.max_batch}, budget {limits.budget}, whole prompts up to {limits.max_prefill}", file=sys.stderr)
     result = profile(parts, plan, warmup_plan(plan, limits), args.out, limits=limits, quick=args.quick,
                      deadline=started + time_limit if time_limit > 0 else None, quiet_wait=_quiet_wait(args),
-                     progress=not args.no_progress)
+                     progress=not args.no_progress, passes=args.passes)
     waited = f", {result.waited:.0f} s of it waiting for a quiet CPU" if result.waited >= 1 else ""
     print(f"{result.steps:,} steps in {result.seconds:.1f} s{waited} (+ {result.warmup_steps} warm-up steps, "
           f"{result.warmup_seconds:.1f} s, not logged); event log: {args.out}")
@@ -165,9 +173,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: the CUDA caching allocator retried {result.alloc_retries} allocations during the sweep "
               "(each frees its cache and synchronizes): those steps are slow; lower --gpu-memory-utilization",
               file=sys.stderr)
-    if result.skipped:
-        print(f"warning: time limit reached: {len(result.skipped)} of {len(plan)} cases skipped "
-              f"{plan_summary(result.skipped)}", file=sys.stderr)
+    first_pass_skipped = result.skipped[:max(0, len(result.skipped) - (args.passes - 1) * len(plan))]
+    if first_pass_skipped:
+        print(f"warning: time limit reached: {len(first_pass_skipped)} of {len(plan)} cases skipped "
+              f"{plan_summary(first_pass_skipped)}", file=sys.stderr)
+    elif result.skipped:
+        print(f"time limit reached: {result.cases_run / len(plan):.1f} of {args.passes} passes run", file=sys.stderr)
+    spread = pass_spread(plan, result.case_times)
+    if spread is not None:
+        print(f"passes: a decode case's step time moved {spread.median:.1%} from the first pass's (median over "
+              f"{spread.cases} cases; 90th percentile {spread.p90:.1%})")
+        if spread.median > NOISY_PASSES:
+            print(f"warning: the passes disagree by {spread.median:.1%} on the median case: the machine's speed "
+                  "moved during the sweep; a fit averages the passes, one pass alone is that uncertain (more "
+                  "--passes, --quiet-wait, a quieter machine)", file=sys.stderr)
     if args.fit:
-        _fit(args, result, plan)
+        _fit(args, result, plan, spread)
     return 0
