@@ -188,11 +188,11 @@ for pc in ('off', 'on'):
     specsim) # the simulator against live speculative decoding: a profile of this machine, then bench spec's runs
              # re-simulated with the model fitted on it (SmolLM2 shape, the drafter of controlled acceptance)
              minivllm profile --model random:smollm2-135m --device cuda --dtype bfloat16 --max-batch 16 \
-               --max-context 1024 --max-prefill 0 --out "$OUT/profile_smollm2.jsonl" --fit "$OUT/h200_smollm2.json" \
+               --max-context 1024 --max-prefill 0 --out "$OUT/profile_smollm2.jsonl" --fit "$OUT/model_smollm2.json" \
                --no-progress 2>&1 | tail -n 25
              minivllm bench spec --model-shape smollm2-135m --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 \
                --workload open --batch 1 8 --max-tokens "${SPEC_TOKENS:-256}" --acceptance 0,0.5,0.8,1 \
-               --repeats "${REPEATS:-5}" --cost-model "$OUT/h200_smollm2.json" --log-dir "$OUT/spec_logs" --json "$OUT/spec_sim_smollm2.json"
+               --repeats "${REPEATS:-5}" --cost-model "$OUT/model_smollm2.json" --log-dir "$OUT/spec_logs" --json "$OUT/spec_sim_smollm2.json"
              tar czf "$OUT/spec_logs.tgz" -C "$OUT" spec_logs && rm -r "$OUT/spec_logs"
              gzip -f "$OUT/profile_smollm2.jsonl" ;;
     machine) nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader; hostname; nproc ;;
