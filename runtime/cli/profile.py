@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "max_model_len - 1; 0 = none beyond the budget)")
     g.add_argument("--time-limit", type=float, metavar="S", action=Bounded, at_least=0,
                    help="start no new case after S seconds (default: 150 on CUDA, none on the CPU; 0 = none)")
-    g.add_argument("--passes", type=int, default=1, action=Bounded, at_least=1,
+    g.add_argument("--passes", type=int, default=1, metavar="N", action=Bounded, at_least=1,
                    help="run the sweep N times: N samples of every shape for the fit, and how far the later "
                         "passes' step times moved from the first's (a noisy machine's sweep says so) "
                         "(default: %(default)s)")
