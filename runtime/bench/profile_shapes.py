@@ -78,7 +78,6 @@ class ShapeSweep:
         self._unique = 0
         self.clock = clock
         self.t0 = clock()
-        self.steps = 0
         self.durations: list[float] = []  # every step's, in order
         self._prefixes: set[int] = set()
         self.max_seqs = core.config.scheduler.max_num_seqs
@@ -86,6 +85,10 @@ class ShapeSweep:
         # the core speculates only in verify cases: every other step is planned as a plain engine's
         # (a drafter, even one proposing nothing, takes the scheduler off its decode fast path)
         self.drafter, core.drafter = core.drafter, None
+
+    @property
+    def steps(self) -> int:
+        return len(self.durations)
 
     def now(self) -> float:
         return self.clock() - self.t0
@@ -108,7 +111,6 @@ class ShapeSweep:
         out = self.core.step(self.now(), self.executor)
         if out.plan.empty:
             raise SweepStalled(f"engine scheduled nothing with {len(self.core.requests)} unfinished requests")
-        self.steps += 1
         self.durations.append(out.result.duration)
         return out
 

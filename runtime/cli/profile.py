@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: the CUDA caching allocator retried {result.alloc_retries} allocations during the sweep "
               "(each frees its cache and synchronizes): those steps are slow; lower --gpu-memory-utilization",
               file=sys.stderr)
-    first_pass_skipped = result.skipped[:max(0, len(result.skipped) - (args.passes - 1) * len(plan))]
+    first_pass_skipped = plan[result.cases_run:]  # the first pass's cases never begun
     if first_pass_skipped:
         print(f"warning: time limit reached: {len(first_pass_skipped)} of {len(plan)} cases skipped "
               f"{plan_summary(first_pass_skipped)}", file=sys.stderr)

@@ -83,6 +83,7 @@ VERIFY_DRAFTS = (1, 2, 4, 8, 16)
 VERIFY_MAX_BATCH = 32
 SMALL_BATCH = 8  # decode batches up to this size are profiled on a finer context grid
 
+
 def verify_steps(batch: int) -> int:
     """Verify steps a case measures: more from batch 4 on, where a step's rows (batch × (1 + drafts))
     reach the sizes at which GEMM and graph costs step, and a few samples a shape leave the fit noisy."""
