@@ -7,7 +7,7 @@ import pytest
 
 from runtime.engine.config import CacheConfig, ConfigError, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
-from runtime.engine.drafters import NgramDrafter, parse_speculative
+from runtime.engine.drafters import MatchOdds, NgramDrafter, parse_speculative
 from simulator.replay.policy import LoggedPolicy
 from tests.helpers import OracleDrafter, VerifyingExecutor, run_checked
 from traces.events import BlockTrimmed, Step
@@ -121,12 +121,12 @@ def test_logs_round_trip_and_replay(tmp_path):
     assert any(s.plan.drafts for s in replayed)
 
 
-def test_ngram_drafter_proposes_what_followed_the_latest_match():
+def test_ngram_drafter_looks_up_what_followed_the_latest_match():
     d = NgramDrafter(3)
-    assert d.propose_one([1, 2, 3, 9, 9, 1, 2, 3, 7, 1, 2, 3], 3) == [7, 1, 2]  # the latest [1, 2, 3]
-    assert d.propose_one([5, 6, 7, 8], 3) == []
-    assert d.propose_one([256, 1, 0, 0, 1], 2) == []  # 1's bytes inside 256's are no token match
-    assert d.propose_one([4, 5, 4, 5], 4) == [4, 5]
+    assert d.lookup([1, 2, 3, 9, 9, 1, 2, 3, 7, 1, 2, 3], 3) == (3, [7, 1, 2])  # the latest [1, 2, 3]
+    assert d.lookup([5, 6, 7, 8], 3) == (0, [])
+    assert d.lookup([256, 1, 0, 0, 1], 2) == (0, [])  # 1's bytes inside 256's are no token match
+    assert d.lookup([4, 5, 4, 5], 4) == (2, [4, 5])
 
 
 @pytest.mark.parametrize("text", ["ngram", "ngram:0", "ngram:17", "model:4", "eagle:3", "ngram:x:3"])
@@ -157,28 +157,40 @@ def test_ngram_drafter_leaves_a_request_alone_while_its_drafts_are_rejected():
         got[1] += bool(drafts[1])
         loop.token_ids.extend(drafts[0][:2] or [1])  # accepted
         other.token_ids.extend([100 + step, 1, 2])  # [1, 2] recurs, what follows it never does
-    assert got[0] == 40 and got[1] < 15, got
-    assert sum(bool(NgramDrafter(4).propose([other], [4])[0]) for _ in range(3)) == 3  # without backing off: each
+    assert got[0] == 40 and got[1] < 8, got
+    assert sum(bool(NgramDrafter(4).propose([other], [4])[0]) for _ in range(3)) == 3  # without odds: each
 
 
-def test_a_quiet_request_drafts_again_as_soon_as_its_text_repeats():
-    """While quiet, its proposals are scored against what it commits (not verified): the first one
-    whose first SHADOW_PROBE tokens come true ends the quiet."""
+def test_ngram_drafts_go_as_far_as_their_match_lengths_odds():
+    """Continuations are scored per match length whether verified or not: once two-token matches
+    have come out wrong, one proposes nothing, while the first longer match of a new loop drafts."""
     from array import array
 
     from runtime.engine.request import Request
 
     d = NgramDrafter(4)
     req = Request(0, array("i", [1, 2, 3, 4] * 4), SamplingParams(max_tokens=200), 0.0, 256)
-    for step in range(12):  # [.., 1, 2] recurs, what follows never does: quiet
+    for step in range(12):  # [.., 1, 2] recurs, what follows never does
         d.propose([req], [4])
         req.token_ids.extend([100 + step, 1, 2])
-    assert not d.propose([req], [4])[0]
+    assert d.odds.length(2, 4) == 0 and d.odds.length(3, 4) == 4
     loop, drafted_at = [7, 8, 9, 10, 11], None
     for step in range(20):  # now the text loops: one token a step, as a plain decode commits
         if d.propose([req], [4])[0] and drafted_at is None:
             drafted_at = step
         req.token_ids.append(loop[step % len(loop)])
-    # a loop is seen once its first two tokens come round (step 7); the shadow proposal made then
-    # is scored on its first SHADOW_PROBE tokens
-    assert drafted_at == len(loop) + 2 + NgramDrafter.SHADOW_PROBE, drafted_at
+    # the loop's first match ([7, 8], once 7 comes round) is a two-token one: nothing; the next is
+    # [7, 8, 9]
+    assert drafted_at == len(loop) + 3, drafted_at
+    assert d.odds.length(3, 4) == 4 and d.odds.kept[3][3] > 0  # (scored: the loop's continuations came true)
+
+
+def test_match_odds_cut_a_proposal_where_its_odds_of_being_kept_fall_below_the_floor():
+    odds = MatchOdds((2,), 4, min_keep=0.3)
+    assert odds.length(2, 4) == 4  # the prior: 0.75, 0.56, 0.42, 0.32
+    for _ in range(20):
+        odds.score(2, 1, 2)  # the first position kept, the second wrong
+    assert odds.length(2, 4) == 1 and odds.length(2, 0) == 0
+    for _ in range(60):
+        odds.score(2, 0, 1)  # now the first wrong: the latest scores weigh more
+    assert odds.length(2, 4) == 0

@@ -11,15 +11,16 @@ home of the rule):
 
 - ``ngram:K``: prompt lookup. The longest of the request's last 8, 6, 4, 3 or 2 tokens that
   occurred before in its prompt + output is found (latest occurrence), and the K tokens that
-  followed it are proposed: a longer suffix picks, of the places a short phrase recurs, the one
-  that continues as the text does now (in a loop of "it was the age of X, ..." the last loop, not
-  the latest "the age of"). Deterministic, pure Python, nothing to load. A request whose drafts
-  keep being rejected (text that does not repeat itself) goes quiet, so it costs the batch
-  little: each verified draft is compute, and a rejected one buys nothing. A quiet request's
-  proposals are still made and scored against the tokens it then commits, but kept back (shadow
-  proposals: free, no verification); as soon as one has guessed its first SHADOW_PROBE tokens it
-  drafts again, so text that starts repeating itself (a model falling into a loop, a quote) gets
-  drafts within a few tokens.
+  followed it are its continuation: a longer suffix picks, of the places a short phrase recurs,
+  the one that continues as the text does now (in a loop of "it was the age of X, ..." the last
+  loop, not the latest "the age of"). Deterministic, pure Python, nothing to load. How much of
+  the continuation is proposed depends on how much the match is worth: every continuation is
+  scored against the tokens the request then commits (verified or not, so scoring is free), per
+  match length and position, and a proposal stops at the first position whose odds of being
+  kept (the product of the positions' keep rates so far) fall below MIN_KEEP. A verified draft
+  is compute, and a rejected one buys nothing: on text that does not repeat itself a two-token
+  match is kept ~35 % of the time and the next position far less (one draft, or none), while an
+  eight-token match keeps most of its K (measured on the default model, open text).
 - ``model:PATH:K``: a small draft model (any model the loader reads that shares the target's
   tokenizer), its greedy continuation: built by the executor (runtime/executor/draft_model.py),
   since it runs on the device.
@@ -89,69 +90,102 @@ class Drafter(Protocol):
         ...
 
 
-class _Track:
-    """What a drafter remembers of one request: its last proposal (at which length), how well its
-    proposals have fared lately, and whether it is quiet (its proposals kept back, only scored)."""
+class MatchOdds:
+    """How often a continuation's position j is kept, given positions < j were, per match length:
+    counts that fade (each score weighs the earlier ones by MEMORY: a workload that changes is
+    followed within a few hundred continuations) with a prior (PRIOR_TRIES tries at PRIOR_KEEP).
+    ``length`` is how far a proposal of a given match length is worth verifying."""
 
-    __slots__ = ("request", "at", "drafts", "rate", "quiet")
+    PRIOR_KEEP = 0.75
+    PRIOR_TRIES = 2.0
+    MEMORY = 0.99
 
-    def __init__(self, request: Request) -> None:
-        self.request, self.at, self.drafts, self.rate, self.quiet = request, 0, (), 1.0, False
+    def __init__(self, sizes: Sequence[int], num_tokens: int, min_keep: float) -> None:
+        self.min_keep = min_keep
+        self.tried = {n: [0.0] * num_tokens for n in sizes}
+        self.kept = {n: [0.0] * num_tokens for n in sizes}
+
+    def score(self, size: int, kept: int, tried: int) -> None:
+        """A continuation of a ``size``-token match: its first ``kept`` positions came true, and
+        ``tried`` positions are decided (``kept`` + 1 when one came out wrong)."""
+        t, k, m = self.tried[size], self.kept[size], self.MEMORY
+        for j in range(tried):
+            t[j] = t[j] * m + 1
+            k[j] = k[j] * m + (j < kept)
+
+    def length(self, size: int, limit: int) -> int:
+        """The most positions (<= ``limit``) whose odds of all being kept stay at MIN_KEEP or above."""
+        t, k = self.tried[size], self.kept[size]
+        odds, n = 1.0, 0
+        while n < limit:
+            odds *= (k[n] + self.PRIOR_KEEP * self.PRIOR_TRIES) / (t[n] + self.PRIOR_TRIES)
+            if odds < self.min_keep:
+                break
+            n += 1
+        return n
 
 
 class NgramDrafter:
-    """Prompt lookup (``ngram:K``): see the module docstring. Backing off is a function of the
-    request's own tokens (what was proposed against what was committed), so a run stays
+    """Prompt lookup (``ngram:K``): see the module docstring. The odds are a function of the
+    requests' own tokens (what was looked up against what was committed), so a run stays
     deterministic and its log reproducible."""
 
     name = "ngram"
-    RATE_WEIGHT = 0.5  # of the latest proposal in the running acceptance rate
-    MIN_RATE = 0.2  # below it the request goes quiet
-    RESUME_RATE = 0.5  # a quiet request drafts again once its shadow proposals bring the rate here
-    SHADOW_PROBE = 3  # a shadow proposal is scored on its first this many tokens (all guessed: a score of 1)
+    # a draft is verified while its odds of being kept are at least this: on a 2-core CPU at
+    # batch 8 a verified draft costs ~1.5 ms beside a step of ~50 ms, i.e. a quarter of what a
+    # decode token's share of the step buys; on a GPU drafts are cheaper, and a draft less
+    # likely than this to be kept adds little there either
+    MIN_KEEP = 0.3
 
     def __init__(self, num_tokens: int, sizes: Sequence[int] = NGRAM_SIZES) -> None:
         self.num_tokens = num_tokens
         self.sizes = tuple(sizes)
-        self._tracks: dict[int, _Track] = {}
+        self.odds = MatchOdds(self.sizes, num_tokens, self.MIN_KEEP)
+        # per request: itself, and its continuations not yet decided: (length then, match length, tokens)
+        self._open: dict[int, tuple[Request, list[tuple[int, int, list[int]]]]] = {}
 
     def propose(self, requests: Sequence[Request], limits: Sequence[int]) -> list[list[int]]:
         out = []
-        for req, n in zip(requests, limits):
-            track = self._track(req)
-            if n <= 0 or (track.quiet and track.drafts):  # (a shadow proposal still being scored)
+        for req, limit in zip(requests, limits):
+            if limit <= 0:
                 out.append([])
                 continue
-            length = len(req.token_ids)
-            drafts = self.propose_one(req.token_ids, n)
-            track.at, track.drafts = length, tuple(drafts)
-            out.append([] if track.quiet else drafts)
-        if len(self._tracks) > 2 * len(requests) + 64:  # forget the requests that are done
-            self._tracks = {rid: t for rid, t in self._tracks.items() if not t.request.status.done}
+            pending = self._pending(req)
+            tokens = req.token_ids
+            size, continuation = self.lookup(tokens, self.num_tokens)
+            if not continuation:
+                out.append([])
+                continue
+            pending.append((len(tokens), size, continuation))
+            out.append(continuation[: self.odds.length(size, limit)])
+        if len(self._open) > 2 * len(requests) + 64:  # forget the requests that are done
+            self._open = {rid: o for rid, o in self._open.items() if not o[0].status.done}
         return out
 
-    def _track(self, req: Request) -> _Track:
-        """The request's track, its last proposal scored once what was committed since decides it:
-        a verified one after its round (the share of its drafts accepted); a shadow one at its
-        first wrong token, or once its first SHADOW_PROBE tokens are committed (the share of those
-        it guessed)."""
-        track = self._tracks.get(req.request_id)
-        if track is None or track.request is not req:
-            track = self._tracks[req.request_id] = _Track(req)
-        elif track.drafts and len(req.token_ids) > track.at:  # (no new tokens: its round did not run)
-            scored = min(len(track.drafts), self.SHADOW_PROBE) if track.quiet else len(track.drafts)
-            committed = req.token_ids[track.at:track.at + scored]
-            accepted = num_accepted(track.drafts, committed)
-            if track.quiet and accepted == len(committed) < scored:
-                return track  # a shadow proposal not decided yet
-            w = self.RATE_WEIGHT
-            track.rate = (1 - w) * track.rate + w * accepted / scored
-            track.drafts = ()
-            track.quiet = track.rate < (self.RESUME_RATE if track.quiet else self.MIN_RATE)
-        return track
+    def _pending(self, req: Request) -> list[tuple[int, int, list[int]]]:
+        """The request's undecided continuations, those that what it committed since decides scored
+        (at their first wrong token, or once all their tokens are committed) and dropped."""
+        entry = self._open.get(req.request_id)
+        if entry is None or entry[0] is not req:
+            entry = self._open[req.request_id] = (req, [])
+        pending = entry[1]
+        tokens = req.token_ids
+        undecided = []
+        for at, size, continuation in pending:
+            committed = tokens[at:at + len(continuation)]
+            kept = num_accepted(continuation, committed)
+            if kept < len(committed):  # a wrong token
+                self.odds.score(size, kept, kept + 1)
+            elif kept == len(continuation):
+                self.odds.score(size, kept, kept)
+            else:
+                undecided.append((at, size, continuation))
+        pending[:] = undecided
+        return pending
 
-    def propose_one(self, tokens: Sequence[int], limit: int) -> list[int]:
-        """The ``limit`` tokens after the latest earlier occurrence of the longest suffix that has one."""
+    def lookup(self, tokens: Sequence[int], limit: int) -> tuple[int, list[int]]:
+        """The length of the longest suffix that occurred before and the ``limit`` tokens after its
+        latest earlier occurrence ((0, []) when none did)."""
         length = len(tokens)
         data = tokens.tobytes() if hasattr(tokens, "tobytes") else _int32_bytes(tokens)
         width = len(data) // length if length else 4
@@ -166,9 +200,9 @@ class NgramDrafter:
                     break
                 if at % width == 0:  # on a token boundary (bytes of ids can match across them)
                     first = at // width + n
-                    return list(tokens[first:first + limit])
+                    return n, list(tokens[first:first + limit])
                 end = at + len(pattern) - 1
-        return []
+        return 0, []
 
 
 def _int32_bytes(tokens: Sequence[int]) -> bytes:
