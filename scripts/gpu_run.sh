@@ -47,7 +47,8 @@
 #   spec       speculative decoding: the GPU tests (greedy equal to plain and HF with Triton + CUDA graphs,
 #              sampled equal to plain), then bench spec on both shapes with a drafter of controlled
 #              acceptance (0, 0.5, 0.8, 1), single stream and batch 8, greedy, 256 tokens
-#   specsim    the simulator against live speculative decoding: minivllm profile (SmolLM2 shape), then bench spec
+#   specsim    the simulator against live speculative decoding: minivllm profile (SmolLM2 shape, PASSES passes,
+#              default 1, 150 s each at most), then bench spec
 #              with the fitted model (--cost-model), the drafter of controlled acceptance, REPEATS (default 5)
 #              interleaved repeats of SPEC_TOKENS output tokens (default 256; up to 896 stays inside the
 #              profile's 1,024 contexts); the profile log, the model, the JSON and every run's log come back in $OUT
@@ -188,8 +189,8 @@ for pc in ('off', 'on'):
     specsim) # the simulator against live speculative decoding: a profile of this machine, then bench spec's runs
              # re-simulated with the model fitted on it (SmolLM2 shape, the drafter of controlled acceptance)
              minivllm profile --model random:smollm2-135m --device cuda --dtype bfloat16 --max-batch 16 \
-               --max-context 1024 --max-prefill 0 --out "$OUT/profile_smollm2.jsonl" --fit "$OUT/model_smollm2.json" \
-               --no-progress 2>&1 | tail -n 25
+               --max-context 1024 --max-prefill 0 --passes "${PASSES:-1}" --time-limit $((150 * ${PASSES:-1})) \
+               --out "$OUT/profile_smollm2.jsonl" --fit "$OUT/model_smollm2.json" --no-progress 2>&1 | tail -n 25
              minivllm bench spec --model-shape smollm2-135m --tokenizer .gpu/tokenizer --device cuda --dtype bfloat16 \
                --workload open --batch 1 8 --max-tokens "${SPEC_TOKENS:-256}" --acceptance 0,0.5,0.8,1 \
                --repeats "${REPEATS:-5}" --cost-model "$OUT/model_smollm2.json" --log-dir "$OUT/spec_logs" --json "$OUT/spec_sim_smollm2.json"
