@@ -19,8 +19,8 @@ home of the rule):
   match length and position, and a proposal stops at the first position whose odds of being
   kept (the product of the positions' keep rates so far) fall below MIN_KEEP. A verified draft
   is compute, and a rejected one buys nothing: on text that does not repeat itself a two-token
-  match is kept ~35 % of the time and the next position far less (one draft, or none), while an
-  eight-token match keeps most of its K (measured on the default model, open text).
+  match is kept about a third of the time and the next position far less (one draft, or none),
+  while an eight-token match keeps most of its K (measured on the default model, open text).
 - ``model:PATH:K``: a small draft model (any model the loader reads that shares the target's
   tokenizer), its greedy continuation: built by the executor (runtime/executor/draft_model.py),
   since it runs on the device.
