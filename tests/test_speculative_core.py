@@ -194,3 +194,21 @@ def test_match_odds_cut_a_proposal_where_its_odds_of_being_kept_fall_below_the_f
     for _ in range(60):
         odds.score(2, 0, 1)  # now the first wrong: the latest scores weigh more
     assert odds.length(2, 4) == 0
+
+
+def test_the_ngram_drafter_is_lossless_and_writes_the_same_log_twice(tmp_path):
+    """The real drafter (its odds learned as it goes) against a greedy target: the plain output, a
+    log that fold checks after every step, and the same bytes on a second run."""
+    params = SamplingParams(max_tokens=40, ignore_eos=True)
+    plain = run(engine(speculative=""), PROMPTS, params, None)
+    logs = []
+    for i in range(2):
+        events = []
+        assert run(engine(events), PROMPTS, params, events) == plain
+        assert sum(p for ev in events if isinstance(ev, Step) for _, p, _ in rounds(ev)) > 0
+        path = tmp_path / f"run{i}.jsonl"
+        with LogWriter(path) as write:
+            for ev in events:
+                write(ev)
+        logs.append(path.read_bytes())
+    assert logs[0] == logs[1]
