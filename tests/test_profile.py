@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 
 import pytest
 
@@ -13,8 +14,9 @@ from runtime.cli import main
 from runtime.cli.profile import DEFAULT_LIMITS
 from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
-from runtime.engine.types import StepResult
+from runtime.engine.types import StepPlan, StepResult
 from simulator.cost.cost_model import FEATURES, load_cost_model
+from simulator.cost.host_timing import fit_host_timing
 from simulator.fitting.fit import CANDIDATES, EXTRAPOLATING
 from simulator.fitting.profile_plan import (
     DECODE_HEADROOM,
@@ -25,7 +27,7 @@ from simulator.fitting.profile_plan import (
     warmup_plan,
 )
 from tests.model_helpers import make_tiny, one_thread
-from traces.events import Finished, Header, Span, Step
+from traces.events import Finished, Header, Span, Step, make_header
 from traces.log import LogWriter, fold, read_log
 from traces.step_padding import StepPadding
 
@@ -240,3 +242,61 @@ def test_shipped_cpu_cost_model_loads_by_name():
     lone_decode = model.step_time(0, [Span(0, 100, 1, True)])
     assert 0.01 < lone_decode < 0.2  # SmolLM2 fp32 on 2 CPU cores: tens of ms per decode step
     assert model.defaulted_features == []  # every feature is in the file (padding unexercised: 0)
+
+
+class _FakeDevice:
+    """An overlapping executor on a virtual clock: each step's device work takes ``device`` seconds
+    after the step before it; ``launch`` costs the host ``host`` seconds; ``collect`` waits (moves the
+    clock) until the step's device work is done, as a GPU's sampled ids reach the host."""
+
+    def __init__(self, clock: list[float], host: float, device: float) -> None:
+        self.clock, self.host, self.device = clock, host, device
+        self.busy_until = 0.0
+        self.launched: list[StepPlan] = []
+
+    def launch(self, plan, requests):
+        started = self.clock[0]
+        self.clock[0] += self.host
+        self.busy_until = max(self.busy_until, self.clock[0]) + self.device
+        self.launched.append(plan)
+        return plan, started, self.busy_until
+
+    def collect(self, handle):  # the runner's duration: from its launch to the tokens on the host
+        plan, started, ready = handle
+        self.clock[0] = max(self.clock[0], ready)
+        return StepResult([[7] for s in plan.spans if s.sample], ready - started)  # (every draft rejected)
+
+    def execute(self, plan, requests):
+        return self.collect(self.launch(plan, requests))
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_the_sweep_steps_the_engine_as_its_live_loop_does(overlap, tmp_path):
+    """With overlap (async scheduling) the sweep's steps tile, each logged at the device's pace
+    when the device is the slower side; without it each step is host + device. Either way the log
+    is a complete run: every case's requests end, fold replays it, the verify steps speculate."""
+    config = EngineConfig(cache=CacheConfig(block_size=16, num_blocks=1024),
+                          scheduler=SchedulerConfig(max_model_len=1024, max_num_batched_tokens=512))
+    clock = [0.0]
+    executor = _FakeDevice(clock, host=0.001, device=0.004)
+    plan = [PrefillCase(64), DecodeCase(4, 64, 8, (16,)), PrefillCase(32, 64), DecodeCase(2, 48, 4, shared=True),
+            DecodeCase(2, 64, 4, shared=True, drafts=2)]
+    log = tmp_path / "sweep.jsonl"
+    with LogWriter(log) as writer:
+        writer(make_header(config, clock="wall", extra={"overlap": overlap, "profile": {}}))
+        sweep = ShapeSweep(EngineCore(config, sink=writer, drafter=SweepDrafter(100)), executor, vocab_size=100,
+                           clock=lambda: clock[0], overlap=overlap)
+        result = run_sweep(sweep, plan, progress=False)
+    events = list(read_log(log))
+    steps = [e for e in events if isinstance(e, Step)]
+    assert len(steps) == result.steps == len(executor.launched) and not sweep.core.requests
+    assert not fold(events).tables and any(s.drafts for s in steps)
+    decode = [s for s in steps if shape_class(s) == "decode"]
+    tiled = [b.start == a.end for a, b in zip(steps, steps[1:])]
+    if overlap:  # the host's 1 ms hides behind the device's 4 ms: decode steps tile at 4 ms
+        assert sum(tiled) > len(steps) // 2
+        assert statistics.median(s.end - s.start for s in decode) == pytest.approx(0.004)
+    else:  # one at a time: host, then device
+        assert all(s.end - s.start == pytest.approx(0.005) for s in decode)
+    # a model fitted on the sweep simulates the loop as the header says it ran
+    assert fit_host_timing([log]).overlap == overlap

@@ -1,12 +1,17 @@
 """Drive the real engine through a sweep plan (simulator/fitting/profile_plan.py) and log every step.
 
 Nothing is invented: each case is a workload (random-token prompts, greedy, ``ignore_eos``) added
-to a real ``EngineCore`` and stepped with the real executor, so the Step events — spans from the
-scheduler, durations measured by the ModelRunner — are a genuine engine log that
-``minivllm cost-model fit`` (or ``replay``, ``fold``) reads like any other.
+to a real ``EngineCore`` and stepped by the engine's own ``StepLoop`` with the real executor, the
+way ``serve`` runs it: with overlapped steps (async scheduling on CUDA: step n+1 planned and
+launched while step n runs) wherever the engine ``serve`` builds from the same flags overlaps them.
+So the Step events — spans from the scheduler, times as the live loop stamps them — are a genuine
+engine log that ``minivllm cost-model fit`` (or ``replay``, ``fold``) reads like any other, and a
+step's logged time is what a served step of that shape logs (host work hidden behind the device's
+where the live loop hides it), not the time of a step run on its own.
 
 Decode cases end by finishing their requests between steps (``core.finish``, reason
-``"profile"``), the path a stop string takes: the log stays a complete, replayable run. Verify
+``"profile"``, after completing the step in flight), the path a stop string takes: the log stays
+a complete, replayable run. Verify
 cases (``DecodeCase.drafts``) hand the core a drafter (``SweepDrafter``) proposing that many drafts
 for every decode; the other cases run without one, as a plain engine does.
 
@@ -29,7 +34,8 @@ import msgspec
 from runtime.engine.core import EngineCore
 from runtime.engine.drafters import MAX_SPECULATIVE_TOKENS
 from runtime.engine.request import Request
-from runtime.engine.types import EventSink, Executor, StepOutput
+from runtime.engine.step_loop import StepLoop
+from runtime.engine.types import EventSink, Executor, OverlappingExecutor
 from runtime.executor.heap import frozen_heap
 from simulator.fitting.profile_plan import Case, DecodeCase, PrefillCase, SweepLimits, longest_request, plan_summary
 from traces.log import LogWriter
@@ -67,10 +73,11 @@ class SweepStalled(RuntimeError):
 
 
 class ShapeSweep:
-    """Runs cases on one core; ``now`` is seconds since the sweep began (the log's wall clock)."""
+    """Runs cases on one core through a ``StepLoop``; ``now`` is seconds since the sweep began (the
+    log's wall clock). ``overlap``: steps overlap as the live engine's do (``EngineParts.overlap``)."""
 
-    def __init__(self, core: EngineCore, executor: Executor, *, vocab_size: int, seed: int = 0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, core: EngineCore, executor: Executor | OverlappingExecutor, *, vocab_size: int,
+                 seed: int = 0, clock: Callable[[], float] = time.monotonic, overlap: bool = False) -> None:
         self.core = core
         self.executor = executor
         self.vocab_size = vocab_size
@@ -78,6 +85,7 @@ class ShapeSweep:
         self._unique = 0
         self.clock = clock
         self.t0 = clock()
+        self.loop = StepLoop(core, executor, self.now, overlap=overlap)
         self.durations: list[float] = []  # every step's, in order
         self._prefixes: set[int] = set()
         self.max_seqs = core.config.scheduler.max_num_seqs
@@ -107,12 +115,18 @@ class ShapeSweep:
         rid = self.core.add_request(prompt, params, self.now())
         return self.core.requests[rid]
 
-    def step(self) -> StepOutput:
-        out = self.core.step(self.now(), self.executor)
-        if out.plan.empty:
+    def step(self) -> None:
+        """One turn of the loop: plan and launch a step, complete the one before (with overlap; or
+        this one, without)."""
+        outs = self.loop.step()
+        if len(outs) == 1 and outs[0].plan.empty:
             raise SweepStalled(f"engine scheduled nothing with {len(self.core.requests)} unfinished requests")
-        self.durations.append(out.result.duration)
-        return out
+        self.durations += [out.result.duration for out in outs]
+
+    def settle(self) -> None:
+        """Complete the step in flight (before a request is finished or the drafter changes, as the
+        live engine completes it before an abort)."""
+        self.durations += [out.result.duration for out in self.loop.drain()]
 
     def live(self, reqs: Iterable[Request]) -> list[Request]:
         return [r for r in reqs if r.request_id in self.core.requests]
@@ -154,6 +168,7 @@ class ShapeSweep:
         if case.drafts:
             if not isinstance(self.drafter, SweepDrafter):
                 raise TypeError("a verify case needs a core with a SweepDrafter (sweep_core)")
+            self.settle()
             self.drafter.drafts = case.drafts
             self.core.drafter = self.drafter
         try:
@@ -162,6 +177,8 @@ class ShapeSweep:
                     break
                 self.step()
         finally:
+            if case.drafts:
+                self.settle()
             self.core.drafter = None
         for chunk in case.mixed_chunks:
             if not self.live(reqs) or len(self.core.requests) >= self.max_seqs:
@@ -169,6 +186,7 @@ class ShapeSweep:
             self.drain([self.add(self.prompt(chunk), 1)])  # decodes + this chunk (+ its rest)
             if self.live(reqs):
                 self.step()  # a pure decode step between injections
+        self.settle()
         now = self.now()
         for r in self.live(reqs):
             self.core.finish(r.request_id, now, FINISH_REASON)
@@ -231,6 +249,7 @@ def run_sweep(sweep: ShapeSweep, plan: list[Case], *, deadline: float | None = N
                 result.waited += before_case()
             before = len(sweep.durations)
             sweep.run(case)
+            sweep.settle()  # the case's last step is its own (and a time limit stops between whole cases)
             result.cases_run += 1
             times = sweep.durations[before:]
             result.case_times.append(statistics.median(times) if times else 0.0)
@@ -276,8 +295,9 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
     if quiet_wait > 0 and parts.runner.device.type == "cpu":
         gate = lambda: wait_until_quiet(quiet_wait)  # noqa: E731
         gate()  # the warm-up too: it would slow whatever else is running
-    warm = run_sweep(ShapeSweep(sweep_core(parts, None), parts.runner, vocab_size=vocab, seed=seed + 1), warmup,
-                     progress=progress, desc="warm-up")
+    overlap = parts.overlap  # the live engine's loop: async scheduling where serve has it
+    warm = run_sweep(ShapeSweep(sweep_core(parts, None), parts.runner, vocab_size=vocab, seed=seed + 1,
+                                overlap=overlap), warmup, progress=progress, desc="warm-up")
     header = parts.header("wall")
     extra = {**header.extra, "hardware": describe_device(parts.runner.device),
              "profile": {"quick": quick, **asdict(limits), "cases": plan_summary(plan), "passes": passes,
@@ -286,7 +306,7 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
     # no full collection over the start-up heap inside a measured step
     with frozen_heap(), LogWriter(out) as writer:
         writer(msgspec.structs.replace(header, extra=extra))
-        sweep = ShapeSweep(sweep_core(parts, writer), parts.runner, vocab_size=vocab, seed=seed)
+        sweep = ShapeSweep(sweep_core(parts, writer), parts.runner, vocab_size=vocab, seed=seed, overlap=overlap)
         result = run_sweep(sweep, plan * passes, deadline=deadline, before_case=gate, progress=progress)
     retries = cuda_alloc_retries(parts.runner.device)
     return ProfileResult(**vars(result), warmup_steps=warm.steps, warmup_seconds=warm.seconds,

@@ -63,6 +63,8 @@ class EngineParts:
                                "device": str(runner.device),
                                "dtype": str(runner.dtype).removeprefix("torch."),
                                "attention_backend": runner.backend.name,
+                               # the loop's overlap rule (async scheduling on CUDA): how its steps are timed
+                               "overlap": self.overlap,
                                "kv": {"num_layers": spec.num_layers, "num_kv_heads": spec.num_kv_heads,
                                       "head_dim": spec.head_dim, "block_size": runner.block_size,
                                       "num_blocks": runner.num_blocks},

@@ -15,9 +15,10 @@ fitted model carries, besides its step model:
   intake_delay seconds from a request's arrival stamp (the front door) to the engine seeing it; a
                request that arrives while a step runs but is not taken in before the next schedule
                shows it: the log records Arrived when the engine takes a request in
-  overlap      steps overlap (async scheduling on CUDA: step k+1 is planned while k runs): consecutive
-               steps then tile, gaps are 0 and a step costs ``max(host, device) + launch``, the
-               host part being what ``gap`` measured on sequential runs
+  overlap      steps overlap (async scheduling on CUDA: step k+1 is planned while k runs), as the
+               logs' headers say their loop ran (``extra.overlap``; an older log without it: its busy
+               steps tile): consecutive steps then tile, gaps are 0 and a step costs
+               ``max(host, device) + launch``, the host part being what ``gap`` measured on sequential runs
   eager_launch the host time to plan and launch a step that carries prefill (no CUDA graph: its
                kernels go one by one), ``eager_launch + eager_launch_per_token · extra tokens``
                (tokens beyond one per span); with overlap it holds back the end of the step in
@@ -100,20 +101,34 @@ class HostData:
     intake_lags: list[float] = field(default_factory=list)  # per request: how long it waited unseen
     tiled: int = 0  # consecutive busy steps with no gap at all
     live_logs: int = 0
+    # logs whose Header says how their loop ran (``extra.overlap``): overlapped, sequential
+    overlapped_logs: int = 0
+    sequential_logs: int = 0
+
+    @property
+    def overlap(self) -> bool:
+        """Whether the logs' steps overlap: as their headers say the live loop ran them, or (logs
+        written before headers said so) by whether their busy steps tile."""
+        if self.overlapped_logs or self.sequential_logs:
+            return self.overlapped_logs > self.sequential_logs
+        return bool(self.busy_gaps) and self.tiled >= OVERLAP_SHARE * len(self.busy_gaps)
 
     def extend(self, other: HostData) -> None:
         for name in ("busy_gaps", "busy_spans", "busy_drafts", "wakes", "intake_lags"):
             getattr(self, name).extend(getattr(other, name))
-        self.tiled += other.tiled
-        self.live_logs += other.live_logs
+        for name in ("tiled", "live_logs", "overlapped_logs", "sequential_logs"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
     @classmethod
     def from_log(cls, path: str | Path) -> HostData:
         """A profile sweep's log (Header ``extra.profile``) gives busy gaps only, and none a request
         was added in: its requests are added by the sweep (a synthetic prompt made each time), not
         by a front door."""
-        profile = "profile" in read_header(path).extra
+        extra = read_header(path).extra
+        profile = "profile" in extra
         data = cls(live_logs=0 if profile else 1)
+        if isinstance(extra.get("overlap"), bool):
+            data.overlapped_logs, data.sequential_logs = int(extra["overlap"]), int(not extra["overlap"])
         steps: list[tuple[float, float, int, int, int]] = []  # start, end, spans, drafts, requests ended before it
         arrivals: list[float] = []
         ended = 0
@@ -164,7 +179,7 @@ def fit_host_timing(logs: Sequence[str | Path]) -> HostTiming:
                                      "wakes": len(data.wakes), "requests": len(data.intake_lags)})
     if data.busy_gaps:
         y = np.asarray(data.busy_gaps)
-        timing.overlap = data.tiled >= OVERLAP_SHARE * len(y)
+        timing.overlap = data.overlap
         drafts = np.asarray(data.busy_drafts, dtype=float)
         if drafts.any():  # the part of a gap its verified drafts explain, then the rest as without them
             X = np.column_stack([np.ones_like(y), np.asarray(data.busy_spans, dtype=float), drafts])
@@ -186,6 +201,5 @@ def fit_host_timing(logs: Sequence[str | Path]) -> HostTiming:
 
 
 def log_overlaps(path: str | Path) -> bool:
-    """Whether the log's consecutive busy steps tile (an overlapped engine's log)."""
-    data = HostData.from_log(path)
-    return bool(data.busy_gaps) and data.tiled >= OVERLAP_SHARE * len(data.busy_gaps)
+    """Whether the log's steps overlap (an async engine's log: its header says so, or its busy steps tile)."""
+    return HostData.from_log(path).overlap
