@@ -8,10 +8,11 @@ import math
 import statistics
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from runtime.bench.profile_shapes import FINISH_REASON, ShapeSweep, SweepDrafter, pass_spread, run_sweep
 from runtime.cli import main
-from runtime.cli.profile import DEFAULT_LIMITS
 from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
 from runtime.engine.types import StepPlan, StepResult
@@ -23,12 +24,14 @@ from simulator.fitting.profile_plan import (
     DecodeCase,
     PrefillCase,
     derive_limits,
+    longest_request,
     sweep_plan,
     warmup_plan,
 )
 from tests.model_helpers import make_tiny, one_thread
 from traces.events import Finished, Header, Span, Step, make_header
 from traces.log import LogWriter, fold, read_log
+from traces.params import SamplingParams
 from traces.step_padding import StepPadding
 
 pytestmark = pytest.mark.usefixtures(one_thread.__name__)
@@ -118,25 +121,30 @@ class _ZeroCost:
 
 
 def test_cuda_default_sweep_is_feasible_and_short(tmp_path):
-    """The H200 command's sweep (default CUDA limits, default engine flags, ~1M-token KV pool) runs
-    through the real core without a stall, stays under 4,000 steps (tens of seconds there), and its
-    log stays under the 16 MiB a device run can send back. As `minivllm profile` builds it: the
-    chunk ladder stops at the 2,048 budget, whole prompts go on to max_model_len - 1 (the engine's
-    budget raised to hold them)."""
-    max_context, max_batch = DEFAULT_LIMITS["cuda"]
-    max_len = max_context + DECODE_HEADROOM
+    """The sweep of `minivllm profile` on a GPU with serve's default engine (max_model_len 4,096,
+    256 sequences, a 2,048-token budget; a ~1M-token KV pool) runs through the real core without a
+    stall, stays under 5,000 steps (a couple of minutes there), and its log stays under the 16 MiB a
+    device run can send back. As the command builds it: the chunk ladder stops at the 2,048 budget,
+    whole prompts go on to max_model_len - 1 (the engine's budget raised to hold them), contexts to
+    the engine's max_model_len less decode headroom, batches to max_num_seqs, decode batches at
+    long contexts up to the KV pool (a GPU prefills them in seconds)."""
+    max_len, max_batch = 4096, 256
     config = EngineConfig(cache=CacheConfig(block_size=16, num_blocks=65_536),
                           scheduler=SchedulerConfig(max_model_len=max_len, max_num_batched_tokens=max_len - 1))
-    limits = derive_limits(max_context, max_batch, config, budget=2048, max_prefill=max_len - 1)
+    limits = derive_limits(max_len, max_batch, config, budget=2048, max_prefill=max_len - 1, fill_pool=True)
     plan = sweep_plan(limits)
-    assert {c.kind for c in plan} == {"prefill", "prefill+context", "decode", "decode (shared prefix)", "verify"}
-    assert max(c.batch for c in plan if isinstance(c, DecodeCase)) == 256
-    # whole prompts beyond the budget, up to max_model_len; decode batch x context up to the KV pool
+    assert {c.kind for c in plan} == {"prefill", "prefill+context", "decode", "verify"}
+    decode = [c for c in plan if isinstance(c, DecodeCase) and not c.drafts]
+    assert max(c.batch for c in decode) == 256 and max(c.context for c in decode) == max_len - DECODE_HEADROOM
+    # whole prompts beyond the budget, up to max_model_len
     assert max(c.chunk for c in plan if isinstance(c, PrefillCase)) == max_len - 1
     # ... at sizes the piecewise graphs pad by several amounts (the padded token's cost, fitted)
     whole = [c.chunk for c in plan if isinstance(c, PrefillCase) and c.chunk > 2048]
     assert len({StepPadding(max_len - 1).padding(n) for n in whole}) >= 3, whole
-    assert max(c.batch * c.context for c in plan if isinstance(c, DecodeCase)) > limits.max_kv_tokens
+    # the largest batches decode at every power-of-two context their KV fits, up to the longest
+    for batch in (64, 128, 256):
+        contexts = sorted(c.context for c in decode if c.batch == batch)
+        assert contexts == [ctx for ctx in (32, 64, 128, 256, 512, 1024, 2048, 3584) if batch * ctx <= 2**20 * 0.9]
     # verify spans over contexts of their own reach the longest context a single stream is profiled at
     # (a tree model prices anything past its grid's last context at that context's cost)
     own = [c for c in plan if isinstance(c, DecodeCase) and c.drafts and not c.shared]
@@ -150,7 +158,7 @@ def test_cuda_default_sweep_is_feasible_and_short(tmp_path):
         run_sweep(ShapeSweep(EngineCore(config, sink=writer, drafter=SweepDrafter(151_936)), executor,
                              vocab_size=151_936), plan, progress=False)
     assert executor.classes == {"prefill", "prefill+context", "decode", "mixed", "verify"}
-    assert executor.steps < 4_000
+    assert executor.steps < 5_000
     assert log.stat().st_size < 15 << 20  # a device run sends back files of up to 16 MiB
 
 
@@ -300,3 +308,30 @@ def test_the_sweep_steps_the_engine_as_its_live_loop_does(overlap, tmp_path):
         assert all(s.end - s.start == pytest.approx(0.005) for s in decode)
     # a model fitted on the sweep simulates the loop as the header says it ran
     assert fit_host_timing([log]).overlap == overlap
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(max_len=st.integers(64, 50_000), chunked=st.booleans(), budget=st.integers(64, 50_000),
+       seqs=st.integers(1, 512), blocks=st.integers(64, 200_000), block_size=st.sampled_from([16, 32]),
+       max_context=st.integers(1, 60_000), max_batch=st.integers(1, 512),
+       max_prefill=st.none() | st.integers(0, 60_000), fill_pool=st.booleans(), quick=st.booleans())
+def test_no_case_asks_for_more_than_the_engine_takes(max_len, chunked, budget, seqs, blocks, block_size, max_context,
+                                                     max_batch, max_prefill, fill_pool, quick):
+    """Whatever the engine's limits, every prompt a sweep case adds is one the engine accepts (no
+    prompt of max_model_len or more, none beyond a chunked-off budget), and no decode batch holds
+    more sequences than the engine runs at once."""
+    config = EngineConfig(cache=CacheConfig(block_size=block_size, num_blocks=blocks),
+                          scheduler=SchedulerConfig(max_model_len=max_len, max_num_batched_tokens=budget,
+                                                    enable_chunked_prefill=chunked, max_num_seqs=seqs))
+    limits = derive_limits(max_context, max_batch, config, max_prefill=max_prefill, fill_pool=fill_pool)
+    assume(limits.max_context >= 16)  # (the CLI refuses a smaller engine: "leaves no room for a sweep")
+    core = EngineCore(config)
+    longest = longest_request(config)
+    for case in sweep_plan(limits, quick=quick) + warmup_plan(sweep_plan(limits, quick=quick), limits):
+        if isinstance(case, PrefillCase):
+            prompts = [(case.context + case.chunk, 1)] + ([(case.context, 1)] if case.context else [])
+        else:
+            assert case.batch <= seqs
+            prompts = [(case.context, max(1, longest - case.context - 1))] + [(c, 1) for c in case.mixed_chunks]
+        for n, max_tokens in prompts:
+            core.validate(n, SamplingParams(max_tokens=max_tokens, ignore_eos=True))  # raises InvalidRequest

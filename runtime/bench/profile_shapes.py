@@ -31,11 +31,12 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from runtime.engine.config import EngineConfig
 from runtime.engine.core import EngineCore
 from runtime.engine.drafters import MAX_SPECULATIVE_TOKENS
 from runtime.engine.request import Request
 from runtime.engine.step_loop import StepLoop
-from runtime.engine.types import EventSink, Executor, OverlappingExecutor
+from runtime.engine.types import EventSink, Executor, OverlappingExecutor, StepResult
 from runtime.executor.heap import frozen_heap
 from simulator.fitting.profile_plan import Case, DecodeCase, PrefillCase, SweepLimits, longest_request, plan_summary
 from traces.log import LogWriter
@@ -89,7 +90,7 @@ class ShapeSweep:
         self.durations: list[float] = []  # every step's, in order
         self._prefixes: set[int] = set()
         self.max_seqs = core.config.scheduler.max_num_seqs
-        self.max_len = longest_request(core.config.scheduler)
+        self.max_len = longest_request(core.config)
         # the core speculates only in verify cases: every other step is planned as a plain engine's
         # (a drafter, even one proposing nothing, takes the scheduler off its decode fast path)
         self.drafter, core.drafter = core.drafter, None
@@ -259,6 +260,39 @@ def run_sweep(sweep: ShapeSweep, plan: list[Case], *, deadline: float | None = N
     result.steps = sweep.steps
     result.seconds = time.monotonic() - t0
     return result
+
+
+@dataclass(frozen=True)
+class PlanEstimate:
+    steps: int
+    tokens: int  # computed, over all steps
+    seconds: float  # the steps' time by a cost model
+
+
+class _Priced:
+    """An executor that prices each step with a cost model and samples token 0 (a sweep drafter's
+    drafts follow the last token: every draft rejected, as on random weights)."""
+
+    def __init__(self, model) -> None:
+        self.step_time = model.timing(1 << 30).step_time
+        self.steps = self.tokens = 0
+        self.seconds = 0.0
+
+    def execute(self, plan, requests) -> StepResult:
+        self.steps += 1
+        self.tokens += plan.num_scheduled_tokens
+        self.seconds += self.step_time(plan.step, plan.spans, plan.drafts or ())
+        return StepResult([[0] for s in plan.spans if s.sample], 0.0)
+
+
+def estimate(plan: list[Case], config: EngineConfig, vocab_size: int, model) -> PlanEstimate:
+    """The plan run through the engine core (no model, no device): its steps, and their time by
+    ``model`` (a step-time cost model)."""
+    priced = _Priced(model)
+    sweep = ShapeSweep(EngineCore(config, drafter=SweepDrafter(vocab_size)), priced, vocab_size=vocab_size,
+                       clock=lambda: 0.0)
+    run_sweep(sweep, plan, progress=False)
+    return PlanEstimate(priced.steps, priced.tokens, priced.seconds)
 
 
 def git_commit() -> str | None:

@@ -22,12 +22,13 @@ from runtime.cli.checks import Bounded
 from runtime.cli.config_flags import add_engine_args, announce_load, engine_options, flag_error
 from runtime.cli.errors import CLIError
 
-# (max context, max batch) by device; sized so the CUDA sweep takes well under a minute on an H200
-DEFAULT_LIMITS = {"cpu": (1024, 32), "cuda": (4096, 256)}
+# (max context, max batch) on the CPU, where a sweep to the engine's limits would take hours; elsewhere
+# the sweep covers what the engine takes: contexts to its max_model_len, batches to its max_num_seqs
+CPU_LIMITS = (1024, 32)
 QUICK_LIMITS = (128, 4)
 QUIET_WAIT = 60.0  # s per case at most (a shared CPU; see runtime/bench/cpu_quiet.py)
 NOISY_PASSES = 0.05  # a sweep whose passes disagree by more on the median decode case says so
-CUDA_TIME_LIMIT = 150.0  # s since start; a guard so a slower GPU still finishes (and fits) in time
+CUDA_TIME_LIMIT = 240.0  # s since start; a guard so a slower GPU still finishes (and fits) within 5 minutes
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,20 +38,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("sweep")
     g.add_argument("--out", default="profile.jsonl", metavar="LOG", help="event log to write (default: %(default)s)")
     g.add_argument("--quick", action="store_true", help="a few cases of each shape class (CI, tests)")
+    g.add_argument("--plan", action="store_true",
+                   help="print the sweep (cases by kind, largest shapes, steps, an estimate of its time) and exit "
+                        "without running it")
     g.add_argument("--for", dest="for_workload", metavar="WORKLOAD|LOG",
                    help="size the sweep to what this workload or log asks of a cost model: its longest request "
                         "(--max-context), longest prompt (--max-prefill) and largest decode batch (--max-batch); "
                         "flags given explicitly win")
     g.add_argument("--max-context", type=int, action=Bounded, at_least=1,
-                   help="longest prompt a case builds (default: CPU 1024, CUDA 4096)")
+                   help="longest prompt a case builds (default: the engine's max_model_len, less decode headroom; "
+                        "CPU 1024)")
     g.add_argument("--max-batch", type=int, action=Bounded, at_least=1,
-                   help="most sequences decoding together (default: CPU 32, CUDA 256)")
+                   help="most sequences decoding together (default: the engine's max_num_seqs; CPU 32)")
     g.add_argument("--max-prefill", type=int, action=Bounded, at_least=0,
                    help="also profile whole prompts up to N tokens in one step, beyond the step budget (what a "
                         "chunked-off what-if runs); the profiled engine's budget is raised to N (default: "
                         "max_model_len - 1; 0 = none beyond the budget)")
     g.add_argument("--time-limit", type=float, metavar="S", action=Bounded, at_least=0,
-                   help="start no new case after S seconds (default: 150 on CUDA, none on the CPU; 0 = none)")
+                   help="start no new case after S seconds (default: 240 on CUDA, none on the CPU; 0 = none)")
     g.add_argument("--passes", type=int, default=1, metavar="N", action=Bounded, at_least=1,
                    help="run the sweep N times: N samples of every shape for the fit, and how far the later "
                         "passes' step times moved from the first's (a noisy machine's sweep says so) "
@@ -90,7 +95,7 @@ def _engine(args: argparse.Namespace):
     from runtime.engine.config import ConfigError, default_batched_tokens
     from runtime.executor.model.loader import load_model
     from runtime.executor.model.spec import ModelLoadError
-    from runtime.executor.setup import build_engine
+    from runtime.executor.setup import build_engine, default_max_model_len
     from simulator.fitting.profile_plan import DECODE_HEADROOM, derive_limits
 
     opts = engine_options(args)
@@ -100,8 +105,8 @@ def _engine(args: argparse.Namespace):
                             seed=opts.get("seed", 0))
     except (ModelLoadError, ValueError) as e:
         raise CLIError(str(e)) from None
-    default_ctx, default_batch = QUICK_LIMITS if args.quick else DEFAULT_LIMITS.get(loaded.device.type,
-                                                                                    DEFAULT_LIMITS["cuda"])
+    cpu = loaded.device.type == "cpu"
+    default_ctx, default_batch = QUICK_LIMITS if args.quick else CPU_LIMITS if cpu else (None, None)
     if args.for_workload:
         from runtime.cli.profile_for import workload_shape
 
@@ -112,8 +117,12 @@ def _engine(args: argparse.Namespace):
             args.max_prefill = shape.max_prompt
         opts.setdefault("max_model_len", min(loaded.model.rotary.max_positions, shape.max_request + DECODE_HEADROOM))
     max_context = args.max_context or default_ctx
-    # room for the longest prompt plus what its requests decode while the rest of the batch prefills
-    opts.setdefault("max_model_len", min(loaded.model.rotary.max_positions, max_context + DECODE_HEADROOM))
+    if max_context is not None:
+        # room for the longest prompt plus what its requests decode while the rest of the batch prefills
+        opts.setdefault("max_model_len", min(loaded.model.rotary.max_positions, max_context + DECODE_HEADROOM))
+    else:  # the engine serve builds from these flags, its contexts all covered
+        opts.setdefault("max_model_len", default_max_model_len(loaded))
+        max_context = opts["max_model_len"]
     # the chunk ladder stops at the live budget (the one the engine would get: runtime/engine/config.py);
     # whole prompts beyond it need an engine whose budget holds them
     chunked = opts.get("enable_chunked_prefill", True)
@@ -127,8 +136,10 @@ def _engine(args: argparse.Namespace):
         parts = build_engine(args.model, loaded=loaded, **opts)
     except ConfigError as e:
         raise flag_error(e) from None
-    limits = derive_limits(max_context, args.max_batch or default_batch, parts.config, budget=budget,
-                           max_prefill=max_prefill)
+    max_batch = args.max_batch or default_batch or parts.config.scheduler.max_num_seqs
+    # a GPU prefills a decode case's batch × context in well under a second: its decode cases fill the pool
+    limits = derive_limits(max_context, max_batch, parts.config, budget=budget, max_prefill=max_prefill,
+                           fill_pool=not cpu)
     if limits.max_context < 16:
         raise CLIError(f"--max-model-len: {parts.config.scheduler.max_model_len} leaves no room for a sweep")
     return parts, limits
@@ -149,6 +160,29 @@ def _fit(args: argparse.Namespace, result, plan, spread) -> None:
     print_fit(model, args.fit)
 
 
+# the shipped model a plan's time is estimated with, by device: a rough guide for other models and machines
+ESTIMATE_MODELS = {"cpu": "smollm2-135m-cpu", "cuda": "qwen3-0.6b-h200"}
+
+
+def _print_plan(parts, limits, plan, time_limit: float, passes: int) -> None:
+    from runtime.bench.profile_shapes import estimate
+    from simulator.cost.cost_model import load_cost_model
+    from simulator.fitting.profile_plan import describe_plan
+
+    name = ESTIMATE_MODELS.get(parts.runner.device.type, ESTIMATE_MODELS["cuda"])
+    est = estimate(plan, parts.config, parts.loaded.spec.vocab_size, load_cost_model(name))
+    sched = parts.config.scheduler
+    print(f"profile plan for {parts.loaded.identity} on {parts.runner.device}: max_model_len {sched.max_model_len:,}, "
+          f"max_num_seqs {sched.max_num_seqs}, budget {limits.budget:,}, KV pool {limits.pool_tokens:,} tokens")
+    for line in describe_plan(plan, limits):
+        print(f"  {line}")
+    print(f"  {est.steps:,} steps, {est.tokens:,} tokens a pass, x {passes} pass(es); about "
+          f"{est.seconds * passes:.0f} s of step time by the shipped model {name} (another model or machine differs: "
+          "a guide), plus the host's time between cases")
+    if time_limit > 0:
+        print(f"  time limit {time_limit:.0f} s: cases not begun by then are skipped (verify cases come last)")
+
+
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     from runtime.bench.profile_shapes import pass_spread, profile
@@ -160,6 +194,9 @@ def run(args: argparse.Namespace) -> int:
     time_limit = args.time_limit
     if time_limit is None:
         time_limit = CUDA_TIME_LIMIT if runner.device.type == "cuda" else 0
+    if args.plan:
+        _print_plan(parts, limits, plan, time_limit, args.passes)
+        return 0
     print(f"profiling {parts.loaded.identity} on {runner.device} ({str(runner.dtype).removeprefix('torch.')}): "
           f"{len(plan)} cases {plan_summary(plan)}, max context {limits.max_context}, max batch "
           f"{limits.max_batch}, budget {limits.budget}, whole prompts up to {limits.max_prefill}", file=sys.stderr)

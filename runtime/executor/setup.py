@@ -122,6 +122,11 @@ def split_options(options: dict[str, Any]) -> tuple[dict, dict, dict, dict]:
     return runner, cache, sched, top
 
 
+def default_max_model_len(loaded: LoadedModel) -> int:
+    """An engine's max_model_len unless one is given: the scheduler's default, within the model's positions."""
+    return min(SchedulerConfig().max_model_len, loaded.spec.max_position_embeddings)
+
+
 def build_engine(model: str | None = None, *, loaded: LoadedModel | None = None, tokenizer: str | None = None,
                  sync_timing: bool = False, record_steps: bool = False, **options: Any) -> EngineParts:
     """Load ``model`` (or reuse ``loaded``), size and allocate the KV pool, derive the EngineConfig.
@@ -134,7 +139,7 @@ def build_engine(model: str | None = None, *, loaded: LoadedModel | None = None,
     if tokenizer is not None:
         loaded.tokenizer = load_tokenizer(tokenizer)
     if "max_model_len" not in sched_opts:
-        sched_opts["max_model_len"] = min(SchedulerConfig().max_model_len, loaded.spec.max_position_embeddings)
+        sched_opts["max_model_len"] = default_max_model_len(loaded)
     elif sched_opts["max_model_len"] > loaded.model.rotary.max_positions:
         raise ConfigError(f"scheduler.max_model_len {sched_opts['max_model_len']} exceeds the model's "
                           f"{loaded.model.rotary.max_positions} positions")

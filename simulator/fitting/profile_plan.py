@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runtime.engine.config import EngineConfig, SchedulerConfig
+from runtime.engine.config import EngineConfig
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,7 @@ class SweepLimits:
     max_kv_tokens: int  # batch × context cap of a decode case (prefill cost, KV pool)
     max_prefill: int = 0  # longest whole prompt profiled in one step (> budget: chunked-off what-ifs)
     pool_tokens: int = 0  # the KV pool: shared-prefix decode cases reach up to it
+    fill_pool: bool = False  # decode cases prefill up to the pool (a GPU): a finer context grid for every batch
 
 
 # Drafts per verify span the sweep measures (at most MAX_SPECULATIVE_TOKENS, runtime/engine/drafters.py)
@@ -95,30 +96,41 @@ def verify_steps(batch: int) -> int:
 DECODE_HEADROOM = 512
 
 
-def longest_request(sched: SchedulerConfig) -> int:
-    """Prompt + output tokens one request may hold: with chunked prefill off it must fit the budget."""
-    if sched.enable_chunked_prefill:
-        return sched.max_model_len
-    return min(sched.max_model_len, sched.max_num_batched_tokens)
+def longest_request(config: EngineConfig) -> int:
+    """Prompt + output tokens one request may hold: within max_model_len and the KV pool, and with
+    chunked prefill off within the budget."""
+    sched, cache = config.scheduler, config.cache
+    longest = min(sched.max_model_len, cache.num_blocks * cache.block_size)
+    return longest if sched.enable_chunked_prefill else min(longest, sched.max_num_batched_tokens)
+
+
+POOL_SHARE = 0.9  # of the KV pool a decode case may fill
 
 
 def derive_limits(max_context: int, max_batch: int, config: EngineConfig, *, budget: int | None = None,
-                  max_prefill: int | None = None) -> SweepLimits:
+                  max_prefill: int | None = None, fill_pool: bool = False) -> SweepLimits:
     """Limits for an engine built with ``config``: contexts leave decode headroom below the
-    longest request it takes, batches fit ``max_num_seqs``, a decode case's KV fits half the pool.
+    longest request it takes, batches fit ``max_num_seqs``.
     ``budget``: the live engine's step budget the chunk ladder stops at (default: ``config``'s);
-    ``max_prefill``: whole prompts up to this many tokens (``config``'s budget must hold them)."""
+    ``max_prefill``: whole prompts up to this many tokens (``config``'s budget must hold them).
+    A decode case first prefills its batch × context tokens: with ``fill_pool`` (a GPU, which
+    prefills a pool in seconds) decode batches go up to POOL_SHARE of the KV pool, where a busy
+    server decodes; else (the CPU's minutes) to a quarter of max_batch × max_context and half the
+    pool, and shared-prefix cases go beyond."""
     sched, cache = config.scheduler, config.cache
-    max_len = longest_request(sched)
+    max_len = longest_request(config)
     max_context = min(max_context, max_len - min(DECODE_HEADROOM, max_len // 4))
     max_batch = min(max_batch, sched.max_num_seqs)
     pool_tokens = cache.num_blocks * cache.block_size
     budget = min(budget or sched.max_num_batched_tokens, sched.max_num_batched_tokens)
     max_prefill = min(max_prefill or budget, sched.max_num_batched_tokens, max_len - 1)
+    if fill_pool:
+        max_kv_tokens = min(max_batch * max_context, int(POOL_SHARE * pool_tokens))
+    else:
+        max_kv_tokens = min(max_batch * max_context // 4, pool_tokens // 2)
     return SweepLimits(max_context=max_context, max_batch=max_batch, budget=budget,
-                       block_size=cache.block_size,
-                       max_kv_tokens=max(max_context, min(max_batch * max_context // 4, pool_tokens // 2)),
-                       max_prefill=max(max_prefill, 0), pool_tokens=pool_tokens)
+                       block_size=cache.block_size, max_kv_tokens=max(max_context, max_kv_tokens),
+                       max_prefill=max(max_prefill, 0), pool_tokens=pool_tokens, fill_pool=fill_pool)
 
 
 def _geometric(lo: int, hi: int, factor: int) -> list[int]:
@@ -158,13 +170,15 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
         # a tile, CUDA graphs captured for bucketed sizes), and live batches are mostly small
         between = {b for b in (3, 6, 12) if b <= lim.max_batch}
         batches = _with_top(sorted(set(_geometric(1, lim.max_batch, 2)) | between), lim.max_batch)
-        decode_ctx, steps = _with_top(_geometric(32, lim.max_context, 4), lim.max_context), 16
-        # small batches (single streams, speculation) also halfway between: their step cost grows with
-        # the context by the decode kernel's programs, which a model can only interpolate between points
+        # small batches (single streams, speculation) at every power of two: their step cost grows with
+        # the context by the decode kernel's programs, which a model can only interpolate between points;
+        # larger ones too where their prefill is cheap (a GPU), else a factor of 4 apart
         small_ctx = _with_top(_geometric(32, lim.max_context, 2), lim.max_context)
+        decode_ctx = small_ctx if lim.fill_pool else _with_top(_geometric(32, lim.max_context, 4), lim.max_context)
+        steps = 16
         # ... and their decodes at 1.5 times each too (trees do not interpolate: a split between two
-        # points prices half the range between them as the far one)
-        small_decode_ctx = sorted(set(small_ctx) | {c * 3 // 2 for c in small_ctx[:-1]})
+        # points prices half the range between them as the far one), inside the longest context
+        small_decode_ctx = sorted(set(small_ctx) | {c * 3 // 2 for c in small_ctx if c * 3 // 2 < lim.max_context})
 
     prefill = [PrefillCase(c, 0, repeats) for c in chunks]
     if lim.max_prefill > lim.budget:  # whole prompts beyond the live budget (chunked-off what-ifs)
@@ -237,3 +251,39 @@ def plan_summary(plan: list[Case]) -> dict[str, int]:
     for case in plan:
         counts[case.kind] = counts.get(case.kind, 0) + 1
     return counts
+
+
+def describe_plan(plan: list[Case], limits: SweepLimits) -> list[str]:
+    """What ``profile --plan`` prints: the cases by kind and the largest shape of each."""
+    summary = ", ".join(f"{kind} {n}" for kind, n in plan_summary(plan).items())
+    lines = [f"{len(plan)} cases ({summary})"]
+    prefill = [c for c in plan if isinstance(c, PrefillCase)]
+    fresh = [c.chunk for c in prefill if not c.context]
+    if fresh:
+        whole = [n for n in fresh if n > limits.budget]
+        top = min(max(fresh), limits.budget)
+        lines.append(f"prefill chunks {min(fresh):,}–{top:,} tokens (budget {limits.budget:,})"
+                     + (f"; whole prompts in one step up to {max(whole):,} tokens" if whole else ""))
+    on_context = [c for c in prefill if c.context]
+    if on_context:
+        lines.append(f"prefill on a cached prefix: prefixes up to {max(c.context for c in on_context):,} tokens, "
+                     f"chunks up to {max(c.chunk for c in on_context):,}")
+    decode = [c for c in plan if isinstance(c, DecodeCase) and not c.drafts]
+    if decode:
+        kv = max(c.batch * c.context for c in decode)
+        lines.append(f"decode: batches {_span(c.batch for c in decode)}, contexts "
+                     f"{_span(c.context for c in decode)}, batch × context up "
+                     f"to {kv:,} tokens ({kv / max(limits.pool_tokens, 1):.0%} of the KV pool's "
+                     f"{limits.pool_tokens:,})")
+    verify = [c for c in plan if isinstance(c, DecodeCase) and c.drafts]
+    if verify:
+        lines.append(f"verify (speculative decoding): batches {_span(c.batch for c in verify)}, "
+                     f"{_span(c.drafts for c in verify)} drafts a request, contexts up to "
+                     f"{max(c.context for c in verify):,}")
+    return lines
+
+
+def _span(values) -> str:
+    values = list(values)
+    lo, hi = min(values), max(values)
+    return f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}"
