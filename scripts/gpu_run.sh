@@ -52,6 +52,10 @@
 #              with the fitted model (--cost-model), the drafter of controlled acceptance, REPEATS (default 5)
 #              interleaved repeats of SPEC_TOKENS output tokens (default 256; up to 896 stays inside the
 #              profile's 1,024 contexts); the profile log, the model, the JSON and every run's log come back in $OUT
+#   predict    the simulator's prediction from a profile alone, on this machine: minivllm profile of the engine
+#              the matrix serves (PRED_MODEL, default random:qwen3-0.6b; --max-model-len PRED_LEN, default 8192;
+#              the profile's own defaults otherwise), its log and fitted model into $OUT; then run the stage
+#              matrix (SKIP_LIVE=1) on the same machine and minivllm fidelity-table the served logs with that model
 #   machine    which machine this is (GPU UUID, host), for runs compared across machines
 # The packages the machine lacks travel as wheels in .whl/: run scripts/gpu_wheels.sh here first and
 # copy .whl to the GPU machine with the tree.
@@ -196,6 +200,10 @@ for pc in ('off', 'on'):
                --repeats "${REPEATS:-5}" --cost-model "$OUT/model_smollm2.json" --log-dir "$OUT/spec_logs" --json "$OUT/spec_sim_smollm2.json"
              tar czf "$OUT/spec_logs.tgz" -C "$OUT" spec_logs && rm -r "$OUT/spec_logs"
              gzip -f "$OUT/profile_smollm2.jsonl" ;;
+    predict) minivllm profile --model "${PRED_MODEL:-random:qwen3-0.6b}" --device cuda --dtype bfloat16 \
+               --max-model-len "${PRED_LEN:-8192}" --passes "${PASSES:-1}" --out /tmp/profile.jsonl \
+               --fit "$OUT/model_profile.json" --no-progress 2>&1 | tail -n 30
+             gzip -c /tmp/profile.jsonl > "$OUT/profile.jsonl.gz" ;;
     machine) nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader; hostname; nproc ;;
     modeltests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_model_gpu.py tests/test_fused_norm_rope_gpu.py 2>&1 | tail -n 30 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
