@@ -109,6 +109,21 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     return {dotted.rsplit(".", 1)[-1]: value for dotted, value in config_options(args).items()}
 
 
+def engine_flags(args: argparse.Namespace) -> list[str]:
+    """The engine flags the command line gave (``--model``, ``--tokenizer`` and every config flag), as
+    arguments for another command (``serve``)."""
+    words = [w for name in ("model", "tokenizer") if getattr(args, name, None)
+             for w in (f"--{name}", getattr(args, name))]
+    names = flag_names()
+    for dotted, value in config_options(args).items():
+        flag = names[dotted]
+        if isinstance(value, bool):
+            words.append(flag if value else "--no-" + flag[2:])
+        else:
+            words += [flag, str(value)]
+    return words
+
+
 def check_config_flags(args: argparse.Namespace) -> None:
     """Validate the engine flags given, field by field, before anything slow (a model load, a
     log read) so a bad value is reported at once and names its flag."""

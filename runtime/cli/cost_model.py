@@ -28,7 +28,7 @@ def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every
              model_identity: str | None = None, hardware: str | None = None, dtype: str | None = None,
              command: str | None = None, calibrate_on: list[str] | None = None,
              decode_steps_of: list[str] | None = None, eager_launch: bool = False,
-             weights: dict[str, int] | None = None):
+             weights: dict[str, int] | None = None, front_door: str | None = None):
     """Fit a cost model on ``logs`` (simulator.fitting.fit.fit_cost_model); its error on ``holdout`` logs,
     or on every ``holdout_every``-th step held out of the fit, goes to ``meta["heldout"]``.
     ``weighting`` (relative | absolute) is the older way to ask for one linear fit."""
@@ -54,7 +54,7 @@ def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every
     try:
         return fit_cost_model(logs, holdout=holdout, holdout_every=holdout_every, holdout_block=holdout_block,
                               kind=kind, meta=meta, calibrate_on=calibrate_on, decode_steps_of=decode_steps_of,
-                              eager_launch=eager_launch, weights=weights)
+                              eager_launch=eager_launch, weights=weights, front_door=front_door)
     except CostModelError as e:
         raise CLIError(str(e)) from None
 
@@ -80,7 +80,11 @@ def print_fit(model, out: str) -> None:
         drafts = f" + {host.gap_per_draft * 1e6:.2f} µs/draft" if host.gap_per_draft else ""
         print(f"  host: gap {host.gap_const * 1e3:.3f} ms + {host.gap_per_seq * 1e6:.2f} µs/seq{drafts}, wake "
               f"{host.wake * 1e3:.3f} ms, intake delay {host.intake_delay * 1e3:.3f} ms"
+              + (f" + {host.intake_per_token * 1e9:.1f} ns/prompt token" if host.intake_per_token else "")
               + (", steps overlap" if host.overlap else ""))
+        if door := model.meta.get("front_door"):
+            print(f"  front door: {door['requests']} probe requests reaching an idle engine, prompts to "
+                  f"{door['max_prompt']:,} tokens, median delay {door['median_delay'] * 1e3:.2f} ms ({door['log']})")
         if model.launch_time is not None:
             print(f"  eager launch: {host.eager_launch * 1e3:.3f} ms + {host.eager_launch_per_token * 1e6:.3f} µs per "
                   "token beyond one per span (holds back the step before)")
@@ -126,14 +130,15 @@ def _weights(specs: list[str] | None, logs: list[str]) -> dict[str, int] | None:
 
 
 def _fit(args: argparse.Namespace) -> int:
-    for path in [*args.logs, *(args.holdout or []), *(args.calibrate or []), *(args.decode_steps_of or [])]:
+    for path in [*args.logs, *(args.holdout or []), *(args.calibrate or []), *(args.decode_steps_of or []),
+                 *([args.front_door] if args.front_door else [])]:
         require_file(path, "log")
     weights = _weights(args.weight, args.logs)
     model = fit_logs(args.logs, holdout=args.holdout, holdout_every=args.holdout_every,
                      holdout_block=args.holdout_block, kind=args.kind, calibrate_on=args.calibrate,
                      decode_steps_of=args.decode_steps_of, eager_launch=args.eager_launch, weights=weights,
                      weighting=args.weighting, model_identity=args.model_identity, hardware=args.hardware,
-                     dtype=args.dtype)
+                     dtype=args.dtype, front_door=args.front_door)
     model.save(args.out)
     print_fit(model, args.out)
     return 0
@@ -236,6 +241,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "holds back the step before it; the step model then leaves out the steps a launch moves "
                         "(simulator/cost/launch.py; on the H200 logs of docs/BENCHMARKS.md it fixes the TTFT p50 "
                         "bias by load but not the cell count on an unseen machine) (default: off)")
+    f.add_argument("--front-door", metavar="LOG",
+                   help="a front-door probe's log (what `minivllm profile` writes beside its sweep): the intake delay "
+                        "(arrival stamp to the engine's first step, by prompt length) is fitted on it (default: "
+                        "from the fitted logs' gaps)")
     f.add_argument("--weight", action="append", metavar="LOG=N",
                    help="count the training steps of LOG (one of the fitted logs) N times: a profile sweep's few "
                         "steps of every shape against many live ones; its held-out steps count once (repeatable) "

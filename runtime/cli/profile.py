@@ -63,6 +63,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--quiet-wait", type=float, metavar="S", action=Bounded, at_least=0,
                    help="CPU devices: before each case wait up to S seconds for other processes to leave "
                         "the CPU (default: 60, with --quick 0; 0 = off)")
+    g.add_argument("--front-door", type=int, metavar="N", action=Bounded, at_least=0,
+                   help="before the sweep, serve the engine (`minivllm serve`, these engine flags) and send it N "
+                        "prompts one at a time, 16 tokens to max_model_len: the front door's delay from a request's "
+                        "arrival to its first step, by prompt length, into the fit (default: 24, with --quick 0; "
+                        "0 = none)")
+    g.add_argument("--front-door-log", metavar="LOG",
+                   help="the probe server's event log (default: beside --out, .front_door.jsonl)")
     g.add_argument("--fit", metavar="M.json", help="fit a cost model from the log right away")
     g.add_argument("--holdout-every", type=int, default=5, action=Bounded, at_least=2,
                    help="with --fit: hold out every Nth step (default: %(default)s)")
@@ -145,12 +152,50 @@ def _engine(args: argparse.Namespace):
     return parts, limits
 
 
-def _fit(args: argparse.Namespace, result, plan, spread) -> None:
+FRONT_DOOR_REQUESTS = 24
+
+
+def _front_door_log(args: argparse.Namespace) -> str:
+    if args.front_door_log:
+        return args.front_door_log
+    out = str(args.out)
+    for suffix in (".gz", ".jsonl"):
+        out = out.removesuffix(suffix)
+    return out + ".front_door.jsonl"
+
+
+def _probe_front_door(args: argparse.Namespace) -> str | None:
+    """The front-door probe (runtime/bench/front_door_probe.py) of the engine these flags build; its log,
+    or None when it is off or could not run (a warning says why: the sweep goes on)."""
+    from runtime.bench.front_door_probe import probe_front_door
+    from runtime.cli.config_flags import engine_flags
+    from runtime.engine.config import SchedulerConfig
+
+    requests = args.front_door if args.front_door is not None else 0 if args.quick else FRONT_DOOR_REQUESTS
+    if not requests or args.plan:
+        return None
+    log = _front_door_log(args)
+    longest = (engine_options(args).get("max_model_len") or SchedulerConfig().max_model_len) - 2
+    print(f"front door: serving the engine, {requests} prompts one at a time …", file=sys.stderr, flush=True)
+    try:
+        result = probe_front_door(engine_flags(args), log, requests=requests, longest=longest,
+                                  server_log=log.removesuffix(".jsonl") + ".server.log")
+    except (RuntimeError, OSError) as e:
+        print(f"warning: the front-door probe did not run ({e}); the fit has no intake delay", file=sys.stderr)
+        return None
+    print(f"front door: {result.sent - result.refused} prompts served in {result.seconds:.0f} s"
+          + (f" ({result.refused} longer than the server takes)" if result.refused else "") + f"; log: {log}",
+          file=sys.stderr)
+    return log
+
+
+def _fit(args: argparse.Namespace, result, plan, spread, front_door: str | None) -> None:
     from runtime.cli.cost_model import fit_logs, print_fit
     from simulator.fitting.profile_plan import plan_summary
     from traces.log import read_header
 
-    model = fit_logs([args.out], holdout_every=args.holdout_every, command=command_line(args.profile_parser, args))
+    model = fit_logs([args.out], holdout_every=args.holdout_every, command=command_line(args.profile_parser, args),
+                     front_door=front_door)
     model.meta["profile"] = {"steps": result.steps, "cases": plan_summary(plan),
                              "skipped_cases": len(result.skipped), "seconds": round(result.seconds, 1),
                              "git_commit": read_header(args.out).extra["profile"]["git_commit"],
@@ -184,10 +229,11 @@ def _print_plan(parts, limits, plan, time_limit: float, passes: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    started = time.monotonic()
     from runtime.bench.profile_shapes import pass_spread, profile
     from simulator.fitting.profile_plan import plan_summary, sweep_plan, warmup_plan
 
+    front_door = _probe_front_door(args)  # before this process takes the device: the server needs it
+    started = time.monotonic()  # (the time limit is the sweep's: the model's load, its warm-up and cases)
     parts, limits = _engine(args)
     runner = parts.runner
     plan = sweep_plan(limits, quick=args.quick)
@@ -225,5 +271,5 @@ def run(args: argparse.Namespace) -> int:
                   "moved during the sweep; a fit averages the passes, one pass alone is that uncertain (more "
                   "--passes, --quiet-wait, a quieter machine)", file=sys.stderr)
     if args.fit:
-        _fit(args, result, plan, spread)
+        _fit(args, result, plan, spread, front_door)
     return 0

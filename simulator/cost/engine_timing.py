@@ -26,6 +26,7 @@ class EngineTiming:
     gap_before: Callable[[int], float] | None = None  # a recording's gap before step n
     intake_delay: float = 0.0  # the front door: arrival stamp -> the engine sees the request
     intake_service: float = 0.0  # the front door's worker: requests closer together than this queue
+    intake_per_token: float = 0.0  # the front door's delay per prompt token (parsing, carrying it)
     plans_ahead: bool = False  # async scheduling: step k+1 planned as step k starts
     launch_time: Callable[[int], float] | None = None  # host time to launch a step with prefill (extra tokens)
     decode_durations: DecodeDurations | None = None  # a run of plain decode steps in one call

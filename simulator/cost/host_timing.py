@@ -52,6 +52,7 @@ class HostTiming:
     wake: float = 0.0
     intake_delay: float = 0.0
     intake_service: float = 0.0  # the front door's worker: requests closer together than this queue
+    intake_per_token: float = 0.0  # the front door's delay per prompt token (a front-door probe's fit)
     overlap: bool = False
     launch: float = 0.0
     eager_launch: float = 0.0
@@ -83,8 +84,8 @@ class HostTiming:
     def from_dict(cls, d: dict[str, Any]) -> HostTiming:
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         timing = cls(**known)
-        for name in ("gap_const", "gap_per_seq", "gap_per_draft", "wake", "intake_delay", "intake_service", "launch",
-                     "eager_launch", "eager_launch_per_token"):
+        for name in ("gap_const", "gap_per_seq", "gap_per_draft", "wake", "intake_delay", "intake_service",
+                     "intake_per_token", "launch", "eager_launch", "eager_launch_per_token"):
             if not float(getattr(timing, name)) >= 0:
                 raise ValueError(f"host.{name} must be >= 0")
         return timing
@@ -203,3 +204,52 @@ def fit_host_timing(logs: Sequence[str | Path]) -> HostTiming:
 def log_overlaps(path: str | Path) -> bool:
     """Whether the log's steps overlap (an async engine's log: its header says so, or its busy steps tile)."""
     return HostData.from_log(path).overlap
+
+
+@dataclass(frozen=True)
+class FrontDoorFit:
+    """The front door's delay from a probe's log: ``intake_delay + intake_per_token · prompt tokens``."""
+
+    intake_delay: float
+    intake_per_token: float
+    requests: int
+    median_delay: float
+    max_prompt: int
+
+
+def fit_front_door(path: str | Path) -> FrontDoorFit | None:
+    """A served log's requests that reached an idle engine (every earlier request finished, no step
+    running): from the arrival stamp to the start of the request's first step is the front door's
+    delay and nothing else (no queueing, no step in flight). Fitted as ``const + per_token ·
+    prompt tokens`` (both >= 0, least squares). None: no such request."""
+    from simulator.cost.nnls import nnls
+
+    arrived: dict[int, tuple[float, int]] = {}
+    open_requests: set[int] = set()
+    idle_at_arrival: set[int] = set()
+    seen: set[int] = set()
+    last_end = float("-inf")
+    delays, tokens = [], []
+    for ev in read_log(path):
+        if isinstance(ev, Arrived):
+            arrived[ev.request_id] = (ev.time, ev.prompt.num_tokens)
+            if not open_requests and ev.time >= last_end:
+                idle_at_arrival.add(ev.request_id)
+            open_requests.add(ev.request_id)
+        elif isinstance(ev, Step):
+            for s in ev.spans:
+                rid = s.request_id
+                if rid not in seen:
+                    seen.add(rid)
+                    if rid in idle_at_arrival:
+                        t, n = arrived[rid]
+                        delays.append(ev.start - t)
+                        tokens.append(n)
+            last_end = ev.end
+        elif isinstance(ev, Finished | Aborted):
+            open_requests.discard(ev.request_id)
+    if not delays:
+        return None
+    y, x = np.maximum(np.asarray(delays), 0.0), np.asarray(tokens, dtype=float)
+    const, per_token = nnls(np.column_stack([np.ones_like(x), x]), y)
+    return FrontDoorFit(float(const), float(per_token), len(y), float(np.median(y)), int(x.max()))

@@ -126,6 +126,7 @@ class TimedModel(CostModel):
         return EngineTiming(step_time=view.step_time, host_gap=view.host_gap if view.host is not None else None,
                             intake_delay=view.intake_delay,
                             intake_service=view.host.intake_service if view.host is not None else 0.0,
+                            intake_per_token=view.host.intake_per_token if view.host is not None else 0.0,
                             plans_ahead=view.plans_ahead,
                             launch_time=view.launch_time, decode_durations=view.decode_durations)
 

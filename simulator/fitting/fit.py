@@ -21,14 +21,14 @@ still scored (and reported), and ``--kind`` fits one. Every tree fit is seeded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from simulator.cost.cost_model import LinearCostModel, StepData, TreeCostModel
 from simulator.cost.features import FEATURES, PADDED
-from simulator.cost.host_timing import fit_host_timing
+from simulator.cost.host_timing import fit_front_door, fit_host_timing
 from simulator.cost.launch import held_back_excess, launch_pairs, set_eager_launch
 from simulator.cost.model_base import CostModelError, mape
 from simulator.cost.ranges import FeatureRanges
@@ -166,7 +166,7 @@ def decode_steps(logs: list[str]) -> StepData:
 def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout_every: int = 5,
                    holdout_block: int = HOLDOUT_BLOCK, kind: str = "auto", meta: dict[str, Any] | None = None,
                    calibrate_on: list[str] | None = None, decode_steps_of: list[str] | None = None,
-                   eager_launch: bool = False, weights: dict[str, int] | None = None):
+                   eager_launch: bool = False, weights: dict[str, int] | None = None, front_door: str | None = None):
     """The model for ``logs``: every candidate (``kind="auto"``) or one, fitted on the training
     steps; held-out error on ``holdout`` logs or every ``holdout_every``-th block of
     ``holdout_block`` steps; host timing from the training logs' gaps; the ranges of the training
@@ -175,7 +175,9 @@ def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout
     profile whose prefill steps an engine change made stale, still covering large batches).
     ``eager_launch``: with overlapped logs, fit the host time to launch a step that carries prefill
     too (simulator/cost/launch.py). ``weights``: a log of ``logs`` → how many times its training steps
-    count (a profile sweep's few steps against many live ones); its held-out steps count once."""
+    count (a profile sweep's few steps against many live ones); its held-out steps count once.
+    ``front_door``: a front-door probe's log (runtime/bench/front_door_probe.py) the intake delay is
+    fitted on (``fit_front_door``), in place of what the training logs' gaps say of it."""
     data = StepData.from_logs(logs)
     if decode_steps_of:
         data = StepData.concat([data, decode_steps(decode_steps_of)])
@@ -212,6 +214,12 @@ def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout
             launch = set_eager_launch(host, data, device)
             if launch is not None:
                 model.meta["launch"] = launch
+    if front_door:
+        door = fit_front_door(front_door)
+        if door is None:
+            raise CostModelError(f"{front_door}: no request reached an idle engine: not a front-door probe's log")
+        host.intake_delay, host.intake_per_token, host.wake = door.intake_delay, door.intake_per_token, 0.0
+        model.meta["front_door"] = {"log": str(front_door), **asdict(door)}
     model.set_host(host)
     model.ranges = FeatureRanges.from_ext(train.ext)
     if calibrate_on:

@@ -49,7 +49,8 @@ class Fleet:
         self.router = make_router(router, len(replicas)) if isinstance(router, str) else router
         if door is None:
             timing = replicas[0].cost_model.timing(replicas[0].config.scheduler.max_num_batched_tokens)
-            door = FrontDoor(latency=timing.intake_delay, service=timing.intake_service)
+            door = FrontDoor(latency=timing.intake_delay, service=timing.intake_service,
+                             per_token=timing.intake_per_token)
         closed = workload.closed_loop
         source = SessionArrivals if closed else OpenLoopArrivals
         self.arrivals = source(env, specs, door, self._dispatch, self._close)

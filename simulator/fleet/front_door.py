@@ -2,7 +2,8 @@
 
 A request is stamped with its arrival when the server receives it (the log's arrival time), and
 the engine sees it a little later: the front door's ``latency`` (tokenizing, templating, the hop to
-the engine process; the cost model's ``intake_delay``), plus queueing when requests come faster
+the engine process; the cost model's ``intake_delay``) and ``per_token`` for each prompt token
+(parsing and carrying a long prompt: ``intake_per_token``), plus queueing when requests come faster
 than one ``service`` time apart (one front-door worker: FIFO). With ``service`` 0 the door is a
 pure delay, which is what a model fitted without a service time gives.
 """
@@ -23,15 +24,22 @@ Dispatch = Callable[[RequestSpec, int], None]  # (request, its index in arrival 
 class FrontDoor:
     latency: float = 0.0
     service: float = 0.0
+    per_token: float = 0.0
 
-    def exits(self, arrivals: Sequence[float]) -> list[float]:
-        """When the engine side sees each request (arrivals in order)."""
-        latency, service = self.latency, self.service
-        if not service:
-            return [a + latency for a in arrivals] if latency else list(arrivals)
-        out, free = [], -math.inf
-        for a in arrivals:
-            free = max(a + latency, free + service)
+    def delay(self, spec: RequestSpec) -> float:
+        """The front door's latency for this request (queueing apart)."""
+        return self.latency + self.per_token * spec.num_prompt_tokens if self.per_token else self.latency
+
+    def exits(self, specs: Sequence[RequestSpec]) -> list[float]:
+        """When the engine side sees each request (in arrival order)."""
+        if not self.per_token:
+            latency = self.latency
+            arrivals: Sequence[float] = [s.arrival for s in specs]
+            if not self.service:
+                return [a + latency for a in arrivals] if latency else list(arrivals)
+        out, free, service = [], -math.inf, self.service
+        for s in specs:
+            free = max(s.arrival + self.delay(s), free + service)
             out.append(free)
         return out
 
@@ -43,7 +51,7 @@ class OpenLoopArrivals:
     def __init__(self, env: SimEnvironment, specs: Sequence[RequestSpec], door: FrontDoor, dispatch: Dispatch,
                  on_done: Callable[[], None]) -> None:
         self.env, self.specs, self.dispatch, self.on_done = env, specs, dispatch, on_done
-        self.exits = door.exits([s.arrival for s in specs])
+        self.exits = door.exits(specs)
         self.next = 0  # index of the next request to hand in
 
     def next_time(self) -> float:

@@ -63,7 +63,8 @@ class SessionArrivals:
 
     def _release(self, index: int, time: float) -> None:
         door = self.door
-        exit_time = max(time + door.latency, self._free + door.service) if door.service else time + door.latency
+        latency = door.delay(self.specs[index])
+        exit_time = max(time + latency, self._free + door.service) if door.service else time + latency
         self._free = exit_time
         exit_time = max(exit_time, self.env.now)
         heappush(self._pending, (exit_time, index))

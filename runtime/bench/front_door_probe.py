@@ -1,0 +1,69 @@
+"""The front door's delay on this machine, measured where it happens: ``minivllm serve`` of the
+engine being profiled (a child process, as ``bench serve --launch`` starts one) takes completions
+one at a time, each sent once the one before has finished, so each finds the engine idle: in the
+server's log, from a request's arrival stamp to the start of its first step is the front door's
+delay (parsing, the hop to the engine process, waking the engine loop) and nothing else.
+
+Prompts are token ids (as ``bench serve`` sends them) of lengths from 16 tokens to the longest the
+engine takes, so the delay is fitted against the prompt's length (simulator/cost/host_timing.py,
+``fit_front_door``); the simulator's front door charges it to each request
+(simulator/fleet/front_door.py).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from runtime.bench.server_process import ServerProcess
+
+GAP_S = 0.05  # between a response and the next request: the engine is idle again
+IDS = (10, 100)  # prompt token ids are drawn from here (every vocabulary has them)
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    log: str
+    sent: int
+    refused: int  # prompts the server refused (longer than it takes)
+    seconds: float
+
+
+def probe_lengths(requests: int, longest: int) -> list[int]:
+    """``requests`` prompt lengths, geometric from 16 to ``longest``, cycled (short and long alike)."""
+    grid, n = [], 16
+    while n < longest:
+        grid.append(n)
+        n *= 2
+    grid.append(max(longest, 1))
+    return [grid[i % len(grid)] for i in range(requests)]
+
+
+def probe_front_door(flags: Sequence[str], log: str | Path, *, requests: int, longest: int, server_log: str | Path,
+                     seed: int = 0, ready_timeout: float = 900.0) -> ProbeResult:
+    """Serve with ``flags`` (engine flags, as after ``bench serve --launch``), send ``requests``
+    prompts one after another (max_tokens 1, greedy), stop the server; its event log is ``log``."""
+    import httpx
+
+    from runtime.serving.server.launch import free_port
+
+    rng = random.Random(seed)
+    started = time.monotonic()
+    sent = refused = 0
+    with ServerProcess([*flags, "--trace-if-exists", "overwrite"], port=free_port(), trace=str(log),
+                       log_file=str(server_log)) as server:
+        server.wait_ready(ready_timeout)
+        with httpx.Client(base_url=server.url, timeout=ready_timeout) as client:
+            for n in probe_lengths(requests, longest):
+                ids = [rng.randrange(*IDS) for _ in range(n)]
+                resp = client.post("/v1/completions", json={"prompt": ids, "max_tokens": 1, "temperature": 0})
+                sent += 1
+                refused += resp.status_code == 400
+                if resp.status_code not in (200, 400):
+                    raise RuntimeError(f"the front-door probe's server answered HTTP {resp.status_code}: "
+                                       f"{resp.text[:200]} (see {server_log})")
+                time.sleep(GAP_S)
+    return ProbeResult(str(log), sent, refused, time.monotonic() - started)
