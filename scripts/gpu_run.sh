@@ -54,7 +54,8 @@
 #              profile's 1,024 contexts); the profile log, the model, the JSON and every run's log come back in $OUT
 #   predict    the simulator's prediction from a profile alone, on this machine: minivllm profile of the engine
 #              the matrix serves (PRED_MODEL, default random:qwen3-0.6b; --max-model-len PRED_LEN, default 8192;
-#              the profile's own defaults otherwise), its log and fitted model into $OUT; then run the stage
+#              the profile's own defaults otherwise, its front-door probe included), its logs and fitted model
+#              into $OUT; then run the stage
 #              matrix (SKIP_LIVE=1) on the same machine and minivllm fidelity-table the served logs with that model
 #   machine    which machine this is (GPU UUID, host), for runs compared across machines
 # The packages the machine lacks travel as wheels in .whl/: run scripts/gpu_wheels.sh here first and
@@ -200,10 +201,12 @@ for pc in ('off', 'on'):
                --repeats "${REPEATS:-5}" --cost-model "$OUT/model_smollm2.json" --log-dir "$OUT/spec_logs" --json "$OUT/spec_sim_smollm2.json"
              tar czf "$OUT/spec_logs.tgz" -C "$OUT" spec_logs && rm -r "$OUT/spec_logs"
              gzip -f "$OUT/profile_smollm2.jsonl" ;;
-    predict) minivllm profile --model "${PRED_MODEL:-random:qwen3-0.6b}" --device cuda --dtype bfloat16 \
-               --max-model-len "${PRED_LEN:-8192}" --passes "${PASSES:-1}" --out /tmp/profile.jsonl \
+    predict) minivllm profile --model "${PRED_MODEL:-random:qwen3-0.6b}" --tokenizer "$(tokenizer_for "${PRED_MODEL:-qwen3}")" \
+               --device cuda --dtype bfloat16 --max-model-len "${PRED_LEN:-8192}" --passes "${PASSES:-1}" \
+               ${PROFILE_S:+--time-limit $PROFILE_S} --out /tmp/profile.jsonl \
                --fit "$OUT/model_profile.json" --no-progress 2>&1 | tail -n 30
-             gzip -c /tmp/profile.jsonl > "$OUT/profile.jsonl.gz" ;;
+             gzip -c /tmp/profile.jsonl > "$OUT/profile.jsonl.gz"
+             gzip -c /tmp/profile.front_door.jsonl > "$OUT/profile.front_door.jsonl.gz" ;;
     machine) nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader; hostname; nproc ;;
     modeltests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_model_gpu.py tests/test_fused_norm_rope_gpu.py 2>&1 | tail -n 30 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
