@@ -43,17 +43,16 @@ def probe_lengths(requests: int, longest: int) -> list[int]:
 
 
 def probe_front_door(flags: Sequence[str], log: str | Path, *, requests: int, longest: int, server_log: str | Path,
-                     seed: int = 0, ready_timeout: float = 900.0) -> ProbeResult:
-    """Serve with ``flags`` (engine flags, as after ``bench serve --launch``), send ``requests``
-    prompts one after another (max_tokens 1, greedy), stop the server; its event log is ``log``."""
+                     port: int, seed: int = 0, ready_timeout: float = 900.0) -> ProbeResult:
+    """Serve with ``flags`` (engine flags, as after ``bench serve --launch``) on ``port``, send
+    ``requests`` prompts one after another (max_tokens 1, greedy), stop the server; its event log is
+    ``log``."""
     import httpx
-
-    from runtime.serving.server.launch import free_port
 
     rng = random.Random(seed)
     started = time.monotonic()
     sent = refused = 0
-    with ServerProcess([*flags, "--trace-if-exists", "overwrite"], port=free_port(), trace=str(log),
+    with ServerProcess([*flags, "--trace-if-exists", "overwrite"], port=port, trace=str(log),
                        log_file=str(server_log)) as server:
         server.wait_ready(ready_timeout)
         with httpx.Client(base_url=server.url, timeout=ready_timeout) as client:

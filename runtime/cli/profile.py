@@ -170,6 +170,7 @@ def _probe_front_door(args: argparse.Namespace) -> str | None:
     from runtime.bench.front_door_probe import probe_front_door
     from runtime.cli.config_flags import engine_flags
     from runtime.engine.config import SchedulerConfig
+    from runtime.serving.server.launch import free_port
 
     requests = args.front_door if args.front_door is not None else 0 if args.quick else FRONT_DOOR_REQUESTS
     if not requests or args.plan:
@@ -179,7 +180,7 @@ def _probe_front_door(args: argparse.Namespace) -> str | None:
     print(f"front door: serving the engine, {requests} prompts one at a time …", file=sys.stderr, flush=True)
     try:
         result = probe_front_door(engine_flags(args), log, requests=requests, longest=longest,
-                                  server_log=log.removesuffix(".jsonl") + ".server.log")
+                                  server_log=log.removesuffix(".jsonl") + ".server.log", port=free_port())
     except (RuntimeError, OSError) as e:
         print(f"warning: the front-door probe did not run ({e}); the fit has no intake delay", file=sys.stderr)
         return None
