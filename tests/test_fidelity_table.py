@@ -165,3 +165,12 @@ def test_command_counts_the_signs_beyond_the_repeats(logs, tmp_path, capsys):
             main(["fidelity-table", "--cost-model", "recorded:" + str(on), *argv])
         err = capsys.readouterr().err
         assert exc.value.code == 2 and err == f"minivllm: error: {message}\n", err
+
+
+def test_a_runs_goals_are_per_metric():
+    """TTFT within 10 %, TPOT and E2E within 5 %, the makespan within 3 % (a what-if's within 10 %)."""
+    errors = {"ttft_p50": 9.0, "ttft_p90": -9.5, "tpot_p50": 4.0, "tpot_p90": -4.9, "e2e_p50": 4.5, "e2e_p90": 0.0}
+    row = {"kind": "run", "errors": errors, "makespan": 2.5}
+    assert within(row) == []
+    assert within({**row, "errors": {**errors, "tpot_p50": 5.5}, "makespan": 3.5}) == ["tpot_p50 +5.5%", "makespan +3.5%"]
+    assert within({**row, "kind": "what-if", "errors": {**errors, "tpot_p50": 9.0}, "makespan": 9.0, "signs": {}}) == []
