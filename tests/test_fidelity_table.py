@@ -172,5 +172,6 @@ def test_a_runs_goals_are_per_metric():
     errors = {"ttft_p50": 9.0, "ttft_p90": -9.5, "tpot_p50": 4.0, "tpot_p90": -4.9, "e2e_p50": 4.5, "e2e_p90": 0.0}
     row = {"kind": "run", "errors": errors, "makespan": 2.5}
     assert within(row) == []
-    assert within({**row, "errors": {**errors, "tpot_p50": 5.5}, "makespan": 3.5}) == ["tpot_p50 +5.5%", "makespan +3.5%"]
+    missed = within({**row, "errors": {**errors, "tpot_p50": 5.5}, "makespan": 3.5})
+    assert missed == ["tpot_p50 +5.5%", "makespan +3.5%"]
     assert within({**row, "kind": "what-if", "errors": {**errors, "tpot_p50": 9.0}, "makespan": 9.0, "signs": {}}) == []
