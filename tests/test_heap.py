@@ -33,8 +33,10 @@ def test_a_frozen_heap_exempts_what_lived_before_and_still_collects_what_comes_a
         del after
         gc.collect()
         assert gone() is None  # garbage made inside the block is collected
-        assert gc.get_freeze_count() == frozen  # collections inside the block leave the frozen heap alone
-        assert gc.is_tracked(before)
+        # collections inside the block leave the frozen heap alone (a frozen object may still die by
+        # its reference count meanwhile, on another thread of the test process too)
+        assert 0.99 * frozen < gc.get_freeze_count() <= frozen
+        assert gc.is_tracked(before) and not any(o is before for o in gc.get_objects(generation=2))
     assert gc.get_freeze_count() == 0
 
 
