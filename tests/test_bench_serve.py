@@ -241,3 +241,37 @@ def test_bench_serve_says_why_a_url_is_no_server_it_can_use(capsys):
         assert "the server wants an API key (--api-key)" in _bench_serve_fails(web.url, capsys)
     assert _bench_serve_fails("127.0.0.1:8000", capsys) == (
         "minivllm: error: --url: expected http://HOST:PORT (optionally ending in /v1), got '127.0.0.1:8000'")
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_sessions_workload_is_replayed_closed_loop(smollm2_tokenizer, processes):
+    """A turn is sent only once the previous turn of its conversation has been answered, plus its
+    think time (as the simulator releases it); the first turns at their own arrivals. With several
+    client processes a conversation stays in one."""
+    from runtime.bench.serve_shards import run_sharded
+    from traces.sessions import generate_sessions
+
+    wl = generate_sessions(4, rate=40.0, turns="fixed:3", think_time=0.05, first_len="fixed:32",
+                           message_len="fixed:16", output_len="fixed:4", seed=2)
+    engine = AsyncLLMEngine(LLMEngine.from_core(make_core(), Overlapping(), smollm2_tokenizer, overlap=True))
+    engine.start()
+    try:
+        with ServerThread(create_app(engine, smollm2_tokenizer, "m")) as http:
+            bodies, records = serve_client.prepare(wl, "m", vocab=1000)
+            if processes == 1:
+                wall = serve_client.run_loop(serve_client.replay(http.url + "/v1", bodies, records, None, 60.0, 64,
+                                                                 None))
+            else:
+                records, wall = run_sharded(processes, http.url + "/v1", bodies, records, None, 60.0, 64, None, None)
+    finally:
+        engine.shutdown()
+    assert all(r.ok for r in records), [r.error for r in records]
+    by_index = {r.index: r for r in records}
+    firsts = [r for r in records if r.after is None]
+    assert len(firsts) == 4 and all(r.arrival == wl.requests[r.index].arrival - wl.requests[0].arrival for r in firsts)
+    for r in records:
+        if r.after is not None:
+            previous = by_index[r.after]
+            assert previous.session == r.session and previous.index < r.index
+            assert r.arrival >= previous.sent + previous.e2e + r.think - 1e-6 and r.think > 0
+            assert r.sent >= r.arrival - 0.005  # (an event loop's timers may wake a millisecond early)

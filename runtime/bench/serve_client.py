@@ -9,6 +9,10 @@ ends at ``data: [DONE]`` or, for servers that send none (``transformers serve``)
 a chunk with a ``finish_reason``. ``time_limit`` cancels what is still running after that many seconds
 (errors "time limit", and "not sent" for arrivals after it), so a slow server costs a bounded run.
 
+A closed-loop workload (``workload sessions``: turns of conversations) is replayed closed loop, as the
+simulator runs it: a turn is sent no earlier than its arrival and its think time after the previous
+turn of its session has ended (answered or failed); its record's ``arrival`` becomes that release time.
+
 ``run`` returns one ``RequestRecord`` per request; ``summarize`` turns them into percentiles,
 throughput and goodput under SLOs (the share of requests that meet every SLO, per second).
 
@@ -48,6 +52,10 @@ class RequestRecord:
     itl: list[float] = field(default_factory=list)  # gaps between streamed chunks
     error: str | None = None  # kind: "http 429", "timeout", "connect", "incomplete", "time limit", ...
     detail: str | None = None  # the error's text: a response body (first 300 characters), an exception
+    # closed loop: the request's session, the turn it follows (its index) and the think time after it
+    session: int | None = None
+    after: int | None = None
+    think: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -195,9 +203,20 @@ async def replay(base_url: str, bodies: Sequence[dict], records: list[RequestRec
     client = HttpStreamClient(base_url, max_connections)
     try:
         t0 = time.perf_counter()
+        ended = {r.index: asyncio.get_running_loop().create_future() for r in records}  # -> perf_counter at its end
 
         async def tracked(body: bytes, record: RequestRecord) -> None:
-            await _one(client, headers, body, record, t0, timeout)
+            try:
+                if record.after is not None:  # closed loop: released by the previous turn's end
+                    try:
+                        previous_end = await ended[record.after]
+                    except asyncio.CancelledError:
+                        record.error = "not sent"
+                        raise
+                    record.arrival = max(record.arrival, previous_end - t0 + record.think)
+                await _one(client, headers, body, record, t0, timeout)
+            finally:
+                ended[record.index].set_result(time.perf_counter())
             if progress is not None:
                 progress(record)
 
@@ -218,8 +237,15 @@ def prepare(workload: Workload, model: str, *, ignore_eos: bool = True, vocab: i
             decode: Callable[[list[int]], str] | None = None) -> tuple[list[dict], list[RequestRecord]]:
     """The request bodies of ``workload`` and one empty record each (arrivals from the first)."""
     bodies = request_bodies(workload, model, ignore_eos=ignore_eos, vocab=vocab, decode=decode)
-    records = [RequestRecord(i, spec.arrival - workload.requests[0].arrival, spec.num_prompt_tokens,
-                             spec.params.max_tokens) for i, spec in enumerate(workload)]
+    last_turn: dict[int, int] = {}  # session -> the index of its latest turn so far
+    records = []
+    for i, spec in enumerate(workload):
+        after = None if spec.session is None else last_turn.get(spec.session)
+        records.append(RequestRecord(i, spec.arrival - workload.requests[0].arrival, spec.num_prompt_tokens,
+                                     spec.params.max_tokens, session=spec.session, after=after,
+                                     think=spec.think_time))
+        if spec.session is not None:
+            last_turn[spec.session] = i
     return bodies, records
 
 

@@ -1,9 +1,11 @@
 """The load generator in several processes: one asyncio process parsing ~15k SSE events a second
 falls behind its own schedule (sends late, reads late), and then measures itself, not the server.
 
-Request i goes to process i mod N; every process waits for one common start (an epoch time set once
-all are ready), sends its requests at their arrival offsets from it, and returns its records. The
-parent merges them in request order and forwards each finished request to ``progress``.
+Request i goes to process i mod N (a closed loop's turn: its session mod N, so that a turn is
+released in the process that saw the turn before it end); every process waits for one common start
+(an epoch time set once all are ready), sends its requests at their arrival offsets from it, and
+returns its records. The parent merges them in request order and forwards each finished request to
+``progress``.
 """
 
 from __future__ import annotations
@@ -44,8 +46,10 @@ def run_sharded(processes: int, base_url: str, bodies: Sequence[dict], records: 
     ctx = mp.get_context("spawn")
     ready, out = ctx.Queue(), ctx.Queue()
     starts = [ctx.Queue() for _ in range(processes)]
+    shard_of = [(r.index if r.session is None else r.session) % processes for r in records]
     procs = [ctx.Process(target=_shard, daemon=True,
-                         args=(base_url, bodies[k::processes], records[k::processes], api_key, timeout,
+                         args=(base_url, [b for b, s in zip(bodies, shard_of) if s == k],
+                               [r for r, s in zip(records, shard_of) if s == k], api_key, timeout,
                                max(1, max_connections // processes), time_limit, ready, starts[k], out))
              for k in range(processes)]
     for p in procs:
