@@ -11,9 +11,9 @@ where the live loop hides it), not the time of a step run on its own.
 
 Decode cases end by finishing their requests between steps (``core.finish``, reason
 ``"profile"``, after completing the step in flight), the path a stop string takes: the log stays
-a complete, replayable run. Verify
-cases (``DecodeCase.drafts``) hand the core a drafter (``SweepDrafter``) proposing that many drafts
-for every decode; the other cases run without one, as a plain engine does.
+a complete, replayable run. Verify cases (``DecodeCase.drafts``) hand the core a drafter
+(``SweepDrafter``) proposing that many drafts for every decode; the other cases run without one,
+as a plain engine does.
 
 A sweep of several passes runs the plan again and again (every step logged, so a fit has that many
 samples of each shape) and checks itself: ``pass_spread`` says how far each decode case's step time
@@ -273,8 +273,8 @@ class _Priced:
     """An executor that prices each step with a cost model and samples token 0 (a sweep drafter's
     drafts follow the last token: every draft rejected, as on random weights)."""
 
-    def __init__(self, model) -> None:
-        self.step_time = model.timing(1 << 30).step_time
+    def __init__(self, model, budget: int) -> None:
+        self.step_time = model.timing(budget).step_time
         self.steps = self.tokens = 0
         self.seconds = 0.0
 
@@ -288,7 +288,7 @@ class _Priced:
 def estimate(plan: list[Case], config: EngineConfig, vocab_size: int, model) -> PlanEstimate:
     """The plan run through the engine core (no model, no device): its steps, and their time by
     ``model`` (a step-time cost model)."""
-    priced = _Priced(model)
+    priced = _Priced(model, config.scheduler.max_num_batched_tokens)
     sweep = ShapeSweep(EngineCore(config, drafter=SweepDrafter(vocab_size)), priced, vocab_size=vocab_size,
                        clock=lambda: 0.0)
     run_sweep(sweep, plan, progress=False)
