@@ -108,14 +108,25 @@ def test_a_bad_flag_value_is_one_line_naming_the_flag(argv, flag, value, capsys)
     ["cost-model", "eval", "m.json", "a.jsonl"],
     ["analyze", "a.jsonl"],
 ], ids=lambda argv: " ".join(argv[:2]))
-def test_an_unknown_flag_shows_the_subcommands_usage(argv, capsys):
+def test_an_unknown_flag_is_one_line_naming_the_subcommand(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         main([*argv, "--bogus", "7"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     command = " ".join(a for a in argv[:2] if not a.endswith((".csv", ".jsonl", ".json")))
-    assert err.startswith(f"usage: minivllm {command} ")
-    assert err.strip().endswith(f"minivllm {command}: error: unrecognized arguments: --bogus 7")
+    assert err == (f"minivllm {command}: error: unrecognized arguments: --bogus 7 "
+                   f"(see minivllm {command} --help)\n")
+
+
+@pytest.mark.parametrize(("typo", "meant"), [("--max-num-seq", "--max-num-seqs"), ("--chunkd", "--chunked"),
+                                             ("--cost-modle", "--cost-model")])
+def test_a_typo_or_an_abbreviation_is_refused_with_the_nearest_flag(typo, meant, capsys):
+    """``--max-num-seq`` is not taken for ``--max-num-seqs`` (argparse would, silently)."""
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", "w.csv", "--cost-model", "m", "--out", "o.jsonl", typo, "4"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert f"unrecognized arguments: {typo} 4 (did you mean {meant}?)" in err
 
 
 def _fails(argv, capsys) -> str:

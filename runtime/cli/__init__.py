@@ -2,7 +2,8 @@
 
 Errors a user can cause (bad flag value, missing file, malformed input) end in a one-line
 message naming the flag, file or line, and exit status 2 — never a traceback. A flag the command
-doesn't know is reported with that command's usage, not the top level's.
+doesn't know is one line naming the command and the nearest flag it does know; flags are never
+abbreviated (``--max-num-seq`` is a typo, not ``--max-num-seqs``).
 
 Output piped into a reader that stops early (``minivllm analyze run.jsonl | head -2``) ends
 quietly with exit status 141, what a shell reports for a process killed by SIGPIPE (as ``cat`` or
@@ -45,21 +46,41 @@ EXIT_BROKEN_PIPE = 128 + 13  # 128 + SIGPIPE
 
 
 class _Parser(argparse.ArgumentParser):
-    """A (sub)command's parser: arguments it doesn't know are its error, shown with its usage.
+    """A (sub)command's parser: arguments it doesn't know are its error, in one line with the
+    nearest flag it knows; no flag is abbreviated.
 
-    argparse hands a subcommand's leftovers up to the top-level parser, whose message would show
-    ``usage: minivllm [-h] COMMAND ...``; every parser below the top level is one of these."""
+    argparse hands a subcommand's leftovers up to the top-level parser, whose message would name
+    ``minivllm``; every parser below the top level is one of these."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
         if extras:
-            self.error(f"unrecognized arguments: {' '.join(extras)}")
+            self.error(f"unrecognized arguments: {' '.join(extras)}{self._nearest(extras)}")
         return namespace, extras
+
+    def _nearest(self, extras: list[str]) -> str:
+        import difflib
+
+        known = [s[2:] for action in self._actions for s in action.option_strings if s.startswith("--")]
+        for word in extras:
+            if word.startswith("--"):
+                close = difflib.get_close_matches(word[2:].split("=", 1)[0], known, n=1, cutoff=0.75)
+                if close:
+                    return f" (did you mean --{close[0]}?)"
+        return ""
+
+    def error(self, message: str):
+        """One line: the command, the error, where to look (argparse prints the whole usage)."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="minivllm",
+        prog="minivllm", allow_abbrev=False,
         description="LLM inference engine with an event log: serve, generate, simulate, replay, analyze.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
