@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import httpx
 import openai
@@ -158,14 +159,18 @@ def test_slow_consumer_is_aborted_without_leaking(smollm2_tokenizer, mode):
 
     async def run():
         stream = engine.submit([5, 6, 7], SamplingParams(max_tokens=200, ignore_eos=True))
-        await asyncio.sleep(0.5)  # don't read: the engine produces far more than 2 items
+        # don't read until the engine has aborted it: it produces far more than 2 items (waited for by
+        # the abort itself, not by a fixed time a loaded machine may not get the engine started in)
+        deadline = time.monotonic() + 120
+        while engine.stats.slow_client_aborts < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         with pytest.raises(SlowClient):
             async for _ in stream:
                 pass
 
     try:
         asyncio.run(run())
-        wait_until(lambda: engine.stats.slow_client_aborts == 1, what="the abort")
+        assert engine.stats.slow_client_aborts == 1
         wait_idle(engine)
     finally:
         engine.shutdown()
