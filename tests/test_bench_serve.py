@@ -275,3 +275,25 @@ def test_a_sessions_workload_is_replayed_closed_loop(smollm2_tokenizer, processe
             assert previous.session == r.session and previous.index < r.index
             assert r.arrival >= previous.sent + previous.e2e + r.think - 1e-6 and r.think > 0
             assert r.sent >= r.arrival - 0.005  # (an event loop's timers may wake a millisecond early)
+
+
+def test_the_workload_is_fitted_to_the_servers_max_model_len(smollm2_tokenizer):
+    """The server's model card says its max_model_len; bench serve leaves out a request whose prompt
+    fills it and cuts the output of one that would pass it (a 400 each otherwise), saying how many."""
+    from runtime.bench.server_probe import served_models
+    from runtime.cli.bench_serve import fit_to_server
+
+    engine = AsyncLLMEngine(LLMEngine.from_core(make_core(), Overlapping(), smollm2_tokenizer, overlap=True))
+    engine.start()
+    try:
+        with ServerThread(create_app(engine, smollm2_tokenizer, "m")) as http:
+            assert served_models(http.url + "/v1") == {"m": 1024}
+    finally:
+        engine.shutdown()
+    wl = generate(30, rate=10.0, input_len="uniform:8:1200", output_len="fixed:300", seed=5)
+    fitted, dropped, cut = fit_to_server(wl, 1024)
+    assert dropped == sum(s.num_prompt_tokens >= 1024 for s in wl) > 0
+    assert cut == sum(1024 - 300 < s.num_prompt_tokens < 1024 for s in wl) > 0
+    assert len(fitted) == len(wl) - dropped
+    assert all(s.num_prompt_tokens + s.params.max_tokens <= 1024 for s in fitted)
+    assert fit_to_server(fitted, 1024) == (fitted, 0, 0)

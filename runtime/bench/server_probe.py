@@ -1,8 +1,9 @@
 """Before a load run: the OpenAI base URL of a server, and whether one answers there.
 
 ``api_base`` takes the address as users write it (``http://host:port``, with or without ``/v1``
-and a trailing slash); ``served_models`` asks ``/v1/models`` and says in one sentence what is wrong
-when no server answers or what answers is not an OpenAI-compatible one.
+and a trailing slash); ``served_models`` asks ``/v1/models`` (each model's id and, where the card
+says, its max_model_len) and says in one sentence what is wrong when no server answers or what
+answers is not an OpenAI-compatible one.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ def api_base(url: str) -> str:
     return base if base.endswith("/v1") else base + "/v1"
 
 
-def served_models(base: str, api_key: str | None = None, timeout: float = 10.0) -> list[str]:
-    """The model ids ``base``/models lists (``base`` from ``api_base``)."""
+def served_models(base: str, api_key: str | None = None, timeout: float = 10.0) -> dict[str, int | None]:
+    """The model ids ``base``/models lists (``base`` from ``api_base``), each with its card's
+    ``max_model_len`` (None: the card does not say)."""
     import httpx
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -42,8 +44,9 @@ def served_models(base: str, api_key: str | None = None, timeout: float = 10.0) 
         raise NoModelList(f"{base}/models answered HTTP {resp.status_code}: not an OpenAI-compatible server "
                          "at that address (its API base is usually http://HOST:PORT/v1)")
     try:
-        ids = [m["id"] for m in resp.json()["data"]]
-    except (ValueError, KeyError, TypeError):
+        ids = {m["id"]: m.get("max_model_len") if isinstance(m.get("max_model_len"), int) else None
+               for m in resp.json()["data"]}
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise NoModelList(f"{base}/models answered, but not with an OpenAI model list: not an OpenAI-compatible "
                          "server (or pass --served-model-name)") from None
     if not ids:

@@ -80,9 +80,9 @@ def _text_decoder(source: str):
     return lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
 
 
-def _server(url: str, api_key: str | None, served_model_name: str | None) -> tuple[str, str]:
-    """(the API base, the model to send): a server must answer at ``url``; without
-    --served-model-name, its first /v1/models entry."""
+def _server(url: str, api_key: str | None, served_model_name: str | None) -> tuple[str, str, int | None]:
+    """(the API base, the model to send, its max_model_len if its card says): a server must answer
+    at ``url``; without --served-model-name, its first /v1/models entry."""
     from runtime.bench.server_probe import NoModelList, ProbeError, api_base, served_models
 
     try:
@@ -90,11 +90,36 @@ def _server(url: str, api_key: str | None, served_model_name: str | None) -> tup
         models = served_models(base, api_key)  # with --served-model-name too: a server must answer
     except NoModelList as e:
         if served_model_name:  # something answers there, and the model is named: the list is not needed
-            return base, served_model_name
+            return base, served_model_name, None
         raise CLIError(f"--url: {e}") from None
     except ProbeError as e:
         raise CLIError(f"--url: {e}") from None
-    return base, served_model_name or models[0]
+    model = served_model_name or next(iter(models))
+    return base, model, models.get(model)
+
+
+def fit_to_server(workload, max_model_len: int):
+    """``workload`` as a server of ``max_model_len`` takes it: a request whose prompt leaves no room
+    for a token is left out, one whose prompt + output passes the limit has its output cut to fit
+    (a server would refuse both with a 400: errors that measure the workload, not the server).
+    (the workload, how many left out, how many cut)."""
+    import msgspec
+
+    from traces.workload import Workload
+
+    kept, dropped, cut = [], 0, 0
+    for spec in workload:
+        room = max_model_len - spec.num_prompt_tokens
+        if room < 1:
+            dropped += 1
+            continue
+        if spec.params.max_tokens > room:
+            spec = msgspec.structs.replace(spec, params=msgspec.structs.replace(spec.params, max_tokens=room))
+            cut += 1
+        kept.append(spec)
+    if not dropped and not cut:
+        return workload, 0, 0
+    return Workload(kept, seed=workload.seed, source=workload.source, meta=workload.meta), dropped, cut
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -129,7 +154,14 @@ def _serve(args: argparse.Namespace) -> int:
             except RuntimeError as e:
                 raise CLIError(f"--launch: {e}; see {args.server_log}") from None
     try:
-        url, model = _server(url, args.api_key, args.served_model_name)
+        url, model, max_len = _server(url, args.api_key, args.served_model_name)
+        if max_len is not None:
+            wl, dropped, cut = fit_to_server(wl, max_len)
+            if dropped or cut:
+                print(f"the server's max_model_len is {max_len:,}: {dropped:,} request(s) whose prompt fills it left "
+                      f"out, {cut:,} with their output cut to fit", file=sys.stderr)
+            if not len(wl):
+                raise CLIError(f"no request of the workload fits the server's max_model_len ({max_len:,})")
         print(f"replaying {len(wl):,} requests ({wl.duration:,.1f} s of arrivals) against {url} ({model})",
               file=sys.stderr)
         bar = tqdm(total=len(wl), unit="req", desc="bench serve", disable=args.no_progress, mininterval=0.5)

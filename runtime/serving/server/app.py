@@ -141,7 +141,8 @@ def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str, *, api_k
     async def metrics() -> Response:
         return Response(generate_latest(server.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    card = {"id": model_name, "object": "model", "created": 0, "owned_by": "minivllm"}
+    card = {"id": model_name, "object": "model", "created": 0, "owned_by": "minivllm",
+            "max_model_len": engine.config.scheduler.max_model_len}  # (as vLLM's card has it)
 
     @app.get("/v1/models")
     async def models() -> dict:
