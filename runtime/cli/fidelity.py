@@ -150,6 +150,13 @@ def _run(args: argparse.Namespace) -> int:
         require_file(args.what_if_live, "log")
         if not args.what_if:
             raise CLIError("--what-if-live: needs --what-if FIELD=VALUE (the config that log ran)")
+    if args.devices is not None:
+        from traces.fleet_log import is_fleet
+        from traces.log import read_header
+
+        if not is_fleet(read_header(args.log)):
+            raise CLIError(f"--devices: {args.log} is not a fleet log (serve --data-parallel-size, "
+                           "simulate --replicas)")
     model = cost_models.load(args.cost_model, log=args.log)
     speculation = None
     if args.acceptance is not None:
@@ -165,10 +172,12 @@ def _run(args: argparse.Namespace) -> int:
     try:
         report, dists = fidelity(args.log, model, overrides=args.what_if or [], what_if_live=args.what_if_live,
                                  replay=not args.no_replay, sensitivity_pct=args.sensitivity,
-                                 arrival_windows=args.by_arrival, speculation=speculation)
+                                 arrival_windows=args.by_arrival, speculation=speculation, devices=args.devices)
     except ValueError as e:
         if str(e).startswith(("--what-if", "--acceptance")):
             raise CLIError(str(e)) from None
+        if str(e).startswith("devices must be"):
+            raise CLIError(f"--devices: {e}") from None
         raise
     report["cost_model"] = str(args.cost_model)
     ids = report["model_identity"]
@@ -230,6 +239,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--by-arrival", type=int, metavar="N", action=Bounded, at_least=1, below=1001,
                    help="also split the requests by arrival time into N equal windows: TTFT and queueing per "
                         "window, live and simulated (where in the run a tail comes from)")
+    p.add_argument("--devices", type=int, metavar="M", action=Bounded, at_least=1,
+                   help="a fleet log: its replicas on M devices, replica i on device i mod M (default: as the log "
+                        "says: the device each replica's Header names, so replicas that shared a GPU share one)")
     p.add_argument("--json", metavar="PATH", help="write the report as JSON")
     p.add_argument("--plot", metavar="PNG", help="CDF plot path (default: next to LIVE_LOG, *_fidelity.png)")
     p.add_argument("--no-replay", action="store_true", help="skip the timing-replay (per-step MAPE)")

@@ -25,6 +25,9 @@ def add_fleet_args(p: argparse.ArgumentParser) -> None:
                         "of routing decisions and each replica's log goes beside it (OUT.replicaI.jsonl...)")
     g.add_argument("--router", choices=list(ROUTERS), default="round-robin",
                    help="which replica takes a request (default: %(default)s)")
+    g.add_argument("--devices", type=int, action=Bounded, at_least=1, metavar="M",
+                   help="devices the replicas are placed on, replica i on device i mod M; replicas on one device "
+                        "run their steps' device work one after another (default: one device each)")
     g.add_argument("--replica", action="append", default=[], metavar="I:FLAGS",
                    help='engine flags or --cost-model for replica I alone, e.g. "1: --max-num-seqs 64"')
 
@@ -62,6 +65,17 @@ def replica_overrides(args: argparse.Namespace) -> dict[int, ReplicaOverride]:
             raise CLIError(f"--replica {spec!r}: not a simulate engine flag: {' '.join(rest)}")
         out[i] = ReplicaOverride(config_options(sub), sub.cost_model)
     return out
+
+
+def placement(args: argparse.Namespace) -> list[int] | None:
+    """The device of each replica (``--devices``), or None: one each."""
+    from simulator.fleet.device import place
+
+    if args.devices is None:
+        return None
+    if args.devices > args.replicas:
+        raise CLIError(f"--devices: {args.devices} devices for {args.replicas} replica(s): at most one each")
+    return place(args.replicas, args.devices)
 
 
 def replica_models(args: argparse.Namespace, shared: Any, overrides: dict[int, ReplicaOverride]) -> list[Any]:

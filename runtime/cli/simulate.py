@@ -22,7 +22,7 @@ from runtime.cli import cost_models
 from runtime.cli.acceptance_flags import add_acceptance_args, report_speculation, speculation_from_args
 from runtime.cli.config_flags import add_config_flags, config_options
 from runtime.cli.errors import CLIError
-from runtime.cli.fleet_flags import add_fleet_args, replica_models, replica_overrides
+from runtime.cli.fleet_flags import add_fleet_args, placement, replica_models, replica_overrides
 from runtime.cli.workload import add_workload_args, require_file, require_requests, workload_from_args
 
 # KV pool for trace workloads when neither the log nor --num-blocks says: 512k tokens at block
@@ -111,6 +111,7 @@ def _run(args: argparse.Namespace) -> int:
                                    config, "the log's config" if base is not None else "the defaults")
 
     overrides = replica_overrides(args)
+    devices = placement(args) or [None] * args.replicas
     fleet = args.replicas > 1
     configs = [_replica_config(config, overrides.get(i)) for i in range(args.replicas)]
     speculation = speculation_from_args(args, configs, args.workload if base is not None else None, config.seed)
@@ -126,11 +127,12 @@ def _run(args: argparse.Namespace) -> int:
         route_sink = None
         if fleet:
             route_sink = stack.enter_context(LogWriter(args.out))
-            route_sink(make_header(config, clock="sim", extra={**fleet_extra(args.router, logs, args.out),
+            placed = {"devices": devices} if devices[0] is not None else {}
+            route_sink(make_header(config, clock="sim", extra={**fleet_extra(args.router, logs, args.out, **placed),
                                                                **({"point": args.point} if args.point else {})}))
         bar = stack.enter_context(tqdm(total=len(wl), unit="req", desc="simulate", disable=args.no_progress,
                                        mininterval=0.5))
-        results = simulate_fleet(wl, [ReplicaSpec(c, m, w) for c, m, w in zip(configs, models, writers)],
+        results = simulate_fleet(wl, [ReplicaSpec(c, m, w, d) for c, m, w, d in zip(configs, models, writers, devices)],
                                  args.router, route_sink=route_sink, progress=bar, speculation=speculation,
                                  header_extra={"cost_model": str(args.cost_model),
                                                **({"point": args.point} if args.point else {})})

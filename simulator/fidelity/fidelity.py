@@ -31,12 +31,13 @@ from runtime.engine.drafters import parse_speculative
 from simulator.cost.host_timing import log_overlaps
 from simulator.cost.ranges import track_ranges
 from simulator.fidelity.config_diff import config_changes, what_if
+from simulator.fleet.device import place, placement_of
 from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
 from simulator.fleet.replica import SimResult
 from simulator.fleet.speculation import Speculation
 from simulator.replay.replay import log_config, own_speculation, resimulate, timing_replay
 from simulator.replay.request_times import METRICS, RequestTimes, times_of_log
-from traces.fleet_log import FleetLog, is_fleet
+from traces.fleet_log import FLEET_KEY, FleetLog, is_fleet
 from traces.importers.log import read_log_workload
 from traces.log import read_header
 from traces.workload import Workload
@@ -69,33 +70,47 @@ def compare(live: dict[str, np.ndarray], sim: dict[str, np.ndarray]) -> dict[str
     return out
 
 
-def simulate_times(log: str | Path, model: Any, config: EngineConfig,
-                   speculation: Speculation | None = None) -> tuple[RequestTimes, Any, Any]:
+def simulate_times(log: str | Path, model: Any, config: EngineConfig, speculation: Speculation | None = None,
+                   devices: int | None = None) -> tuple[RequestTimes, Any, Any]:
     """Re-simulate ``log``'s workload under ``config``: the run's times, the SimResult, the range
-    tracker. A fleet log's workload goes through a fleet of its replicas and its router. A
-    speculative config draws from ``speculation`` (default: the log's own rates)."""
+    tracker. A fleet log's workload goes through a fleet of its replicas and its router, placed on
+    devices as it ran (``fleet_placement``; ``devices``: on that many instead). A speculative
+    config draws from ``speculation`` (default: the log's own rates)."""
     tracker = track_ranges(model)
     if is_fleet(read_header(log)):
-        return (*resimulate_fleet(log, tracker or model, config, speculation), tracker)
+        return (*resimulate_fleet(log, tracker or model, config, speculation, devices), tracker)
     times = RequestTimes()
     result = resimulate(log, tracker or model, config, sink=times, speculation=speculation)
     return times, result, tracker
 
 
-def resimulate_fleet(log: str | Path, model: Any, config: EngineConfig,
-                     speculation: Speculation | None = None) -> tuple[RequestTimes, Any]:
+def fleet_placement(fleet: FleetLog, devices: int | None = None) -> list[int] | None:
+    """The device of each of a fleet's replicas: ``devices`` of them (replica i on i mod devices),
+    else as its log says (the fleet Header's ``devices``, or the device each replica's Header names:
+    ``serve --data-parallel-size 2`` on one GPU puts both on cuda:0); None: one device each."""
+    if devices is not None:
+        return place(len(fleet.replica_logs), devices)
+    recorded = fleet.header.extra.get(FLEET_KEY, {}).get("devices")
+    if recorded is not None:
+        return [int(d) for d in recorded]
+    return placement_of([read_header(p).extra.get("device") for p in fleet.replica_logs])
+
+
+def resimulate_fleet(log: str | Path, model: Any, config: EngineConfig, speculation: Speculation | None = None,
+                     devices: int | None = None) -> tuple[RequestTimes, Any]:
     """A fleet log's requests (every replica's, by arrival) through as many simulated replicas and
-    its router: each replica under its own logged config, or every one under ``config`` when that
-    is not the fleet log's own (a what-if)."""
+    its router, on the devices they ran on (``fleet_placement``): each replica under its own logged
+    config, or every one under ``config`` when that is not the fleet log's own (a what-if)."""
     fleet = FleetLog.read(log)
+    placed = fleet_placement(fleet, devices) or [None] * len(fleet.replica_logs)
     _, own = log_config(log)
     configs = [log_config(p)[1] if config == own else config for p in fleet.replica_logs]
     workload = Workload([r for p in fleet.replica_logs for r in read_log_workload(p)], source=str(log))
     if speculation is None and any(parse_speculative(c.speculative) for c in configs):
         speculation = own_speculation(list(fleet.replica_logs), config.seed)
     parts = [RequestTimes() for _ in configs]
-    results = simulate_fleet(workload, [ReplicaSpec(c, model, t) for c, t in zip(configs, parts)], fleet.router,
-                             speculation=speculation)
+    results = simulate_fleet(workload, [ReplicaSpec(c, model, t, d) for c, t, d in zip(configs, parts, placed)],
+                             fleet.router, speculation=speculation)
     result = SimResult(sum(r.num_requests for r in results), sum(r.num_steps for r in results),
                        max(r.end_time for r in results), [x for r in results for x in r.rejected])
     return RequestTimes.merged(parts), result
@@ -123,7 +138,7 @@ def check(report: dict[str, Any], tolerance: float) -> list[str]:
 
 
 def sensitivity(live_log: str | Path, model: Any, config: EngineConfig, pct: float,
-                speculation: Speculation | None = None) -> dict[str, Any] | None:
+                speculation: Speculation | None = None, devices: int | None = None) -> dict[str, Any] | None:
     """How far the checked latencies move per 1 % of step time: the workload re-simulated with every
     step ``pct`` % shorter and ``pct`` % longer, the elasticity d ln(metric) / d ln(step time) per
     metric and percentile (and the makespan). The arrivals stay fixed, so a longer step also means
@@ -137,7 +152,7 @@ def sensitivity(live_log: str | Path, model: Any, config: EngineConfig, pct: flo
     for factor in (1 - pct / 100, 1 + pct / 100):
         scaled = copy.deepcopy(model)
         scaled.scale(factor)
-        runs.append(simulate_times(live_log, scaled, config, speculation)[0])
+        runs.append(simulate_times(live_log, scaled, config, speculation, devices)[0])
     span = math.log((1 + pct / 100) / (1 - pct / 100))
 
     def elasticity(lo: float, hi: float) -> float:
@@ -181,16 +196,18 @@ def by_arrival(live: RequestTimes, sim: RequestTimes, windows: int) -> list[dict
 def fidelity(live_log: str | Path, model: Any, *, config: EngineConfig | None = None, overrides: list[str] = (),
              what_if_live: str | Path | None = None, replay: bool = True,
              sensitivity_pct: float | None = None, arrival_windows: int | None = None,
-             speculation: Speculation | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+             speculation: Speculation | None = None, devices: int | None = None
+             ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(report, distributions): the JSON-ready report and, per run label, the raw metric values
     (for a CDF plot). ``sensitivity_pct``: also the latencies' elasticity to the step time
     (``sensitivity``); ``arrival_windows``: also TTFT and queueing by arrival time (``by_arrival``);
-    ``speculation``: the rates speculative runs draw from (default: the log's own)."""
+    ``speculation``: the rates speculative runs draw from (default: the log's own); ``devices``: a
+    fleet log's replicas on that many devices (default: as the log says)."""
     header, log_cfg = log_config(live_log)
     config = config or log_cfg
     notes = _match_overlap(live_log, model)
     live = times_of_log(live_log)
-    sim, result, tracker = simulate_times(live_log, model, config, speculation)
+    sim, result, tracker = simulate_times(live_log, model, config, speculation, devices)
     live_v, sim_v = live.values(), sim.values()
     identity = getattr(model, "meta", {}).get("model_identity")
     report: dict[str, Any] = {
@@ -213,13 +230,13 @@ def fidelity(live_log: str | Path, model: Any, *, config: EngineConfig | None = 
                             "step_time_error_pct": rel_error(s["step_time_predicted_s"], s["step_time_recorded_s"]),
                             "by_kind": s["by_kind"]}
     if sensitivity_pct is not None:
-        report["sensitivity"] = sensitivity(live_log, model, config, sensitivity_pct, speculation)
+        report["sensitivity"] = sensitivity(live_log, model, config, sensitivity_pct, speculation, devices)
     if arrival_windows is not None:
         report["by_arrival"] = by_arrival(live, sim, arrival_windows)
     dists = {"live": live_v, "sim": sim_v}
     if overrides:
         report["what_if"], extra = _what_if(live_log, model, config, list(overrides), sim_v, live_v, what_if_live,
-                                            speculation)
+                                            speculation, devices)
         dists.update(extra)
     return report, dists
 
@@ -241,9 +258,9 @@ def _match_overlap(live_log: str | Path, model: Any) -> list[str]:
             f"{'without' if overlaps else 'with'} it)"]
 
 
-def _what_if(live_log, model, config, overrides, sim_v, live_v, what_if_live, speculation=None):
+def _what_if(live_log, model, config, overrides, sim_v, live_v, what_if_live, speculation=None, devices=None):
     new = what_if(config, overrides)
-    sim2, result2, tracker2 = simulate_times(live_log, model, new, speculation)
+    sim2, result2, tracker2 = simulate_times(live_log, model, new, speculation, devices)
     sim2_v = sim2.values()
     out: dict[str, Any] = {"overrides": overrides, "config_changes": config_changes(config, new),
                            "sim": _run_summary(sim2, result2), "predicted_change": {}}

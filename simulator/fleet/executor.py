@@ -6,6 +6,10 @@ flight, runs on the device after k; with an eager ``launch_time`` the host launc
 ``now + launch`` and only then collects k, so k's tokens reach the host no earlier, and k+1 ends no
 earlier than its launch.
 
+A replica whose device it shares with other replicas (simulator/fleet/device.py) runs a step's
+device work after what the others launched on it before; the step's duration then includes that
+wait, as a live engine's measured step does.
+
 Speculative decoding (simulator/fleet/speculation.py): a span that verifies drafts commits the
 drafts ``draws`` accepts and one token of its own; the step is priced by its spans, a verify span
 being a span of 1 + d tokens.
@@ -18,6 +22,7 @@ from collections.abc import Callable, Mapping
 from runtime.engine.request import Request
 from runtime.engine.types import KnownStep, StepPlan, StepResult
 from simulator.cost.engine_timing import EngineTiming
+from simulator.fleet.device import Device
 from simulator.fleet.speculation import DRAFT_TOKEN, RoundDraws
 
 SYNTHETIC_TOKEN = 0  # the token every simulated step samples (no eos in simulation)
@@ -29,10 +34,12 @@ TokenFn = Callable[[int, int], int]  # (request_id, position) -> token id
 
 class CostModelExecutor:
     def __init__(self, timing: EngineTiming, clock: Callable[[], float], token_fn: TokenFn | None = None,
-                 draws: RoundDraws | None = None) -> None:
-        """``draws``: the acceptances of speculative rounds (needed when a plan carries drafts)."""
+                 draws: RoundDraws | None = None, device: Device | None = None) -> None:
+        """``draws``: the acceptances of speculative rounds (needed when a plan carries drafts);
+        ``device``: the device it shares with other replicas (None: one of its own)."""
         self.step_time, self.launch_time = timing.step_time, timing.launch_time
         self.clock, self.token_fn, self.draws = clock, token_fn, draws
+        self.device = device if device is not None and device.shared else None
         self.in_flight: KnownStep | None = None  # launched, not collected
 
     def launch(self, plan: StepPlan, requests: Mapping[int, Request]) -> KnownStep:
@@ -47,7 +54,11 @@ class CostModelExecutor:
         previous = self.in_flight
         start = previous.ready if previous is not None and previous.ready > now else now
         duration = self.step_time(plan.step, plan.spans, plan.drafts or ())
-        end = start + duration  # its device work follows the step in flight
+        if self.device is None:
+            end = start + duration  # its device work follows the step in flight
+        else:  # ... and what the other replicas launched on the device before it
+            end = self.device.run(start, duration)
+            duration = end - start
         if self.launch_time is not None:
             ready = now + self.launch_time(plan.num_scheduled_tokens - len(plan.spans))
             if previous is not None and ready > previous.ready:

@@ -1,4 +1,5 @@
-"""A fleet: engine replicas behind one front door and a router, as SimPy processes.
+"""A fleet: engine replicas behind one front door and a router, as SimPy processes, each replica
+on a device (simulator/fleet/device.py: its own unless ``ReplicaSpec.device`` places several on one).
 
 ``simulate_fleet`` runs a workload through ``len(replicas)`` replicas (each its own config, cost
 model and log) routed by a router from ``runtime.engine.routers`` (the live data-parallel front
@@ -16,6 +17,7 @@ from runtime.engine.config import EngineConfig
 from runtime.engine.drafters import parse_speculative
 from runtime.engine.routers import ReplicaLoad, Router, RouteRequest, make_router, prefix_key
 from runtime.engine.types import EventSink
+from simulator.fleet.device import devices_for
 from simulator.fleet.environment import SimEnvironment
 from simulator.fleet.executor import TokenFn
 from simulator.fleet.front_door import FrontDoor, OpenLoopArrivals
@@ -34,6 +36,7 @@ class ReplicaSpec:
     config: EngineConfig
     cost_model: Any
     sink: EventSink | None = None
+    device: int | None = None  # the device it is placed on (simulator/fleet/device.py); None: its own
 
 
 class Fleet:
@@ -62,9 +65,11 @@ class Fleet:
         due = self.arrivals.next_time
         # (shared by the replicas: a logged request's rates are claimed once)
         self.rates = rates = speculation.matcher() if speculation is not None else None
+        devices = devices_for([r.device if r.device is not None else -1 - i for i, r in enumerate(replicas)])
         self.replicas = [Replica(env, r.config, r.cost_model, due=due,
                                  sink=self._watch_finishes(i, r.sink) if closed else r.sink,
-                                 token_fn=token_fn, plain_runs=plain_runs, progress=progress, rates=rates)
+                                 token_fn=token_fn, plain_runs=plain_runs, progress=progress, rates=rates,
+                                 device=devices[i])
                          for i, r in enumerate(replicas)]
         self.on_route = on_route
         # per replica: (its steps and requests taken, its load then): recomputed once it has changed

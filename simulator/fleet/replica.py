@@ -30,6 +30,7 @@ from runtime.engine.core import EngineCore
 from runtime.engine.drafters import parse_speculative
 from runtime.engine.step_loop import StepLoop
 from runtime.engine.types import EventSink
+from simulator.fleet.device import Device
 from simulator.fleet.environment import SimEnvironment
 from simulator.fleet.executor import SYNTHETIC_TOKEN, CostModelExecutor, TokenFn
 from simulator.fleet.speculation import RateMatcher, RoundDraws, SimDrafter
@@ -54,11 +55,13 @@ class SimResult:
 class Replica:
     def __init__(self, env: SimEnvironment, config: EngineConfig, model: Any, *, due: Callable[[], float],
                  sink: EventSink | None = None, token_fn: TokenFn | None = None, plain_runs: bool = True,
-                 progress: Any = None, progress_every: int = 2048, rates: RateMatcher | None = None) -> None:
+                 progress: Any = None, progress_every: int = 2048, rates: RateMatcher | None = None,
+                 device: Device | None = None) -> None:
         """``due()``: the next time the front door hands any replica a request (inf: none is coming);
         ``plain_runs``: land runs of decode steps at once (the same log, faster); ``rates``: what a
         speculative config's drafts and acceptances are drawn from (simulator/fleet/speculation.py),
-        never the config's own drafter, which would read placeholder tokens."""
+        never the config's own drafter, which would read placeholder tokens; ``device``: the device
+        it runs on (simulator/fleet/device.py; None: one of its own)."""
         self.env, self.config, self.due = env, config, due
         self.timing = timing = model.timing(config.scheduler.max_num_batched_tokens)
         spec = parse_speculative(config.speculative)
@@ -72,13 +75,15 @@ class Replica:
             drafter = SimDrafter(draws)
         self.core = EngineCore(config, eos_token_id=None, sink=sink, drafter=drafter)
         clock = self._clock
-        self.executor = CostModelExecutor(timing, clock, token_fn, draws)
+        self.executor = CostModelExecutor(timing, clock, token_fn, draws, device)
         self.loop = StepLoop(self.core, self.executor, clock, overlap=timing.plans_ahead, deltas=False)
         self.result = SimResult()
         self.progress, self.progress_every, self._reported = progress, progress_every, 0
         self._closed = False  # no request will come any more
         self._wake = None  # the event an idle replica sleeps on
-        runs = plain_runs and token_fn is None and timing.decode_durations is not None and drafter is None
+        # (a shared device's other replicas launch steps between those of a run: every step one at a time)
+        runs = (plain_runs and token_fn is None and timing.decode_durations is not None and drafter is None
+                and (device is None or not device.shared))
         if timing.plans_ahead:
             runs = runs and timing.launch_time is None  # (a decode plan's launch is 0, but the next plan is not known)
         else:
