@@ -18,18 +18,14 @@ from typing import Any
 
 from traces.events import Header, Routed
 from traces.log import LogError, read_log
+from traces.log_files import beside
 
 FLEET_KEY = "fleet"
 
 
 def replica_log_path(fleet_log: str | Path, replica: int) -> Path:
     """Where replica ``replica``'s log of a fleet log goes: ``run.jsonl.gz`` → ``run.replica0.jsonl.gz``."""
-    path = Path(fleet_log)
-    name = path.name
-    for suffix in (".jsonl.gz", ".jsonl", ".gz"):
-        if name.endswith(suffix):
-            return path.with_name(f"{name[: -len(suffix)]}.replica{replica}{suffix}")
-    return path.with_name(f"{name}.replica{replica}")
+    return beside(fleet_log, f"replica{replica}")
 
 
 def fleet_extra(router: str, logs: list[Path], fleet_log: str | Path, **more: Any) -> dict[str, Any]:

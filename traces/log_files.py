@@ -25,9 +25,16 @@ def split_name(path: Path) -> tuple[str, str]:
     return path.name, ""
 
 
-def rotation_path(path: Path, n: int) -> Path:
+def beside(path: str | Path, tag: str) -> Path:
+    """A log named after ``path``, ``tag`` before its format suffix: (``run.jsonl.gz``, "replica0") →
+    ``run.replica0.jsonl.gz``."""
+    path = Path(path)
     stem, suffix = split_name(path)
-    return path.with_name(f"{stem}.{n}{suffix}")
+    return path.with_name(f"{stem}.{tag}{suffix}")
+
+
+def rotation_path(path: Path, n: int) -> Path:
+    return beside(path, str(n))
 
 
 def next_rotation(path: Path) -> int:

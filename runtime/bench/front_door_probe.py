@@ -5,9 +5,9 @@ server's log, from a request's arrival stamp to the start of its first step is t
 delay (parsing, the hop to the engine process, waking the engine loop) and nothing else.
 
 Prompts are token ids (as ``bench serve`` sends them) of lengths from 16 tokens to the longest the
-engine takes, so the delay is fitted against the prompt's length (simulator/cost/host_timing.py,
-``fit_front_door``); the simulator's front door charges it to each request
-(simulator/fleet/front_door.py).
+engine takes (its model card's max_model_len), so the delay is fitted against the prompt's length
+(simulator/cost/host_timing.py, ``fit_front_door``); the simulator's front door charges it to each
+request (simulator/fleet/front_door.py).
 """
 
 from __future__ import annotations
@@ -42,12 +42,14 @@ def probe_lengths(requests: int, longest: int) -> list[int]:
     return [grid[i % len(grid)] for i in range(requests)]
 
 
-def probe_front_door(flags: Sequence[str], log: str | Path, *, requests: int, longest: int, server_log: str | Path,
-                     port: int, seed: int = 0, ready_timeout: float = 900.0) -> ProbeResult:
+def probe_front_door(flags: Sequence[str], log: str | Path, *, requests: int, server_log: str | Path, port: int,
+                     seed: int = 0, ready_timeout: float = 900.0) -> ProbeResult:
     """Serve with ``flags`` (engine flags, as after ``bench serve --launch``) on ``port``, send
     ``requests`` prompts one after another (max_tokens 1, greedy), stop the server; its event log is
     ``log``."""
     import httpx
+
+    from runtime.bench.server_probe import served_models
 
     rng = random.Random(seed)
     started = time.monotonic()
@@ -55,6 +57,8 @@ def probe_front_door(flags: Sequence[str], log: str | Path, *, requests: int, lo
     with ServerProcess([*flags, "--trace-if-exists", "overwrite"], port=port, trace=str(log),
                        log_file=str(server_log)) as server:
         server.wait_ready(ready_timeout)
+        # up to the engine's own limit (a prompt and its one output token within it)
+        longest = next(iter(served_models(server.url + "/v1").values())) - 2
         with httpx.Client(base_url=server.url, timeout=ready_timeout) as client:
             for n in probe_lengths(requests, longest):
                 ids = [rng.randrange(*IDS) for _ in range(n)]

@@ -150,13 +150,19 @@ def _run(args: argparse.Namespace) -> int:
         require_file(args.what_if_live, "log")
         if not args.what_if:
             raise CLIError("--what-if-live: needs --what-if FIELD=VALUE (the config that log ran)")
-    if args.devices is not None:
-        from traces.fleet_log import is_fleet
+    if args.devices is not None:  # (checked before the model loads and the simulation runs)
+        from simulator.fleet.device import place
+        from traces.fleet_log import FLEET_KEY, is_fleet
         from traces.log import read_header
 
-        if not is_fleet(read_header(args.log)):
+        header = read_header(args.log)
+        if not is_fleet(header):
             raise CLIError(f"--devices: {args.log} is not a fleet log (serve --data-parallel-size, "
                            "simulate --replicas)")
+        try:
+            place(int(header.extra[FLEET_KEY]["replicas"]), args.devices)
+        except ValueError as e:
+            raise CLIError(f"--devices: {e}") from None
     model = cost_models.load(args.cost_model, log=args.log)
     speculation = None
     if args.acceptance is not None:
@@ -176,8 +182,6 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as e:
         if str(e).startswith(("--what-if", "--acceptance")):
             raise CLIError(str(e)) from None
-        if str(e).startswith("devices must be"):
-            raise CLIError(f"--devices: {e}") from None
         raise
     report["cost_model"] = str(args.cost_model)
     ids = report["model_identity"]

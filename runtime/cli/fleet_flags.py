@@ -73,9 +73,10 @@ def placement(args: argparse.Namespace) -> list[int] | None:
 
     if args.devices is None:
         return None
-    if args.devices > args.replicas:
-        raise CLIError(f"--devices: {args.devices} devices for {args.replicas} replica(s): at most one each")
-    return place(args.replicas, args.devices)
+    try:
+        return place(args.replicas, args.devices)
+    except ValueError as e:
+        raise CLIError(f"--devices: {e}") from None
 
 
 def replica_models(args: argparse.Namespace, shared: Any, overrides: dict[int, ReplicaOverride]) -> list[Any]:

@@ -155,32 +155,22 @@ def _engine(args: argparse.Namespace):
 FRONT_DOOR_REQUESTS = 24
 
 
-def _front_door_log(args: argparse.Namespace) -> str:
-    if args.front_door_log:
-        return args.front_door_log
-    out = str(args.out)
-    for suffix in (".gz", ".jsonl"):
-        out = out.removesuffix(suffix)
-    return out + ".front_door.jsonl"
-
-
 def _probe_front_door(args: argparse.Namespace) -> str | None:
     """The front-door probe (runtime/bench/front_door_probe.py) of the engine these flags build; its log,
     or None when it is off or could not run (a warning says why: the sweep goes on)."""
     from runtime.bench.front_door_probe import probe_front_door
     from runtime.cli.config_flags import engine_flags
-    from runtime.engine.config import SchedulerConfig
     from runtime.serving.server.launch import free_port
+    from traces.log_files import beside
 
     requests = args.front_door if args.front_door is not None else 0 if args.quick else FRONT_DOOR_REQUESTS
     if not requests or args.plan:
         return None
-    log = _front_door_log(args)
-    longest = (engine_options(args).get("max_model_len") or SchedulerConfig().max_model_len) - 2
+    log = str(args.front_door_log or beside(args.out, "front_door"))
     print(f"front door: serving the engine, {requests} prompts one at a time …", file=sys.stderr, flush=True)
     try:
-        result = probe_front_door(engine_flags(args), log, requests=requests, longest=longest,
-                                  server_log=log.removesuffix(".jsonl") + ".server.log", port=free_port())
+        result = probe_front_door(engine_flags(args), log, requests=requests,
+                                  server_log=beside(log, "server").with_suffix(".log"), port=free_port())
     except (RuntimeError, OSError) as e:
         print(f"warning: the front-door probe did not run ({e}); the fit has no intake delay", file=sys.stderr)
         return None

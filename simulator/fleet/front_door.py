@@ -32,11 +32,8 @@ class FrontDoor:
 
     def exits(self, specs: Sequence[RequestSpec]) -> list[float]:
         """When the engine side sees each request (in arrival order)."""
-        if not self.per_token:
-            latency = self.latency
-            arrivals: Sequence[float] = [s.arrival for s in specs]
-            if not self.service:
-                return [a + latency for a in arrivals] if latency else list(arrivals)
+        if not self.per_token and not self.service:  # a pure delay, the same for every request
+            return [s.arrival + self.latency for s in specs]
         out, free, service = [], -math.inf, self.service
         for s in specs:
             free = max(s.arrival + self.delay(s), free + service)
