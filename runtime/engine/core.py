@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from runtime.engine.admission import validate_request
 from runtime.engine.block_manager import BlockManager, root_hash
 from runtime.engine.config import EngineConfig
 from runtime.engine.drafters import Drafter, make_drafter, parse_speculative
@@ -77,22 +78,7 @@ class EngineCore:
 
     def validate(self, num_prompt_tokens: int, params: SamplingParams) -> None:
         """Raise InvalidRequest if a request could never be served by this engine."""
-        sched, cache = self.config.scheduler, self.config.cache
-        if num_prompt_tokens < 1:
-            raise InvalidRequest("prompt must contain at least one token")
-        if num_prompt_tokens >= sched.max_model_len:
-            raise InvalidRequest(
-                f"prompt has {num_prompt_tokens} tokens; max_model_len is {sched.max_model_len}")
-        total = min(num_prompt_tokens + params.max_tokens, sched.max_model_len)
-        if -(-total // cache.block_size) > cache.num_blocks:
-            raise InvalidRequest(
-                f"prompt + max_tokens = {total} tokens need {-(-total // cache.block_size)} KV blocks; "
-                f"the pool has {cache.num_blocks} (cache.num_blocks)")
-        if not sched.enable_chunked_prefill and total > sched.max_num_batched_tokens:
-            raise InvalidRequest(
-                f"prompt + max_tokens = {total} tokens exceed scheduler.max_num_batched_tokens="
-                f"{sched.max_num_batched_tokens}, which must hold a whole (re)computed prompt when "
-                "chunked prefill is off")
+        validate_request(self.config, num_prompt_tokens, params)
 
     def add_request(
         self,

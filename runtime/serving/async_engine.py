@@ -10,8 +10,8 @@ stream their ``OutputDelta`` items from bounded queues; the engine runs elsewher
 
 Both speak runtime/serving/engine_protocol.py. The front end owns:
 
-- Validation before queueing (the engine's config, ``EngineCore.validate``'s checks), so an HTTP
-  handler can answer 400/429/503 before it starts streaming.
+- Validation before queueing (the engine's own rule on its config,
+  runtime/engine/admission.py), so an HTTP handler can answer 400/429/503 before it starts streaming.
 - Backpressure: at most ``max_pending`` requests sent but not yet taken in by the engine (it tells
   how many it took with every message); past that, ``submit`` raises ``EngineOverloaded`` (429).
 - Slow clients: each request's output queue is bounded; a consumer that falls that far behind is
@@ -42,8 +42,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from runtime.engine.config import EngineConfig
-from runtime.engine.core import EngineCore
+from runtime.engine.admission import validate_request
 from runtime.engine.routers import ReplicaLoad
 from runtime.serving.engine_loop import CLIENT_DISCONNECTED, CLIENT_TOO_SLOW
 from runtime.serving.engine_protocol import (
@@ -97,16 +96,6 @@ class EngineConnection(Protocol):
     def close(self, timeout: float) -> None: ...
 
 
-class _Limits:
-    """``EngineCore.validate`` reads nothing but ``self.config``: the front end runs the engine's
-    own checks on the engine's config, without a core."""
-
-    validate = EngineCore.validate
-
-    def __init__(self, config: EngineConfig) -> None:
-        self.config = config
-
-
 @dataclass(eq=False)
 class _Handle:
     key: int
@@ -132,7 +121,6 @@ class AsyncLLMEngine:
         self.config = started.config
         self.model_identity = started.model_identity
         self.extra_eos = tuple(started.extra_eos)
-        self._limits = _Limits(self.config)
         self.output_queue_size = output_queue_size
         self._max_pending = max_pending
         self.on_ready = on_ready
@@ -183,7 +171,7 @@ class AsyncLLMEngine:
 
     def validate(self, num_prompt_tokens: int, params: SamplingParams) -> None:
         """Raise InvalidRequest if the engine could never serve such a request."""
-        self._limits.validate(num_prompt_tokens, params)
+        validate_request(self.config, num_prompt_tokens, params)
 
     def sampling_params(self, params: SamplingParams) -> SamplingParams:
         """``params`` plus the model's extra end-of-turn ids, as the engine adds them."""
