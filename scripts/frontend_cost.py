@@ -62,14 +62,16 @@ def main() -> None:
         cpu0, t0 = cpu_seconds(), time.perf_counter()
         subprocess.run(client, check=True, stdout=subprocess.DEVNULL)
         cpu, wall = cpu_seconds() - cpu0, time.perf_counter() - t0
-    summary = json.loads(out.read_text())["summary"]
+    doc = json.loads(out.read_text())
+    summary = doc["summary"]
     tokens = summary["output_throughput_tok_s"] * summary["duration_s"]
     print(f"front end: {cpu:.2f} CPU s in {wall:.1f} s for {tokens:,.0f} streamed tokens = "
           f"{cpu / tokens * 1e6:.1f} us per token; client TTFT p50 {summary['ttft_ms']['p50']:.1f} ms, "
           f"TPOT p50 {summary['tpot_ms']['p50']:.1f} ms, {summary['completed']}/{summary['requests']} done")
-    from runtime.bench.serve_gap import compare, engine_side, render
+    from runtime.bench.serve_client import RequestRecord
+    from runtime.bench.serve_gap import compare, render
 
-    print(render(compare(summary, engine_side(log))))
+    print(render(compare([RequestRecord(**row) for row in doc["requests"]], log)))
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ import msgspec
 import numpy as np
 
 from runtime.bench.http_stream import HttpError, HttpStreamClient
+from runtime.bench.serve_join import prompt_key
 from traces.prompt import materialize
 from traces.workload import Workload
 
@@ -56,6 +57,7 @@ class RequestRecord:
     session: int | None = None
     after: int | None = None
     think: float = 0.0
+    prompt_key: str | None = None  # the prompt's digest as sent (runtime/bench/serve_join.py), hex
 
     @property
     def ok(self) -> bool:
@@ -243,7 +245,7 @@ def prepare(workload: Workload, model: str, *, ignore_eos: bool = True, vocab: i
         after = None if spec.session is None else last_turn.get(spec.session)
         records.append(RequestRecord(i, spec.arrival - workload.requests[0].arrival, spec.num_prompt_tokens,
                                      spec.params.max_tokens, session=spec.session, after=after,
-                                     think=spec.think_time))
+                                     think=spec.think_time, prompt_key=prompt_key(bodies[i]["prompt"]).hex()))
         if spec.session is not None:
             last_turn[spec.session] = i
     return bodies, records
@@ -315,7 +317,4 @@ def render(summary: dict[str, Any], title: str = "bench serve") -> str:
         terms = ", ".join(f"{k}={v:g}" for k, v in summary["slo"].items() if v is not None)
         lines.append(f"goodput under SLO ({terms}): {summary['goodput_req_s']:.2f} req/s "
                      f"({summary['slo_attainment']:.1%} of requests)")
-    lag = summary["send_lag_ms"]["p99"]
-    if lag is not None and lag > 50:
-        lines.append(f"warning: the client sent requests late (p99 {lag:.0f} ms behind schedule): it is the bottleneck")
     return "\n".join(lines)

@@ -18,8 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
+from runtime.bench.serve_verdict import verdict
 from runtime.cli.checks import Bounded
 from runtime.cli.errors import CLIError
 from runtime.cli.workload import add_workload_args, workload_from_args
@@ -122,6 +124,21 @@ def fit_to_server(workload, max_model_len: int):
     return Workload(kept, seed=workload.seed, source=workload.source, meta=workload.meta), dropped, cut
 
 
+def _engine_side(records, log: str, decode) -> dict | None:
+    """The client's records against the server's log, request by request (printed), or None with
+    one line saying why they cannot be paired."""
+    from runtime.bench import serve_gap
+    from runtime.bench.serve_join import NoPromptIds
+
+    try:
+        gap = serve_gap.compare(records, log, decode)
+    except NoPromptIds as e:
+        print(f"client vs engine: not compared: {e}")
+        return None
+    print(serve_gap.render(gap))
+    return gap
+
+
 def _serve(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -192,20 +209,18 @@ def _serve(args: argparse.Namespace) -> int:
             server.stop()
     summary = serve_client.summarize(records, wall, slo)
     print(serve_client.render(summary))
-    gap = None
+    gap = _engine_side(records, args.server_trace, decode) if server is not None else None
+    queue = gap["engine_queue_ms"]["p99"] if gap else None
+    line = verdict(summary["send_lag_ms"]["p99"], queue)
+    if line:
+        print(line)
     if server is not None:
-        from runtime.bench import serve_gap
-
-        gap = serve_gap.compare(summary, serve_gap.engine_side(args.server_trace))
-        print(serve_gap.render(gap))
         print(f"server log: {args.server_trace} (minivllm analyze {args.server_trace})")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         doc = {"benchmark": "serve", "url": url, "model": model, "workload": wl.source or "synthetic",
                "launch": args.launch, "summary": summary, "engine_vs_client": gap,
-               "requests": [{"arrival": r.arrival, "sent": r.sent, "prompt_tokens": r.prompt_tokens,
-                             "output_tokens": r.output_tokens, "ttft": r.ttft, "e2e": r.e2e, "error": r.error}
-                            for r in records]}
+               "requests": [asdict(r) for r in records]}  # serve_client.RequestRecord(**row) reads one back
         Path(args.json).write_text(json.dumps(doc, indent=2))
         print(f"wrote {args.json}")
     return 0 if summary["completed"] else 1

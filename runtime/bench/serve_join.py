@@ -1,0 +1,92 @@
+"""Which engine request served which client request: ``bench serve``'s records joined to the
+server's event log.
+
+What travels from the client to the log unchanged is the prompt: the token ids the client sent
+(the ``Arrived`` event keeps them), or, with ``--text-prompts``, the text those ids decode to. Each
+side's prompt is reduced to one digest (``prompt_key``); requests of equal digests are paired in
+order, the client's by send time against the engine's by arrival. A request the engine never saw
+(refused at the door, never sent) pairs with nothing; an engine request no client record claims
+(another client's) stays out of the comparison.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from traces.events import Arrived, Header, recorded_prompts
+from traces.fleet_log import FleetLog, is_fleet
+from traces.log import read_log
+from traces.prompt import PromptIds
+
+# client errors of a request that never reached the engine (refused at the door or never sent)
+NEVER_ARRIVED = ("not sent", "connect")
+
+
+class NoPromptIds(ValueError):
+    """The server's log keeps no prompt ids (``serve --trace-prompts hashes|none``)."""
+
+
+def prompt_key(prompt: Sequence[int] | str) -> bytes:
+    """One digest of a prompt as sent: its token ids, or its text."""
+    if isinstance(prompt, str):
+        data = b"text:" + prompt.encode("utf-8", "surrogatepass")
+    else:
+        data = b"ids:" + np.asarray(prompt, dtype=np.int64).tobytes()
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def _arrivals(path: Path) -> tuple[Header | None, list[Arrived]]:
+    header, arrived = None, []
+    for ev in read_log(path):
+        if isinstance(ev, Header):
+            header = ev
+        elif isinstance(ev, Arrived):
+            arrived.append(ev)
+    return header, arrived
+
+
+def engine_prompts(log: str | Path,
+                   decode: Callable[[list[int]], str] | None = None) -> list[tuple[int, float, bytes]]:
+    """(request id as ``analysis.frames.load_frames`` numbers it, arrival, prompt digest) of every
+    request in the log; ``decode``: the client sent text, so the digest is of the text the
+    engine's ids decode to. A fleet log: every replica's requests, by their front-door index."""
+    header, arrived = _arrivals(Path(log))
+    parts: list[tuple[int | None, Header | None, list[Arrived]]] = [(None, header, arrived)]
+    index: dict[tuple[int, int], int] = {}
+    if is_fleet(header):
+        fleet = FleetLog.read(log)
+        index = {(r.replica, r.request_id): r.index for r in fleet.routes if r.request_id is not None}
+        parts = [(i, *_arrivals(p)) for i, p in enumerate(fleet.replica_logs)]
+    out = []
+    for replica, head, events in parts:
+        if head is not None and recorded_prompts(head) != "ids":
+            raise NoPromptIds(f"the server's log keeps prompts as {recorded_prompts(head)}, not token ids "
+                              "(serve --trace-prompts ids)")
+        for ev in events:
+            if not isinstance(ev.prompt, PromptIds):
+                raise NoPromptIds("the server's log holds synthetic prompts, not the ids it was sent")
+            ids = ev.prompt.token_ids
+            rid = ev.request_id if replica is None else index.get((replica, ev.request_id), -1)
+            out.append((rid, ev.time, prompt_key(decode(ids) if decode else ids)))
+    return out
+
+
+def join(client: Sequence[tuple[int, float, bytes]], engine: Sequence[tuple[int, float, bytes]]) -> dict[int, int]:
+    """Client (index, send time, digest) against engine (request id, arrival, digest): client index ->
+    engine request id, equal digests paired in time order."""
+    waiting: dict[bytes, list[int]] = defaultdict(list)
+    for rid, _, key in sorted(engine, key=lambda e: (e[1], e[0])):
+        waiting[key].append(rid)
+    taken: dict[bytes, int] = defaultdict(int)
+    pairs = {}
+    for index, _, key in sorted(client, key=lambda c: (c[1], c[0])):
+        queue = waiting.get(key)
+        if queue and taken[key] < len(queue):
+            pairs[index] = queue[taken[key]]
+            taken[key] += 1
+    return pairs
