@@ -512,23 +512,23 @@ def test_ending_a_request_whose_tokens_do_not_matter_keeps_watching_one_whose_do
     (4, [(7, 9), (4, 4)], 1),     # no block free, and the first one needs one at the run's 2nd step
 ])
 def test_a_decode_run_is_the_longest_whose_blocks_fit(num_blocks, requests, expected):
-    """``decode_run``: as many steps as every request's length allows and their new blocks fit the
+    """``Scheduler.decode_run``: as many steps as every request's length allows and their new blocks fit the
     pool, exactly (a shorter run is only slower; a longer one would take blocks the pool lacks)."""
     core = engine(num_blocks=num_blocks)
     for i, (prompt_len, max_tokens) in enumerate(requests):
         core.add_request(list(range(100 * i + 1, 100 * i + prompt_len + 1)), SamplingParams(max_tokens=max_tokens),
                          0.0)
     core.step(0.0, EX)
-    assert core.decode_run(core.schedule(1.0)) == expected
+    assert core.scheduler.decode_run(core.schedule(1.0)) == expected
 
 
 def test_a_decode_run_needs_a_plan_of_decodes_only_and_nothing_waiting():
     core = engine(budget=4)
     core.add_request(list(range(1, 7)), SamplingParams(max_tokens=20), 0.0)  # 6 tokens: chunks 4, then 2
     core.step(0.0, EX)
-    assert core.decode_run(core.schedule(1.0)) == 0  # its last chunk (2 tokens, sampled)
+    assert core.scheduler.decode_run(core.schedule(1.0)) == 0  # its last chunk (2 tokens, sampled)
     core = engine()
     core.add_request([1, 2, 3], SamplingParams(max_tokens=20), 0.0)
     core.step(0.0, EX)
     core.add_request([4, 5, 6], SamplingParams(max_tokens=20), 0.0)
-    assert core.decode_run(core.schedule(1.0)) == 0  # one admitted in this plan
+    assert core.scheduler.decode_run(core.schedule(1.0)) == 0  # one admitted in this plan

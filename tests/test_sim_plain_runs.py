@@ -1,4 +1,4 @@
-"""Runs of decode steps landed at once (StepLoop.land_run, EngineCore.land_decode_run,
+"""Runs of decode steps landed at once (StepLoop.land_run, simulator/fleet/decode_run.py,
 LogWriter.decode_steps): the same events, log bytes and result as stepping through them one by
 one, for any workload and config, in both of the simulator's loops."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.engine.core import EngineCore
+import simulator.fleet.replica as replica_module
 from simulator.cost.cost_model import LinearCostModel, load_cost_model
 from simulator.cost.host_timing import HostTiming
 from simulator.cost.ranges import track_ranges
@@ -53,13 +53,13 @@ def _same(workload, config, model, tmp_path) -> int:
 def test_a_decode_heavy_workload_gives_the_same_log_in_both_loops(tmp_path, monkeypatch):
     """Most of its steps are landed in runs (the fast path is taken), and the log is the same."""
     landed: list[int] = []
-    land = EngineCore.land_decode_run
+    land = replica_module.land_decode_run
 
-    def counting(self, plan, ends, start, token):
+    def counting(core, plan, ends, start, token):
         landed.append(len(ends))
-        return land(self, plan, ends, start, token)
+        return land(core, plan, ends, start, token)
 
-    monkeypatch.setattr(EngineCore, "land_decode_run", counting)
+    monkeypatch.setattr(replica_module, "land_decode_run", counting)
     wl = generate(40, rate=5.0, input_len="uniform:8:120", output_len="uniform:50:300", seed=3)
     for name, make in MODELS.items():
         landed.clear()

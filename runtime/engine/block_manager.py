@@ -261,6 +261,58 @@ class BlockManager:
         if cached:  # positions in its table
             self.events.append(BlockCached(rid, [cached[0], 1] if len(cached) == 1 else runs_of(cached)))
 
+    # --- runs of decode steps ------------------------------------------------------------------
+
+    def decode_steps_that_fit(self, decodes: list[tuple[int, int]], steps: int) -> int:
+        """Of ``steps`` decode steps, the first planned already, in which each ``(request id, position)``
+        of ``decodes`` takes one more token a step (position + i in step i), how many leading ones
+        find the blocks they take."""
+        bs, tables = self.block_size, self.tables
+        # per decode: the first step that needs a block past its table's end (then one every bs steps)
+        firsts = [len(tables[rid]) * bs - position for rid, position in decodes]
+
+        def blocks_by(step: int) -> int:
+            return sum((step - f) // bs + 1 for f in firsts if f <= step)
+
+        if steps > 1 and blocks_by(steps - 1) > self.num_available_blocks:
+            available = self.num_available_blocks
+            lo, hi = 1, steps  # (step 0's blocks were taken when it was planned: blocks_by(0) is 0)
+            while hi - lo > 1:  # the longest run whose blocks fit: blocks_by(lo - 1) <= available
+                mid = (lo + hi) // 2
+                if blocks_by(mid - 1) <= available:
+                    lo = mid
+                else:
+                    hi = mid
+            steps = lo
+        return max(steps, 0)
+
+    def grow_decodes(self, reqs: list[Request], positions: list[int], steps: int) -> dict[int, list[BlockEvent]]:
+        """What ``steps`` decode steps of ``reqs`` (request k at ``positions[k]`` + i in step i, its
+        token ids already holding every token of the run) do to the pool, at once: each step's new
+        blocks allocated as the scheduler takes them (a block when a position passes its table's end,
+        requests in span order), then the blocks its tokens fill cached, as a commit caches them.
+        Returns each step's block events (by step index; steps without any are left out). The
+        caller checked ``decode_steps_that_fit``."""
+        bs, tables = self.block_size, self.tables
+        at: dict[int, tuple[list, list]] = {}  # step -> (requests taking a block, requests filling one)
+        for req, c in zip(reqs, positions):
+            for i in range(len(tables[req.request_id]) * bs - c, steps, bs):
+                at.setdefault(i, ([], []))[0].append((req, c))
+            for i in range(bs - 1 - c % bs, steps, bs):
+                at.setdefault(i, ([], []))[1].append((req, c))
+        blocks: dict[int, list[BlockEvent]] = {}
+        for i in sorted(at):
+            taken, filled = at[i]
+            for req, c in taken:
+                ok = self.allocate(req, c + i + 1)
+                assert ok, "decode_steps_that_fit counted this block"
+            for req, c in filled:
+                req.num_computed_tokens = c + i + 1
+                self.register_computed(req)
+            if self.events:
+                blocks[i] = self.drain_events()
+        return blocks
+
     # --- release ---------------------------------------------------------------------------------
 
     def free(self, req: Request) -> None:

@@ -337,102 +337,22 @@ class EngineCore:
         bm.register_computed(req)
         bm.trim(req, req.num_computed_tokens + 1)
 
-    # --- runs of decode steps (a simulator's fast path) -------------------------------------------
+    # --- steps applied elsewhere -------------------------------------------------------------------
 
-    def decode_run(self, plan: StepPlan) -> int:
-        """How many steps, ``plan`` (planned, not advanced) the first, decode exactly its requests one
-        token each while no request arrives: ``plan`` decodes every running request and nothing else,
-        no request waits, no token value matters, and in none of the steps does a request reach its
-        length or a new block not fit (no preemption). 0 when ``plan`` is not such a step."""
-        scheduler = self.scheduler
-        spans = plan.spans
-        if (self._watched or self.drafter is not None or len(scheduler.waiting) or plan.admitted or plan.preempted
-                or len(spans) != len(scheduler.running)):
-            return 0
-        bm = self.block_manager
-        bs, tables, requests = bm.block_size, bm.tables, self.requests
-        run = 1 << 30
-        firsts = []  # per span: the step of the run planned past its table's end (it takes a block then)
-        for s in spans:
-            if s.num_tokens != 1 or not s.sample:
-                return 0
-            req = requests[s.request_id]
-            run = min(run, req.max_total_tokens - len(req.token_ids) - 1)  # the step that ends it ends the run
-            firsts.append(len(tables[s.request_id]) * bs - s.start)
-        # new blocks, one per span every bs steps from its first: the run stops before they outgrow the pool
-        available = bm.num_available_blocks
-        if run > 1 and self._blocks_by(firsts, run - 1, bs) > available:
-            lo, hi = 1, run  # the longest run whose steps' blocks fit: blocks_by(run - 1) <= available
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if self._blocks_by(firsts, mid - 1, bs) <= available:
-                    lo = mid
-                else:
-                    hi = mid
-            run = lo
-        return max(run, 0)
+    @property
+    def tokens_matter(self) -> bool:
+        """Whether any unfinished request's token values can change what is planned next (a stop on
+        a value, penalties, drafts): while not, a run of decode steps is only lengths and blocks."""
+        return bool(self._watched) or self.drafter is not None
 
-    @staticmethod
-    def _blocks_by(firsts: list[int], step: int, bs: int) -> int:
-        """New blocks the run's plans up to ``step`` take (a span's at its first step, then every bs)."""
-        return sum((step - f) // bs + 1 for f in firsts if f <= step)
-
-    def land_decode_run(self, plan: StepPlan, ends: list[float], start: float, token: int) -> None:
-        """Advance and complete ``plan`` and the ``len(ends) - 1`` decode steps after it (``decode_run``
-        allowed at least ``len(ends)``), each sampling ``token``, planning those after ``plan`` on the
-        way (their new blocks; the blocks they fill cached): the steps tile from ``start``, step i
-        ending at ``ends[i]``. The log gets what those steps, planned and completed one by one, would
-        write; the step after them is not planned."""
-        m = len(ends)
-        bm = self.block_manager
-        bs, tables, requests = bm.block_size, bm.tables, self.requests
-        spans = plan.spans
-        reqs = [requests[s.request_id] for s in spans]
-        starts = [s.start for s in spans]
-        for req in reqs:
-            req.token_ids.extend([token] * m)  # (block hashes read them only up to a full block)
-        # the steps whose plan takes a block (a span's at its table's end, then every bs steps) and
-        # whose tokens fill one (every bs steps), in span order, as the scheduler and advance meet them
-        at: dict[int, tuple[list, list]] = {}
-        for req, c in zip(reqs, starts):
-            for i in range(len(tables[req.request_id]) * bs - c, m, bs):
-                at.setdefault(i, ([], []))[0].append((req, c))
-            for i in range(bs - 1 - c % bs, m, bs):
-                at.setdefault(i, ([], []))[1].append((req, c))
-        blocks: dict[int, list] = {}  # per step: its block events
-        pending = bm.drain_events()  # the first step's plan's
-        if pending:
-            blocks[0] = pending
-        for i in sorted(at):
-            taken, filled = at[i]
-            for req, c in taken:
-                bm.allocate(req, c + i + 1)
-            for req, c in filled:
-                req.num_computed_tokens = c + i + 1
-                bm.register_computed(req)
-            if bm.events:
-                blocks.setdefault(i, []).extend(bm.drain_events())
-        for req, c in zip(reqs, starts):
-            req.num_computed_tokens = c + m
-        first = plan.step
-        del self._planned[first]  # (these steps write no Admitted or Preempted: when it was planned is not needed)
-        self._next_step = first + m
-        sink = self.sink
-        if sink is None:
-            return
-        tokens = [[token]] * len(reqs)
-
-        def spans_of(i: int) -> list[Span]:
-            return spans if i == 0 else [Span(s.request_id, s.start + i, 1, True) for s in spans]
-
-        # a LogWriter takes the steps after one it wrote without its spans at once (decode_steps)
-        bulk = getattr(sink, "decode_steps", None)
-        for i in range(m):
-            if i and bulk is not None and bulk(ends[i:], {j - i: b for j, b in blocks.items() if j >= i},
-                                               spans_of(m - 2), spans_of(m - 1), token):
-                return
-            sink(Step(step=first + i, start=start if i == 0 else ends[i - 1], end=ends[i], spans=spans_of(i),
-                      tokens=tokens, block_events=blocks.get(i, [])))
+    def landed(self, plan: StepPlan, num_steps: int) -> None:
+        """``plan``, the last step planned, and the ``num_steps - 1`` decode steps after it were
+        applied at once by a decode run (the simulator's, through the scheduler's and the block
+        manager's own rules): the next step planned is the one after them."""
+        if plan.step != self._next_step - 1:
+            raise RuntimeError(f"a decode run from step {plan.step}, but step {self._next_step - 1} was planned")
+        del self._planned[plan.step]  # (no Admitted or Preempted to write: when it was planned is not needed)
+        self._next_step = plan.step + num_steps
 
     def _ended_in_step(self, req: Request, finished: list[Request]) -> None:
         """``req`` is done (its KV freed); the commit reports it."""

@@ -55,25 +55,26 @@ class Scheduler:
         req.num_preemptions += 1
         self.waiting.push(req, front=True)
 
-    def _fit(self, req: Request, n: int, spans: list[Span], preempted: list[int], drafted: bool = False) -> int:
+    def _fit(self, req: Request, n: int, spans: list[Span], preempted: list[int], budget: int,
+             drafted: bool = False) -> int:
         """Allocate blocks for ``n`` more tokens of ``req``, preempting while they don't fit; on
         success schedule it (append its span; ``drafted``: a decode and its drafts, which samples).
-
-        Returns the net budget used: ``n`` if scheduled, minus what un-scheduled victims gave back
-        (their spans are dropped by ``schedule``).
-        """
-        used = 0
+        A victim's span leaves the step. Returns the budget left: what the step's spans leave of it."""
+        preempting = False
         while not self.bm.allocate(req, req.num_computed_tokens + n):
             victim = self.waiting.victim(self.running)
             self._preempt(victim)
-            vid = victim.request_id
-            preempted.append(vid)
-            used -= next((s.num_tokens for s in spans if s.request_id == vid), 0)  # (rare: a scan will do)
+            preempted.append(victim.request_id)
+            preempting = True
+            spans[:] = [s for s in spans if s.request_id != victim.request_id]  # (rare: a scan will do)
             if victim is req:
-                return used
-        start = req.num_computed_tokens
-        spans.append(Span(req.request_id, start, n, drafted or start + n == len(req.token_ids)))
-        return used + n
+                break
+        else:
+            start = req.num_computed_tokens
+            spans.append(Span(req.request_id, start, n, drafted or start + n == len(req.token_ids)))
+            if not preempting:
+                return budget - n
+        return self.config.max_num_batched_tokens - sum(s.num_tokens for s in spans)
 
     # --- the step ----------------------------------------------------------------------------------
 
@@ -82,28 +83,16 @@ class Scheduler:
         bm = self.bm
         budget = cfg.max_num_batched_tokens  # what is left of it: the step's tokens are the rest
         spans: list[Span] = []
-        block_tables: list[list[int]] = []  # of the spans, while only the fast path adds them
         preempted: list[int] = []
         status = _RUNNING
         tables = bm.tables
         bs = bm.block_size
         running = self.running
-        # decodes (a running request with one token left), in admission order: the fast path right
-        # here (its block exists); from the first that needs a block on, in order in the loop below
-        decodes: list[Request] = []
+        decodes: list[Request] = []  # a running request with one token left, in admission order
         prefills: list[Request] = []
-        drafter = self.drafter
         for req in running.values():
-            computed = req.num_computed_tokens
-            if len(req.token_ids) - computed != 1:
-                prefills.append(req)
-            elif decodes or budget <= 0 or drafter or computed >= len(table := tables[req.request_id]) * bs:
-                decodes.append(req)
-            else:
-                spans.append(Span(req.request_id, computed, 1, True))
-                block_tables.append(table)
-                budget -= 1
-
+            (decodes if len(req.token_ids) - req.num_computed_tokens == 1 else prefills).append(req)
+        drafter = self.drafter
         drafts: dict[int, list[int]] | None = None
         if drafter is not None and decodes:
             drafts = self._drafts(drafter, decodes, budget)
@@ -117,14 +106,14 @@ class Scheduler:
                 if len(draft) >= budget:  # the budget holds the decode and what is left of the drafts
                     draft = drafts[req.request_id] = draft[: budget - 1]
                 if draft:
-                    budget -= self._fit(req, 1 + len(draft), spans, preempted, drafted=True)
+                    budget = self._fit(req, 1 + len(draft), spans, preempted, budget, drafted=True)
                     continue
                 del drafts[req.request_id]
             if computed < len(tables[req.request_id]) * bs:  # its block already exists
                 spans.append(Span(req.request_id, computed, 1, True))
                 budget -= 1
             else:
-                budget -= self._fit(req, 1, spans, preempted)
+                budget = self._fit(req, 1, spans, preempted, budget)
         if prefills:  # continuing prefills (a snapshot: _fit may preempt)
             chunked = cfg.enable_chunked_prefill
             for req in prefills:
@@ -134,24 +123,40 @@ class Scheduler:
                     continue
                 remaining = len(req.token_ids) - req.num_computed_tokens
                 if remaining <= budget:
-                    budget -= self._fit(req, remaining, spans, preempted)
+                    budget = self._fit(req, remaining, spans, preempted, budget)
                 elif chunked:
-                    budget -= self._fit(req, budget, spans, preempted)
+                    budget = self._fit(req, budget, spans, preempted, budget)
 
         admitted: list[Admission] = []
-        if preempted:  # no admission in a step that preempted; victims lose their spans
+        if preempted:  # no admission in a step that preempted (victims left with their spans)
             gone = set(preempted)
-            spans = [s for s in spans if s.request_id not in gone]
             if drafts:
                 drafts = {rid: d for rid, d in drafts.items() if rid not in gone}
         elif budget > 0 and len(running) < cfg.max_num_seqs and len(self.waiting):
             budget = self._admit(budget, spans, admitted)
-        if len(block_tables) != len(spans) or preempted:
-            block_tables = [tables[s.request_id] for s in spans]
+        block_tables = [tables[s.request_id] for s in spans]
         # without prefills or admissions every span decodes, so samples (the count most steps take)
         sampling = len(spans) if not prefills and not admitted else sum(s.sample for s in spans)
         return StepPlan(step, spans, block_tables, admitted, preempted, cfg.max_num_batched_tokens - budget,
                         sampling, drafts or None)
+
+    def decode_run(self, plan: StepPlan) -> int:
+        """How many steps, ``plan`` (the last planned) the first, this scheduler would plan as plain
+        decodes of exactly its requests if nothing arrived and no token value mattered: ``plan``
+        decodes every running request one token and nothing waits; the run ends before the step
+        that would end a request by its length or find no block for one (a preemption). 0 if
+        ``plan`` is not such a step. (A simulator lands such runs at once.)"""
+        spans, running = plan.spans, self.running
+        if (self.drafter is not None or len(self.waiting) or plan.admitted or plan.preempted
+                or len(spans) != len(running)):
+            return 0
+        run = 1 << 30
+        for s in spans:
+            if s.num_tokens != 1 or not s.sample:
+                return 0
+            req = running[s.request_id]
+            run = min(run, req.max_total_tokens - len(req.token_ids) - 1)  # the step that ends it ends the run
+        return self.bm.decode_steps_that_fit([(s.request_id, s.start) for s in spans], run)
 
     @staticmethod
     def _drafts(drafter: Drafter, decodes: list[Request], budget: int) -> dict[int, list[int]]:

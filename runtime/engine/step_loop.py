@@ -25,8 +25,9 @@ A step call has one wait in it: for the tokens of the step it completes. ``step(
 owns the time between the two, the simulator's replica process waiting out virtual time, runs
 this very loop: the overlap rules exist once. An executor whose ``launch`` returns a ``KnownStep``
 (a simulated step: tokens and end known at launch) lets ``advance`` write the tokens at once.
-``land_run`` lands the step being waited for and a run of plain decode steps after it at once
-(``EngineCore.land_decode_run``): the simulator's fast path, the log of as many loop turns.
+``land_run`` has the step being waited for and a run of plain decode steps after it landed at
+once by its caller (simulator/fleet/decode_run.py: the simulator's fast path, the log of as many
+loop turns) and leaves the loop as those turns would.
 """
 
 from __future__ import annotations
@@ -120,18 +121,18 @@ class StepLoop:
         previous, self._in_flight = self._in_flight, None
         return [] if previous is None else [self._complete(previous, advanced=False)]
 
-    def land_run(self, ends: list[float], token: int) -> None:
-        """Land ``waiting`` or the step in flight (not advanced) and the ``len(ends) - 1`` plain decode
-        steps after it at once (``EngineCore.decode_run`` allowed them), each sampling ``token``, step
-        i ending at ``ends[i]``; the clock reads ``ends[-1]`` now. With overlap the step after them is planned
-        as the last landed one started and launched, as the loop would have."""
+    def land_run(self, ends: list[float], land: Callable[[StepPlan, list[float], float], None]) -> None:
+        """Have ``land(plan, ends, start)`` apply ``waiting`` or the step in flight (not advanced) and
+        the ``len(ends) - 1`` plain decode steps after it, step i ending at ``ends[i]``, the first
+        starting at ``start``; the clock reads ``ends[-1]`` now. With overlap the step after them is
+        planned as the last landed one started and launched, as the loop would have."""
         waiting = self.waiting if self.waiting is not None else self._in_flight
         self.waiting = self._in_flight = None
-        core = self.core
-        core.land_decode_run(waiting.plan, ends, max(waiting.planned_at, self._last_end), token)
+        land(waiting.plan, ends, max(waiting.planned_at, self._last_end))
         self.executor.collect(waiting.handle)
         self._last_end = ends[-1]
         if self.overlap:
+            core = self.core
             plan = core.schedule(ends[-2])
             if not plan.empty:
                 self._in_flight = _InFlight(plan, self.executor.launch(plan, core.requests), ends[-2],

@@ -57,10 +57,11 @@ class Fleet:
         closed = workload.closed_loop
         source = SessionArrivals if closed else OpenLoopArrivals
         self.arrivals = source(env, specs, door, self._dispatch, self._close)
+        self._dispatched = 0  # requests handed to a replica so far
         self._index_of: dict[tuple[int, int], int] = {}  # (replica, request id) -> index at the front door
-        if closed and len(replicas) > 1 and self.router.reads_load:
-            # a finish on one replica releases a turn whose routing reads the others' state, at a time
-            # no replica's run could have been bounded by: every step is taken one at a time
+        if closed and len(replicas) > 1:
+            # a finish on one replica releases a turn that may go to another in the middle of a run,
+            # at a time that replica's run could not have been bounded by: every step one at a time
             plain_runs = False
         due = self.arrivals.next_time
         # (shared by the replicas: a logged request's rates are claimed once)
@@ -93,8 +94,9 @@ class Fleet:
             choice = 0
         else:
             key = prefix_key(materialize(spec.prompt)) if self.router.needs_prefix else None
-            request = RouteRequest(index, spec.prompt.num_tokens, key)
+            request = RouteRequest(self._dispatched, spec.prompt.num_tokens, key)  # (arrival order, as live)
             choice = self.router.route(request, [self._load(i) for i in range(len(replicas))])
+        self._dispatched += 1
         rid = replicas[choice].add(spec, index)
         if self.on_route is not None:
             self.on_route(index, choice, rid, self.env.now)

@@ -8,7 +8,7 @@ step's launch and its completion the process waits until the step's end, so ever
 arrives by then joins before the step is committed (an arrival at time t lands before a step that
 starts or ends at t; live drivers take requests in between steps the same way).
 
-Runs of plain decode steps are landed at once (``StepLoop.land_run``): while every running request
+Runs of plain decode steps are landed at once (simulator/fleet/decode_run.py): while every running request
 decodes one token a step and no request waits or arrives, each step differs from the one before by
 one token per request, so the model prices the run in one call and the core advances it in one,
 writing the log of as many loop turns (tests/test_sim_plain_runs.py). A run ends before the next
@@ -30,6 +30,7 @@ from runtime.engine.core import EngineCore
 from runtime.engine.drafters import parse_speculative
 from runtime.engine.step_loop import StepLoop
 from runtime.engine.types import EventSink
+from simulator.fleet.decode_run import decode_run, land_decode_run
 from simulator.fleet.device import Device
 from simulator.fleet.environment import SimEnvironment
 from simulator.fleet.executor import SYNTHETIC_TOKEN, CostModelExecutor, TokenFn
@@ -177,7 +178,7 @@ class Replica:
         """Whether ``launched`` (a step not yet completed) and the plain decode steps after it can be
         landed at once: at least MIN_RUN of them, each ending before ``due``; their ends are kept."""
         core = self.core
-        limit = core.decode_run(launched.plan)
+        limit = decode_run(core, launched.plan)
         if limit < MIN_RUN:
             return False
         end = launched.handle.ready
@@ -203,7 +204,8 @@ class Replica:
 
     def _finish_run(self) -> None:
         ends = self._run_ends
-        self.loop.land_run(ends, SYNTHETIC_TOKEN)
+        core = self.core
+        self.loop.land_run(ends, lambda plan, ends, start: land_decode_run(core, plan, ends, start, SYNTHETIC_TOKEN))
         result = self.result
         before = result.num_steps
         result.num_steps += len(ends)

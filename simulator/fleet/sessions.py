@@ -1,9 +1,11 @@
 """Closed-loop arrivals: conversations whose next turn waits for the last answer.
 
-A first turn is handed in at its arrival time; a later turn (traces/sessions.py) when the turn
-before it has finished: at ``max(its arrival, that finish + think_time)``, then through the front
-door. A refused turn counts as finished when refused. Each hand-in is an urgent event at its
-absolute time, as the open-loop arrivals' are.
+A first turn is sent at its arrival time; a later turn (traces/sessions.py) when the turn before it
+has finished: at ``max(its arrival, that finish + think_time)``. It then goes through the front
+door, which serves requests in the order they are sent (one worker, FIFO, as open-loop arrivals
+are served): a turn released now but sent after a long think time queues behind nothing sent
+before it. A refused turn counts as finished when refused. Sends and hand-ins are urgent events at
+their absolute times, as the open-loop arrivals' are.
 """
 
 from __future__ import annotations
@@ -61,14 +63,24 @@ class SessionArrivals:
             spec = self.specs[nxt]
             self._release(nxt, max(spec.arrival, time + spec.think_time))
 
-    def _release(self, index: int, time: float) -> None:
+    def _release(self, index: int, sent: float) -> None:
+        """Request ``index`` will be sent at ``sent``: known to come (``next_time``) from now on."""
+        if not self.door.service:  # a pure delay: no queue to join in order
+            self._enter(index, sent)
+            return
+        heappush(self._pending, (sent + self.door.delay(self.specs[index]), index))  # (the earliest it can leave)
+        self.env.at(max(sent, self.env.now), urgent=True).callbacks.append(lambda _event: self._enter(index, sent))
+
+    def _enter(self, index: int, sent: float) -> None:
+        """Request ``index`` reaches the front door (sent now): it leaves once served after those sent before it."""
         door = self.door
-        latency = door.delay(self.specs[index])
-        exit_time = max(time + latency, self._free + door.service) if door.service else time + latency
-        self._free = exit_time
+        exit_time = sent + door.delay(self.specs[index])
+        if door.service:
+            exit_time = max(exit_time, self._free + door.service)
+            self._free = exit_time
         exit_time = max(exit_time, self.env.now)
         heappush(self._pending, (exit_time, index))
-        self.env.at(exit_time, urgent=True).callbacks.append(lambda _event: self._hand_in(index, time))
+        self.env.at(exit_time, urgent=True).callbacks.append(lambda _event: self._hand_in(index, sent))
 
     def _hand_in(self, index: int, sent: float) -> None:
         """Hand request ``index`` in, stamped with when its client sent it."""
