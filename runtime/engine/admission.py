@@ -25,3 +25,13 @@ def validate_request(config: EngineConfig, num_prompt_tokens: int, params: Sampl
             f"prompt + max_tokens = {total} tokens exceed scheduler.max_num_batched_tokens="
             f"{sched.max_num_batched_tokens}, which must hold a whole (re)computed prompt when "
             "chunked prefill is off")
+
+
+def check_cache_salt(cache_salt: object) -> None:
+    """Raise InvalidRequest unless ``cache_salt`` is a non-empty string the log can hold."""
+    if not isinstance(cache_salt, str) or not cache_salt:
+        raise InvalidRequest(f"cache_salt must be a non-empty string, got {cache_salt!r}")
+    try:
+        cache_salt.encode()
+    except UnicodeEncodeError:
+        raise InvalidRequest("cache_salt must be valid Unicode text (no lone surrogates)") from None

@@ -7,28 +7,25 @@ No torch, no clock, no global state: ``now`` is passed in by the driver (wall cl
 ``env.now`` in the simulator), ids come from a per-engine counter, and every decision is emitted
 as a typed event to ``sink`` (a log writer, a list, or None).
 
-``trace_prompts`` decides what an ``Arrived`` event records of a prompt, so a trace of real
-traffic need not hold users' tokens: ``ids``; ``hashes`` (its length and one id per full block,
-the low 48 bits of the block's prefix-cache chain hash: equal leading ids ↔ equal prefixes, as
-the Mooncake traces carry); ``none`` (its length). The engine itself always runs on the ids.
+``trace_prompts`` decides what the log keeps of a prompt (runtime/engine/prompt_record.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runtime.engine.admission import validate_request
+from runtime.engine.admission import check_cache_salt, validate_request
 from runtime.engine.block_manager import BlockManager, root_hash
 from runtime.engine.config import EngineConfig
 from runtime.engine.drafters import Drafter, make_drafter, parse_speculative
+from runtime.engine.prompt_record import PromptRecorder
 from runtime.engine.request import Request, RequestStatus
 from runtime.engine.scheduler import Scheduler
 from runtime.engine.types import PLACEHOLDER, EventSink, Executor, RequestDelta, StepOutput, StepPlan, StepResult
 from traces.events import Aborted, Admitted, Arrived, Finished, Preempted, Rejected, Span, Step
 from traces.params import InvalidRequest, SamplingParams
-from traces.prompt import TRACE_PROMPTS, Prompt, PromptIds, PromptSynthetic, materialize
+from traces.prompt import Prompt, PromptIds, materialize
 
-SEGMENT_ID_BITS = 48  # a hashed block's id: what PromptSynthetic seeds its tokens with
 _FINISHED = RequestStatus.FINISHED  # (an enum member read once: a class attribute lookup costs)
 
 
@@ -39,19 +36,13 @@ class EngineCore:
     ) -> None:
         """``drafter``: who proposes speculative drafts, when ``config.speculative`` is on; the
         pure ones (``ngram``) are built from the config when none is given."""
-        if trace_prompts not in TRACE_PROMPTS:
-            raise ValueError(f"trace_prompts must be one of {', '.join(TRACE_PROMPTS)}; got {trace_prompts!r}")
         self.config = config
         self.eos_token_id = eos_token_id
         self.sink = sink
-        self.trace_prompts = trace_prompts
         cache = config.cache
-        self.block_manager = BlockManager(
-            cache.num_blocks,
-            cache.block_size,
-            cache.enable_prefix_caching,
-            root_hash(config.model_identity, cache.hash_salt),
-        )
+        self.block_manager = BlockManager(cache.num_blocks, cache.block_size, cache.enable_prefix_caching,
+                                          root_hash(config.model_identity, cache.hash_salt))
+        self.prompts = PromptRecorder(trace_prompts, self.block_manager, config.scheduler.max_model_len)
         spec = parse_speculative(config.speculative)
         if drafter is None and spec is not None:
             drafter = make_drafter(spec)
@@ -93,7 +84,7 @@ class EngineCore:
         try:
             self.validate(len(token_ids), params)
             if cache_salt is not None:
-                _check_salt(cache_salt)
+                check_cache_salt(cache_salt)
         except InvalidRequest as e:  # logged, so a report counts it instead of silently dropping it
             self._reject(record, len(token_ids), params, now, priority, str(e))
             raise
@@ -102,7 +93,7 @@ class EngineCore:
                       self.eos_token_id, cache_salt)
         if self.sink is not None:
             try:  # before the request joins: one its log refuses leaves the engine as it was
-                self.sink(Arrived(time=now, request_id=rid, prompt=self._recorded(record, req), params=params,
+                self.sink(Arrived(time=now, request_id=rid, prompt=self.prompts.arrived(record, req), params=params,
                                   priority=priority, cache_salt=cache_salt))
             except BaseException:
                 self.block_manager.forget(req)  # prompt hashes memoized under an id not handed out
@@ -116,13 +107,9 @@ class EngineCore:
     def _reject(self, record: Prompt, num_tokens: int, params: SamplingParams, now: float, priority: int,
                 reason: str) -> None:
         """Write the ``Rejected`` event of a refused request (no id is handed out for it)."""
-        if self.sink is None:
-            return
-        mode = self.trace_prompts
-        synthetic = isinstance(record, PromptSynthetic)
-        keep = (mode == "ids" and num_tokens <= self.config.scheduler.max_model_len) or (mode == "hashes" and synthetic)
-        self.sink(Rejected(time=now, num_prompt_tokens=num_tokens, params=params, reason=reason, priority=priority,
-                           prompt=record if keep else None))
+        if self.sink is not None:
+            self.sink(Rejected(time=now, num_prompt_tokens=num_tokens, params=params, reason=reason, priority=priority,
+                               prompt=self.prompts.rejected(record, num_tokens)))
 
     def recorded_prompt(self, request_id: int, prompt: Prompt, params: SamplingParams,
                         cache_salt: str | None = None) -> Prompt:
@@ -131,22 +118,9 @@ class EngineCore:
         req = Request(request_id, materialize(prompt), params, 0.0, self.config.scheduler.max_model_len, 0,
                       self.eos_token_id, cache_salt)
         try:
-            return self._recorded(prompt, req)
+            return self.prompts.arrived(prompt, req)
         finally:
             self.block_manager.forget(req)
-
-    def _recorded(self, record: Prompt, req: Request) -> Prompt:
-        """What the log keeps of a prompt (``trace_prompts``)."""
-        mode = self.trace_prompts
-        if mode == "ids" or (mode == "hashes" and isinstance(record, PromptSynthetic)):
-            return record  # a synthetic prompt holds no one's tokens
-        n, rid = req.num_prompt_tokens, req.request_id
-        if mode == "none":
-            return PromptSynthetic(num_tokens=n, unique_seed=rid)
-        mask = (1 << SEGMENT_ID_BITS) - 1
-        ids = [h & mask for h in self.block_manager.prompt_hashes(req)]
-        return PromptSynthetic(num_tokens=n, unique_seed=rid, segment_ids=ids,
-                               segment_len=self.config.cache.block_size)
 
     def abort(self, request_id: int, now: float, reason: str = "abort") -> bool:
         """Abort an unfinished request at any status; False (no-op) if unknown or done."""
@@ -230,8 +204,8 @@ class EngineCore:
         requests that reach their length limit (their KV is freed; ``complete`` reports them).
 
         ``known``: the step's tokens when they are known already (a simulator's), one each: written
-        instead of the placeholders, so that ``complete``, given a result holding this very list,
-        need not visit the spans again while no token value can end a request."""
+        instead of the placeholders, so that ``complete``, given these tokens, need not visit the
+        spans again while no token value can end a request (given others, it writes those)."""
         bm = self.block_manager
         bs = bm.block_size
         requests = self.requests
@@ -266,14 +240,12 @@ class EngineCore:
         planned = self._planned.pop(plan.step)
         block_events, finished, known = self._advanced.pop(plan.step)
         drafts = plan.drafts
-        if known is not None and known is result.token_ids and not deltas and not self._watched and drafts is None:
-            # advance wrote these tokens, one each, and no token value ends a request: its length did.
-            # (_retire inline, with nothing cut: this is most steps of a simulation)
+        if known is not None and not deltas and not self._watched and drafts is None and known == result.token_ids:
+            # advance wrote these tokens, one each, and no token value ends a request: its length did
+            # (most steps of a simulation)
             for req in finished:
                 req.finish_reason = "length"
-                del requests[req.request_id]
-                self._watched -= req.token_may_matter
-            self._emit(plan, planned, start, end, known, block_events, finished)
+            self._retire(plan, planned, start, end, known, len(known), None, block_events, finished)
             return []
         out: list[RequestDelta] = []
         token_ids_of = result.token_ids
@@ -317,8 +289,9 @@ class EngineCore:
                 if req.status is not _FINISHED:  # not ended by advance(): a token stop
                     stopped_by_value = True
                     self._ended_in_step(req, finished)
-        if stopped_by_value:
-            self._stopped_by_value(plan)
+        if stopped_by_value and plan.step != self._next_step - 1:
+            raise RuntimeError(f"step {plan.step} stopped a request on a token value, but a later step "
+                               "was already planned: it should not have been overlapped")
         if stopped_by_value or speculated:
             block_events = block_events + self.block_manager.drain_events()
         self._retire(plan, planned, start, end, token_ids_of, k, cut, block_events, finished)
@@ -374,11 +347,6 @@ class EngineCore:
             committed = [cut.get(i, t) for i, t in enumerate(token_ids_of[:k])] if cut else token_ids_of[:k]
         self._emit(plan, planned, start, end, committed, block_events, finished)
 
-    def _stopped_by_value(self, plan: StepPlan) -> None:
-        if plan.step != self._next_step - 1:
-            raise RuntimeError(f"step {plan.step} stopped a request on a token value, but a later step "
-                               "was already planned: it should not have been overlapped")
-
     def _emit(self, plan: StepPlan, planned: float, start: float, end: float, committed: list[list[int]],
               block_events: list, finished: list[Request]) -> None:
         """Write a completed step's events: its preemptions and admissions (as of when it was planned),
@@ -417,11 +385,3 @@ def _one_token_each(token_lists: list[list[int]]) -> bool:
         return True
     return set(map(len, token_lists)) == {1}
 
-
-def _check_salt(cache_salt: object) -> None:
-    if not isinstance(cache_salt, str) or not cache_salt:
-        raise InvalidRequest(f"cache_salt must be a non-empty string, got {cache_salt!r}")
-    try:
-        cache_salt.encode()
-    except UnicodeEncodeError:
-        raise InvalidRequest("cache_salt must be valid Unicode text (no lone surrogates)") from None
