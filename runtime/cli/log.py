@@ -59,7 +59,7 @@ def run_redact(args: argparse.Namespace) -> int:
     def recorder_for(header):  # the engine that wrote the log, keeping what --prompts keeps
         core = EngineCore(EngineConfig.from_dict(header.config), eos_token_id=header.eos_token_id,
                           trace_prompts=args.prompts)
-        return core.recorded_prompt
+        return core.prompts.recorded
 
     if not Path(args.old).is_file():
         raise CLIError(f"{args.old}: no such file")

@@ -5,9 +5,8 @@
 
 No torch, no clock, no global state: ``now`` is passed in by the driver (wall clock when live,
 ``env.now`` in the simulator), ids come from a per-engine counter, and every decision is emitted
-as a typed event to ``sink`` (a log writer, a list, or None).
-
-``trace_prompts`` decides what the log keeps of a prompt (runtime/engine/prompt_record.py).
+as a typed event to ``sink`` (a log writer, a list, or None; what it keeps of a prompt:
+``trace_prompts``, runtime/engine/prompt_record.py).
 """
 
 from __future__ import annotations
@@ -110,17 +109,6 @@ class EngineCore:
         if self.sink is not None:
             self.sink(Rejected(time=now, num_prompt_tokens=num_tokens, params=params, reason=reason, priority=priority,
                                prompt=self.prompts.rejected(record, num_tokens)))
-
-    def recorded_prompt(self, request_id: int, prompt: Prompt, params: SamplingParams,
-                        cache_salt: str | None = None) -> Prompt:
-        """What this engine's log keeps of a request's prompt (``trace_prompts``), without adding the
-        request: how a log recorded with token ids is redacted afterwards (``minivllm log redact``)."""
-        req = Request(request_id, materialize(prompt), params, 0.0, self.config.scheduler.max_model_len, 0,
-                      self.eos_token_id, cache_salt)
-        try:
-            return self.prompts.arrived(prompt, req)
-        finally:
-            self.block_manager.forget(req)
 
     def abort(self, request_id: int, now: float, reason: str = "abort") -> bool:
         """Abort an unfinished request at any status; False (no-op) if unknown or done."""
@@ -342,10 +330,9 @@ class EngineCore:
         for req in finished:
             del requests[req.request_id]
             self._watched -= req.token_may_matter
-        committed = token_ids_of
         if cut or k != len(token_ids_of):
-            committed = [cut.get(i, t) for i, t in enumerate(token_ids_of[:k])] if cut else token_ids_of[:k]
-        self._emit(plan, planned, start, end, committed, block_events, finished)
+            token_ids_of = [cut.get(i, t) for i, t in enumerate(token_ids_of[:k])] if cut else token_ids_of[:k]
+        self._emit(plan, planned, start, end, token_ids_of, block_events, finished)
 
     def _emit(self, plan: StepPlan, planned: float, start: float, end: float, committed: list[list[int]],
               block_events: list, finished: list[Request]) -> None:
@@ -378,10 +365,7 @@ class EngineCore:
 def _one_token_each(token_lists: list[list[int]]) -> bool:
     """Whether there is at least one list and every list holds one token. (A simulator's lists are
     one list repeated: ``count`` says so at C speed, without building a set of lengths.)"""
-    if not token_lists:
-        return False
-    first = token_lists[0]
-    if len(first) == 1 and token_lists.count(first) == len(token_lists):
-        return True
-    return set(map(len, token_lists)) == {1}
+    first = token_lists[0] if token_lists else None
+    return first is not None and ((len(first) == 1 and token_lists.count(first) == len(token_lists))
+                                  or set(map(len, token_lists)) == {1})
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from runtime.engine.block_manager import BlockManager
 from runtime.engine.request import Request
-from traces.prompt import TRACE_PROMPTS, Prompt, PromptSynthetic
+from traces.params import SamplingParams
+from traces.prompt import TRACE_PROMPTS, Prompt, PromptSynthetic, materialize
 
 SEGMENT_ID_BITS = 48  # a hashed block's id: what PromptSynthetic seeds its tokens with
 
@@ -30,6 +31,16 @@ class PromptRecorder:
         ids = [h & mask for h in self.block_manager.prompt_hashes(req)]
         return PromptSynthetic(num_tokens=n, unique_seed=rid, segment_ids=ids,
                                segment_len=self.block_manager.block_size)
+
+    def recorded(self, request_id: int, prompt: Prompt, params: SamplingParams,
+                 cache_salt: str | None = None) -> Prompt:
+        """What the log keeps of a request's prompt, without an engine taking the request: how a log
+        recorded with token ids is redacted afterwards (``minivllm log redact``)."""
+        req = Request(request_id, materialize(prompt), params, 0.0, self.max_model_len, 0, None, cache_salt)
+        try:
+            return self.arrived(prompt, req)
+        finally:
+            self.block_manager.forget(req)
 
     def rejected(self, record: Prompt, num_tokens: int) -> Prompt | None:
         """What a ``Rejected`` event keeps of a refused prompt: its ids (when the log keeps ids and
