@@ -101,6 +101,7 @@ class _Handle:
     key: int
     loop: asyncio.AbstractEventLoop
     out: OutputQueue
+    waiting_tokens: int = 0  # its prompt's tokens until its first token comes (what a router reads)
     done: bool = False  # its last item is queued, or it was cancelled: nothing more goes in
 
 
@@ -131,11 +132,10 @@ class AsyncLLMEngine:
         self.observer: Callable[[StepTimings], None] | None = None  # the server's latency histograms
         # the request ids the engine gave the adds it took, and the keys it refused (a fleet's router log)
         self.on_added: Callable[[dict[int, int], dict[int, str]], None] | None = None
-        self._first_token: dict[int, int] = {}  # key -> prompt tokens, until its first token (load())
         self.rejected_overloaded = 0  # 429s at this door
         self.error: EngineDead | None = None
         self.on_dead: Callable[[str], None] | None = None  # called once, on the connection's thread
-        self._handles: dict[int, _Handle] = {}
+        self._handles: dict[int, _Handle] = {}  # by key: the request's id here and in the engine
         self._lock = threading.Lock()  # one writer at a time; the counts below match what was sent
         self._next_key, self._key_step = front_end, front_ends
         self._sent = self._adds_sent = 0
@@ -196,14 +196,12 @@ class AsyncLLMEngine:
                 raise EngineOverloaded("the engine's request queue is full; retry later")
             key = self._next_key
             self._next_key += self._key_step
-            handle = _Handle(key, loop, OutputQueue(self.output_queue_size))
-            self._handles[key] = handle
-            self._first_token[key] = len(prompt_token_ids)  # before it is sent: its first token may come at once
+            handle = _Handle(key, loop, OutputQueue(self.output_queue_size), len(prompt_token_ids))
+            self._handles[key] = handle  # before it is sent: its first token may come at once
             try:
                 self._send(AddRequest(key, list(prompt_token_ids), params, priority, arrival_time, cache_salt))
             except EngineDead:
                 del self._handles[key]
-                self._first(key)
                 raise
             self._adds_sent += 1
         return RequestStream(self, handle)
@@ -236,7 +234,6 @@ class AsyncLLMEngine:
             return
         handle.done = True
         self._handles.pop(handle.key, None)
-        self._first(handle.key)
         with self._lock, contextlib.suppress(EngineDead):  # a dead engine has nothing to abort
             self._send(AbortRequest(handle.key, reason))
 
@@ -258,12 +255,9 @@ class AsyncLLMEngine:
         """What a router sees of this engine: requests sent and not ended, the prompt tokens of those
         without a first token yet, the share of KV blocks in use (as of its last message)."""
         state = self.state
-        queued = sum(list(self._first_token.values()))  # (one C call: safe beside the connection's thread)
-        return ReplicaLoad(len(self._handles), queued,
+        handles = list(self._handles.values())  # (one C call: safe beside the connection's thread)
+        return ReplicaLoad(len(handles), sum([h.waiting_tokens for h in handles]),
                            state.kv_blocks_used / state.kv_blocks_total if state.kv_blocks_total else 0.0)
-
-    def _first(self, key: int) -> None:
-        self._first_token.pop(key, None)
 
     def _on_outputs(self, msg: StepOutputs) -> None:
         self.state = msg.state
@@ -275,10 +269,10 @@ class AsyncLLMEngine:
         firsts: dict[asyncio.AbstractEventLoop, list] = {}  # requests' first tokens: their streams go first
         handles = self._handles
         for key, delta in zip(msg.keys, msg.deltas):
-            self._first(key)
             handle = handles.get(key)
             if handle is None:  # cancelled
                 continue
+            handle.waiting_tokens = 0
             if delta.finish_reason is not None:
                 handles.pop(key, None)  # (a cancel may pop it too)
             item = delta if delta.error is None else RequestAborted(f"the engine aborted this request: {delta.error}")
@@ -287,7 +281,6 @@ class AsyncLLMEngine:
         for loop, items in firsts.items():
             batches[loop] = items + batches.get(loop, [])
         for key, why in msg.rejected.items():
-            self._first(key)
             handle = handles.pop(key, None)
             if handle is not None:
                 batches.setdefault(handle.loop, []).append((handle, InvalidRequest(why)))

@@ -23,7 +23,7 @@ from typing import Any
 from runtime.engine.routers import RouteRequest, make_router, prefix_key
 from runtime.serving.async_engine import AsyncLLMEngine, RequestStream
 from runtime.serving.engine_protocol import EngineState
-from runtime.serving.llm_engine import EngineStats
+from runtime.serving.outputs import EngineStats
 from traces.events import Routed
 from traces.params import SamplingParams
 

@@ -3,8 +3,11 @@ and answers with ``StepOutputs`` (runtime/serving/engine_protocol.py). It runs a
 process's main loop (runtime/serving/engine_main.py) or on a thread of the server's own process
 (runtime/serving/engine_thread.py): the same code, so the same log.
 
-- Detokenization and stop strings stay here, in ``LLMEngine.step``: a stop string finishes its
-  request in the step it appears, so the log is byte for byte what a single-process run writes.
+- Detokenization and stop strings stay here, in ``LLMEngine.step`` (its output processor): a stop
+  string finishes its request in the step it appears, so the log is byte for byte what a
+  single-process run writes.
+- A request's id is the front end's key, here and in the engine (``add_request(request_id=key)``):
+  deltas go back by their own ``request_id``; the loop keeps no table of requests.
 - Commands are taken in between steps (after completing a step in flight, when steps overlap).
   An abort of a request that already finished does nothing; one that was still queued when its
   client left is still added first: every accepted request is in the log (Arrived, then Finished
@@ -66,12 +69,11 @@ class EngineLoop:
         self.warmup = warmup
         self.serving = False  # warmed up, taking requests
         self.stopping = False
-        self._rid: dict[int, int] = {}  # front-end key -> engine request id, while unfinished
-        self._key: dict[int, int] = {}  # and back
         n = len(self.sends)
         self._adds, self._commands = [0] * n, [0] * n  # per front end
-        self._rejected: dict[int, str] = {}
-        self._added: dict[int, int] = {}  # key -> request id, since the last message
+        # reports for the next message (not request state: the engine's output processor holds that)
+        self._rejected: dict[int, str] = {}  # key -> why
+        self._added: dict[int, int] = {}  # key -> the id its log gives it
         self._timings = StepTimings()
         engine.observer = self._observe
 
@@ -137,22 +139,17 @@ class EngineLoop:
                 return True
 
     def _add(self, cmd: AddRequest) -> None:
+        """The front end's key is the request's id in the engine too (its deltas carry it)."""
         try:
-            rid = self.engine.add_request(cmd.prompt_token_ids, cmd.params, priority=cmd.priority,
-                                          arrival_time=cmd.arrival_time, cache_salt=cmd.cache_salt)
+            self.engine.add_request(cmd.prompt_token_ids, cmd.params, priority=cmd.priority,
+                                    arrival_time=cmd.arrival_time, cache_salt=cmd.cache_salt, request_id=cmd.key)
         except ValueError as e:  # validated by the front end against the same config: defensive
             self._rejected[cmd.key] = str(e)
             return
-        self._rid[cmd.key] = rid
-        self._key[rid] = cmd.key
-        self._added[cmd.key] = rid
+        self._added[cmd.key] = self.engine.log_id(cmd.key)
 
     def _abort(self, key: int, reason: str) -> None:
-        rid = self._rid.pop(key, None)
-        if rid is None:  # finished (or refused) before the abort came
-            return
-        del self._key[rid]
-        if self.engine.abort(rid, reason):
+        if self.engine.abort(key, reason):  # (False: it finished, or was refused, before the abort came)
             stats = self.engine.stats
             if reason == CLIENT_TOO_SLOW:
                 stats.slow_client_aborts += 1
@@ -160,11 +157,9 @@ class EngineLoop:
                 stats.client_aborts += 1
 
     def _abort_all(self, reason: str) -> None:
-        for rid in list(self._key):
+        for key in self.engine.unfinished:
             with contextlib.suppress(Exception):  # after an engine error the step in flight may not complete
-                self.engine.abort(rid, reason)
-        self._key.clear()
-        self._rid.clear()
+                self.engine.abort(key, reason)
 
     # --- what the front end hears -----------------------------------------------------------------------
 
@@ -172,13 +167,8 @@ class EngineLoop:
         n = len(self.sends)
         keys: list[list[int]] = [[] for _ in range(n)]
         out: list[list[OutputDelta]] = [[] for _ in range(n)]
-        for d in deltas:
-            key = self._key.get(d.request_id)
-            if key is None:  # aborted while its step was in flight
-                continue
-            if d.finish_reason is not None:
-                del self._key[d.request_id]
-                del self._rid[key]
+        for d in deltas:  # (a delta of a request aborted while its step was in flight: its front end drops it)
+            key = d.request_id
             i = key % n
             keys[i].append(key)
             out[i].append(d)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import msgspec
 
 from runtime.engine.config import EngineConfig
-from runtime.serving.llm_engine import EngineStats, OutputDelta, StepTimings
+from runtime.serving.outputs import EngineStats, OutputDelta, StepTimings
 from runtime.serving.warmup import WarmupReport
 from traces.params import SamplingParams
 
@@ -23,7 +23,7 @@ from traces.params import SamplingParams
 
 
 class AddRequest(msgspec.Struct, tag="add", array_like=True, gc=False):
-    key: int  # the front end's name for the request (the engine's request ids are its own)
+    key: int  # the request's id, at the front end and in the engine alike (its deltas carry it)
     prompt_token_ids: list[int]
     params: SamplingParams
     priority: int = 0
@@ -76,11 +76,11 @@ class EngineState(msgspec.Struct, array_like=True, gc=False):
 
 class StepOutputs(msgspec.Struct, tag="outputs", array_like=True, gc=False):
     keys: list[int]
-    deltas: list[OutputDelta]  # deltas[i] belongs to keys[i]
+    deltas: list[OutputDelta]  # deltas[i] belongs to keys[i] (its request_id)
     state: EngineState
     timings: StepTimings | None = None
     rejected: dict[int, str] = {}  # key -> why the engine refused it (validated up front: defensive)
-    added: dict[int, int] = {}  # key -> the request id its log gives it, for the adds taken since the last message
+    added: dict[int, int] = {}  # key -> the id its log gives it, for the adds taken since the last message
 
 
 class EngineFailed(msgspec.Struct, tag="failed", array_like=True, gc=False):

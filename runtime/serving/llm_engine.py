@@ -9,9 +9,10 @@
 ``add_request`` tokenizes (or takes token ids) and queues a request; ``step`` runs one step of the
 engine (planned and launched while the previous one is still on the GPU, when steps overlap) and
 returns an ``OutputDelta`` per request that got new tokens: the new text, the new ids, and the
-finish reason on its last one. Stop strings are found by the incremental detokenizer
-(runtime/serving/detokenizer.py) and finish their request through ``core.finish``. ``abort``
-takes a request out at any point (after completing a step in flight), freeing its KV.
+finish reason on its last one. The engine only drives: what a step means to each request (text,
+stop strings, counts, timings) is the output processor's (runtime/serving/output_processor.py);
+a stop string it finds ends its request in the core, in that step, in ``_deliver`` alone.
+``abort`` takes a request out at any point (after completing a step in flight), freeing its KV.
 
 A request whose token the executor marks as meaningless (``StepResult.failed``: its logits went
 NaN or infinite) is aborted with that reason (the log's ``Aborted``) at the end of the step call;
@@ -28,108 +29,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 from runtime.engine.core import EngineCore
-from runtime.engine.request import Request
 from runtime.engine.step_loop import StepLoop
 from runtime.engine.types import Executor, StepOutput
-from runtime.serving.detokenizer import DetokenizerDelta, apply_delta, make_detokenizer
+from runtime.serving.output_processor import OutputProcessor
+from runtime.serving.outputs import EngineStats, OutputDelta, RequestRecord, StepTimings
 from traces.events import TRACE_PROMPTS_KEY
 from traces.log import LogWriter
 from traces.params import InvalidRequest, SamplingParams
 from traces.prompt import TRACE_PROMPTS
-from traces.speculation import num_accepted
+
+__all__ = ["EngineStats", "LLMEngine", "OutputDelta", "PromptInput", "RequestRecord", "StepTimings",
+           "with_extra_eos"]
 
 PromptInput = str | Sequence[int]
-
-
-class OutputDelta(msgspec.Struct, frozen=True, array_like=True, gc=False):
-    """What one step added to one request. (msgspec structs, these and the timings below: the
-    engine process sends them to the HTTP front end every step, runtime/serving/engine_protocol.py.)"""
-
-    request_id: int
-    text: str
-    token_ids: list[int]
-    finish_reason: str | None
-    num_prompt_tokens: int
-    num_output_tokens: int  # so far, these included
-    logprobs: list[dict[int, float]] | None = None
-    # engine-clock seconds, for latency metrics
-    arrival_time: float = 0.0
-    first_token_time: float | None = None
-    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
-    num_preemptions: int = 0
-    error: str | None = None  # the engine aborted the request (finish_reason "abort"): why
-
-    @property
-    def finished(self) -> bool:
-        return self.finish_reason is not None
-
-
-class EngineStats(msgspec.Struct, array_like=True):
-    """Counters a server exports (ints: their updates are atomic under the GIL)."""
-
-    requests_finished: dict[str, int] = {}
-    requests_aborted: dict[str, int] = {}  # by abort reason (each one logged)
-    prompt_tokens: int = 0  # at add_request
-    prefilled_prompt_tokens: int = 0  # at a request's first token (vLLM's prompt_tokens)
-    generation_tokens: int = 0
-    steps: int = 0
-    preemptions: int = 0
-    prefix_query_tokens: int = 0  # tokens looked up in the prefix cache at each admission
-    prefix_hit_tokens: int = 0
-    # counted by the server's engine loop when the engine aborts (as logged)
-    slow_client_aborts: int = 0
-    client_aborts: int = 0
-    # speculative decoding, as the log's rounds (traces/speculation.py): decodes that verified drafts,
-    # their drafts, the drafts accepted, and those by position ("0": the first draft)
-    spec_drafts: int = 0
-    spec_draft_tokens: int = 0
-    spec_accepted_tokens: int = 0
-    spec_accepted_per_pos: dict[str, int] = {}
-
-    def count_round(self, drafts: list[int], committed: list[int]) -> None:
-        """A speculating decode's round: its drafts and the tokens it committed (the log's)."""
-        accepted = num_accepted(drafts, committed)
-        self.spec_drafts += 1
-        self.spec_draft_tokens += len(drafts)
-        self.spec_accepted_tokens += accepted
-        per = self.spec_accepted_per_pos
-        for j in range(accepted):
-            per[str(j)] = per.get(str(j), 0) + 1
-
-
-class RequestRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
-    """One request's timeline (engine-clock seconds), reported once when it ends."""
-
-    request_id: int
-    finish_reason: str  # "stop", "length", … or "abort"
-    arrival_time: float
-    scheduled_time: float | None  # start of the step that first admitted it
-    first_token_time: float | None
-    end_time: float
-    num_prompt_tokens: int
-    num_output_tokens: int
-
-
-class StepTimings(msgspec.Struct, array_like=True, gc=False):
-    """What an observer (the server's histograms) sees of one step, or of an abort between steps."""
-
-    first_token_latencies: list[float] = []  # arrival -> first token
-    token_gaps: list[float] = []  # previous token -> this one, per request
-    ended: list[RequestRecord] = []
-
-    def __bool__(self) -> bool:
-        return bool(self.first_token_latencies or self.token_gaps or self.ended)
-
-    def extend(self, other: StepTimings) -> None:
-        self.first_token_latencies += other.first_token_latencies
-        self.token_gaps += other.token_gaps
-        self.ended += other.ended
 
 
 def with_extra_eos(params: SamplingParams, extra_eos: Sequence[int]) -> SamplingParams:
@@ -138,40 +55,6 @@ def with_extra_eos(params: SamplingParams, extra_eos: Sequence[int]) -> Sampling
     if extra and not params.ignore_eos:
         params = msgspec.structs.replace(params, stop_token_ids=params.stop_token_ids + extra)
     return params
-
-
-class _NoText:
-    """Detokenizer stand-in for models without a tokenizer (token-id prompts only)."""
-
-    def add(self, ids: list[int]) -> DetokenizerDelta:
-        return DetokenizerDelta("", False)
-
-    def finish(self) -> DetokenizerDelta:
-        return DetokenizerDelta("", False)
-
-
-def _through_stop(req: _Active, new_ids: list[int], logprobs: list | None) -> tuple[list[int], list | None]:
-    """The tokens of a multi-token delta up to the one that completed a stop string (the detokenizer
-    reads no further); the response's counts lose the rest."""
-    used = len(req.detokenizer.token_ids) - (req.num_output_tokens - len(new_ids))
-    req.num_output_tokens -= len(new_ids) - used
-    return new_ids[:used], None if logprobs is None else logprobs[:used]
-
-
-@dataclass(slots=True)
-class _Active:
-    request: Request  # the core's (it outlives the core's table, for the last delta's counts)
-    detokenizer: Any
-    arrival_time: float
-    scheduled_time: float | None = None
-    first_token_time: float | None = None
-    last_token_time: float = 0.0
-    num_output_tokens: int = 0
-
-    def record(self, reason: str, end: float) -> RequestRecord:
-        r = self.request
-        return RequestRecord(r.request_id, reason, self.arrival_time, self.scheduled_time, self.first_token_time,
-                             end, r.num_prompt_tokens, self.num_output_tokens)
 
 
 class LLMEngine:
@@ -225,9 +108,8 @@ class LLMEngine:
         self._clock = clock
         self._t0 = clock() if clock_origin is None else clock_origin
         self._extra_eos = tuple(extra_eos)  # more end-of-turn ids (e.g. Qwen's <|endoftext|>)
-        self._active: dict[int, _Active] = {}
+        self.output = OutputProcessor(tokenizer, self.stats)  # every unfinished request's state
         self._ready: list[OutputDelta] = []  # deltas of a step completed outside ``step`` (abort)
-        self._failing: dict[int, tuple[str, _Active]] = {}  # marked failed by the executor, to abort
         # called on the stepping thread with each step's timings (the server's latency histograms)
         self.observer: Callable[[StepTimings], None] | None = None
         self.loop = StepLoop(core, executor, self.now, overlap=overlap)
@@ -270,45 +152,58 @@ class LLMEngine:
         return with_extra_eos(params, self._extra_eos)
 
     def add_request(self, prompt: PromptInput, params: SamplingParams | None = None, *, priority: int = 0,
-                    arrival_time: float | None = None, cache_salt: str | None = None, **sampling: Any) -> int:
+                    arrival_time: float | None = None, cache_salt: str | None = None,
+                    request_id: int | None = None, **sampling: Any) -> int:
         """Queue a request and return its id. ``sampling``: SamplingParams fields (``max_tokens=…``,
         ``temperature=…``) over ``params``; ``arrival_time``: engine-clock seconds (default: now; a
         server passes when it received the request); ``cache_salt``: prefix-cache entries are shared
-        only between requests with the same salt."""
+        only between requests with the same salt; ``request_id``: the caller's id for it, which its
+        deltas carry and ``abort`` takes (a server's front end names requests before the engine
+        sees them; give one to every request or to none). Default: the id the log gives it."""
         ids = self.encode(prompt)
         params = self.sampling_params(params, **sampling)
+        if request_id is not None:
+            self.output.check_new(request_id)
         now = self.now() if arrival_time is None else arrival_time
-        rid = self.core.add_request(ids, params, now, priority, cache_salt=cache_salt)
-        detok = _NoText() if self.tokenizer is None else make_detokenizer(self.tokenizer, ids, params)
-        self._active[rid] = _Active(self.core.requests[rid], detok, now)
-        self.stats.prompt_tokens += len(ids)
-        return rid
+        core_id = self.core.add_request(ids, params, now, priority, cache_salt=cache_salt)
+        return self.output.add(self.core.requests[core_id], ids, params, now, request_id)
+
+    def log_id(self, request_id: int) -> int | None:
+        """The id the log gives an unfinished request (None once it ended)."""
+        return self.output.core_id(request_id)
+
+    @property
+    def unfinished(self) -> list[int]:
+        """The ids of the requests not finished or aborted yet."""
+        return self.output.request_ids
 
     def is_finished(self, request_id: int) -> bool:
         """True once the request finished or was aborted (False while queued or running)."""
+        if request_id in self.output:
+            return False
         if not 0 <= request_id < self.core.num_requests_added:
             raise KeyError(f"unknown request id {request_id}")
-        return request_id not in self._active
+        return True
 
     def abort(self, request_id: int, reason: str = "abort") -> bool:
         """End an unfinished request now, freeing its KV; False if it already ended. A step in
         flight is completed first: its deltas come out of the next ``step``."""
-        if request_id not in self._active:
+        if request_id not in self.output:
             return False
         self._ready += self._deliver(self.loop.drain())
-        if request_id not in self._active:  # it finished in that step
+        core_id = self.output.core_id(request_id)
+        if core_id is None:  # it finished in that step
             return False
-        active = self._active.pop(request_id)
         now = self.now()
-        if not self.core.abort(request_id, now, reason):
+        if not self.core.abort(core_id, now, reason):
             return False
-        self.stats.requests_aborted[reason] = self.stats.requests_aborted.get(reason, 0) + 1
+        timings = self.output.aborted(request_id, reason, now)
         if self.observer is not None:
-            self.observer(StepTimings(ended=[active.record("abort", now)]))
+            self.observer(timings)
         return True
 
     def has_unfinished(self) -> bool:
-        return bool(self._active)
+        return bool(self.output)
 
     @property
     def busy(self) -> bool:
@@ -321,7 +216,7 @@ class LLMEngine:
         """Run one engine step; the deltas of the step(s) it completed (none for the first launch of
         an overlapped run). Raises RuntimeError if requests remain but none can be scheduled."""
         ready, self._ready = self._ready, []
-        if self._failing:  # marked while an abort drained a step
+        if self.output.failing:  # marked while an abort drained a step
             ready += self._abort_failing()
         if not self.loop.busy and not self.core.has_unfinished():
             return ready
@@ -329,93 +224,35 @@ class LLMEngine:
         if any(out.plan.empty for out in outputs) and self.core.has_unfinished():
             raise RuntimeError(f"engine stalled with {len(self.core.requests)} unfinished requests")
         deltas = ready + self._deliver(outputs)
-        return deltas + self._abort_failing() if self._failing else deltas
+        return deltas + self._abort_failing() if self.output.failing else deltas
 
     def _abort_failing(self) -> list[OutputDelta]:
         """Abort the requests the executor marked failed; their last deltas, with the error."""
         out: list[OutputDelta] = []
-        while self._failing:
-            rid = next(iter(self._failing))
-            reason, active = self._failing[rid]
-            self.abort(rid, reason)  # (a step in flight completes first; rid's tokens in it stay unsent)
-            del self._failing[rid]
-            r = active.request
-            out.append(OutputDelta(rid, "", [], "abort", r.num_prompt_tokens, active.num_output_tokens, None,
-                                   active.arrival_time, active.first_token_time, r.num_cached_tokens,
-                                   r.num_preemptions, error=reason))
+        failing = self.output.failing
+        while failing:
+            core_id = next(iter(failing))
+            reason, state = failing[core_id]
+            self.abort(state.request_id, reason)  # (a step in flight completes first; its tokens in it stay unsent)
+            del failing[core_id]
+            out.append(state.delta("", [], "abort", None, error=reason))
         return out
 
     def _deliver(self, outputs: list[StepOutput]) -> list[OutputDelta]:
+        """The completed steps' deltas (the output processor's), and the one call back into the
+        core: a stop string found in a step's text finishes its request in that step."""
         deltas: list[OutputDelta] = []
-        stats = self.stats
         for out in outputs:
             if out.result is None:
                 continue
-            failed = out.result.failed
-            if failed:
-                self._failing.update((rid, (why, self._active[rid])) for rid, why in failed.items()
-                                     if rid in self._active and rid not in self._failing)
-            timings = StepTimings()
             now = self.now()
-            self._count_step(out, now)
-            for d in out.deltas:
-                req = self._active.get(d.request_id)
-                if req is None:
-                    continue
-                if d.new_token_ids:
-                    if req.first_token_time is None:
-                        req.first_token_time = now
-                        stats.prefilled_prompt_tokens += req.request.num_prompt_tokens
-                        timings.first_token_latencies.append(now - req.arrival_time)
-                    else:
-                        timings.token_gaps.append(now - req.last_token_time)
-                    req.last_token_time = now
-                req.num_output_tokens += len(d.new_token_ids)
-                stats.generation_tokens += len(d.new_token_ids)
-                if self._failing and d.request_id in self._failing:  # its tokens mean nothing: no text
-                    if d.finish_reason is not None:  # the core ended it in this very step (its log: Finished)
-                        del self._active[d.request_id]
-                        stats.requests_finished[d.finish_reason] = stats.requests_finished.get(d.finish_reason, 0) + 1
-                        timings.ended.append(req.record(d.finish_reason, now))
-                    continue
-                new_ids, logprobs = d.new_token_ids, d.logprobs
-                text, finish, stop_hit = apply_delta(req.detokenizer, new_ids, d.finish_reason)
-                if stop_hit:
-                    self.core.finish(d.request_id, now, "stop")
-                    if len(new_ids) > 1:  # a speculative round: the response ends at the stop string's token
-                        new_ids, logprobs = _through_stop(req, new_ids, logprobs)
-                if finish is not None:
-                    del self._active[d.request_id]
-                    stats.requests_finished[finish] = stats.requests_finished.get(finish, 0) + 1
-                    timings.ended.append(req.record(finish, now))
-                r = req.request
-                deltas.append(OutputDelta(d.request_id, text, new_ids, finish, r.num_prompt_tokens,
-                                          req.num_output_tokens, logprobs, req.arrival_time,
-                                          req.first_token_time, r.num_cached_tokens, r.num_preemptions))
+            done = self.output.process(out, now)
+            for core_id in done.stopped:
+                self.core.finish(core_id, now, "stop")
+            deltas += done.deltas
             if self.observer is not None:
-                self.observer(timings)
+                self.observer(done.timings)
         return deltas
-
-    def _count_step(self, out: StepOutput, now: float) -> None:
-        stats = self.stats
-        stats.steps += 1
-        stats.preemptions += len(out.plan.preempted)
-        start = now - out.result.duration  # the step's start: when its admissions left the queue
-        drafts = out.plan.drafts
-        if drafts:  # speculative rounds, from the committed tokens (the log's Step.tokens)
-            for d in out.deltas:
-                draft = drafts.get(d.request_id)
-                if draft:
-                    stats.count_round(draft, d.new_token_ids)
-        for a in out.plan.admitted:
-            stats.prefix_hit_tokens += a.num_cached_tokens
-            req = self._active.get(a.request_id)
-            if req is None:
-                continue
-            # looked up: the whole sequence so far (prompt, plus outputs when resuming a preempted one)
-            stats.prefix_query_tokens += req.request.num_prompt_tokens + req.num_output_tokens
-            if req.scheduled_time is None:
-                req.scheduled_time = start
 
     def close(self) -> None:
         """Flush and close the log (if any). Unfinished requests stay unfinished in it."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -25,8 +26,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runtime.serving.async_engine import AsyncLLMEngine, RequestStream
-from runtime.serving.llm_engine import OutputDelta
+from runtime.serving.outputs import OutputDelta
 from runtime.serving.server import errors
+from runtime.serving.server.endpoints import ENDPOINTS
 from runtime.serving.server.event_stream import EventStream
 from runtime.serving.server.guards import ApiKeyGuard, BodyLimit
 from runtime.serving.server.metrics import ServerMetrics
@@ -59,6 +61,10 @@ class OpenAIServer:
         self.prompts = Prompts(tokenizer, engine)
         self.render = Render(tokenizer)
         self.metrics = ServerMetrics(engine, model_name)
+
+    def check_model(self, name: str | None) -> None:
+        if name is not None and name != self.model_name:
+            raise errors.ModelNotFound(self.model_name)
 
     def submit_all(self, prompts: list[list[int]], req: CompletionRequest | ChatCompletionRequest,
                    params: SamplingParams, raw: Request, prompt_param: str) -> list[RequestStream]:
@@ -150,83 +156,57 @@ def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str, *, api_k
 
     @app.get("/v1/models/{model_id:path}")  # ids may hold slashes ("org/name")
     async def model(model_id: str) -> dict:
-        check_model(model_id)
+        server.check_model(model_id)
         return card
 
-    def check_model(name: str | None) -> None:
-        if name is not None and name != model_name:
-            raise errors.ModelNotFound(model_name)
+    for endpoint in ENDPOINTS:
+        app.post(endpoint.path)(handler(server, endpoint))
 
-    @app.post("/v1/completions")
-    async def completions(req: CompletionRequest, raw: Request):
-        check_model(req.model)
-        prompts = await server.prompts.completion(req.prompt, req.n)
-        params = req.sampling_params(req.requested_max_tokens, req.logprobs)
-        streams = server.submit_all(prompts, req, params, raw, "prompt")
-        base = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": model_name}
+    return app
+
+
+def handler(server: OpenAIServer, endpoint: Any) -> Callable:
+    """The route of one endpoint (runtime/serving/server/endpoints.py): prompt ids, one engine
+    request per prompt and choice, then a whole response or SSE chunks."""
+
+    async def handle(req: Any, raw: Request) -> Any:
+        server.check_model(req.model)
+        prompts = await endpoint.prompts(server.prompts, req)
+        streams = server.submit_all(prompts, req, endpoint.sampling_params(req), raw, endpoint.prompt_param)
+        base = {"id": f"{endpoint.id_prefix}-{uuid.uuid4().hex}", "object": endpoint.object,
+                "created": int(time.time()), "model": server.model_name}
         prompt_tokens = sum(len(p) for p in prompts)
         render = server.render
         if req.stream:
+            base = {**base, "object": endpoint.chunk_object}
             tokens = [render.choice() for _ in streams]
 
-            def choice(i: int, d: OutputDelta) -> dict:
-                return {"index": i, "text": d.text, "finish_reason": d.finish_reason,
-                        "logprobs": render.completion_logprobs(d.token_ids, d.logprobs, tokens[i])}
+            def chunk(i: int, d: OutputDelta) -> dict:
+                return endpoint.chunk(i, d.text, d.finish_reason,
+                                      endpoint.logprobs(render, req, d.token_ids, d.logprobs, tokens[i]))
 
+            first = endpoint.first_chunks(base, len(streams))
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return _event_stream(lambda stop: sse_events(streams, base, prompt_tokens, include_usage, choice,
+            return _event_stream(lambda stop: sse_events(streams, base, prompt_tokens, include_usage, chunk, first,
                                                          shutdown=stop))
         outs = await collect_or_abort(raw, streams)
         if outs is None:
             return _client_gone()
 
         def make() -> dict:
-            choices = [{"index": i, "text": "".join(c.text), "finish_reason": c.finish_reason,
-                        "logprobs": render.completion_logprobs(c.token_ids, c.logprobs, render.choice())}
+            choices = [endpoint.choice(i, "".join(c.text), c.finish_reason,
+                                       endpoint.logprobs(render, req, c.token_ids, c.logprobs, render.choice()))
                        for i, c in enumerate(outs)]
             return {**base, "choices": choices, "usage": usage(prompt_tokens, sum(len(c.token_ids) for c in outs))}
 
-        return await build(make, heavy=req.logprobs is not None)
+        return await build(make, heavy=endpoint.has_logprobs(req))
 
-    @app.post("/v1/chat/completions")
-    async def chat(req: ChatCompletionRequest, raw: Request):
-        check_model(req.model)
-        req.check()
-        prompt = await server.prompts.chat(req)
-        top = req.top_logprobs or 0
-        params = req.sampling_params(req.requested_max_tokens, max(top, 1) if req.logprobs else None)
-        streams = server.submit_all([prompt], req, params, raw, "messages")
-        base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-                "model": model_name}
-        render = server.render
-        if req.stream:
-            base = {**base, "object": "chat.completion.chunk"}
-            tokens = [render.choice() for _ in streams]
-
-            def choice(i: int, d: OutputDelta) -> dict:
-                return {"index": i, "delta": {"content": d.text} if d.text else {}, "finish_reason": d.finish_reason,
-                        "logprobs": render.chat_logprobs(d.token_ids, d.logprobs, top, tokens[i])}
-
-            role = [{**base, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
-                                          "finish_reason": None}]} for i in range(len(streams))]
-            include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return _event_stream(lambda stop: sse_events(streams, base, len(prompt), include_usage, choice, role,
-                                                         shutdown=stop))
-        outs = await collect_or_abort(raw, streams)
-        if outs is None:
-            return _client_gone()
-
-        def make() -> dict:
-            choices = [{"index": i, "message": {"role": "assistant", "content": "".join(c.text)},
-                        "finish_reason": c.finish_reason,
-                        "logprobs": render.chat_logprobs(c.token_ids, c.logprobs, top, render.choice())}
-                       for i, c in enumerate(outs)]
-            return {**base, "choices": choices, "usage": usage(len(prompt), sum(len(c.token_ids) for c in outs))}
-
-        return await build(make, heavy=req.logprobs)
-
-    return app
+    # FastAPI reads the body's model from the signature
+    handle.__signature__ = inspect.Signature([
+        inspect.Parameter("req", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=endpoint.body),
+        inspect.Parameter("raw", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request)])
+    handle.__name__ = type(endpoint).__name__.lower()
+    return handle
 
 
 def _event_stream(events: Callable[[anyio.Event], AsyncIterator[bytes]]) -> EventStream:

@@ -31,7 +31,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from runtime.engine.drafters import parse_speculative
 from runtime.serving.async_engine import AsyncLLMEngine
-from runtime.serving.llm_engine import StepTimings
+from runtime.serving.outputs import StepTimings
 from runtime.serving.server.bulk_histogram import BulkHistogram
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120)

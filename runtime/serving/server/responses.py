@@ -18,7 +18,7 @@ import anyio
 import msgspec
 
 from runtime.serving.async_engine import EngineDead, RequestStream
-from runtime.serving.llm_engine import OutputDelta
+from runtime.serving.outputs import OutputDelta
 from runtime.serving.server.errors import classify, log_unexpected
 from runtime.serving.server.token_text import ChoiceTokens, TokenBytes
 
