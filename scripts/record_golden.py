@@ -132,7 +132,7 @@ def check(path: Path) -> list[str]:
     """Problems of a golden log: re-simulated with its recorded durations and tokens it must make
     the same decisions (and so the same tokens) as recorded."""
     from analysis.regress import regress
-    from simulator.cost.cost_model import RecordedCostModel
+    from simulator.cost.recorded_model import RecordedCostModel
     from simulator.replay.replay import recorded_tokens, resimulate
     from traces.log import LogWriter
     with tempfile.TemporaryDirectory() as tmp:

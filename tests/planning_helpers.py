@@ -3,6 +3,7 @@ from the repository root like the tests)."""
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 
@@ -10,7 +11,7 @@ from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.planning.grid import Grid
 from runtime.planning.job import SharedInputs
 from runtime.planning.sweep import Plan
-from simulator.cost.model_base import CostModel
+from simulator.cost.cost_model import CostModel
 from traces.generators import generate
 from traces.params import SamplingParams
 from traces.prompt import PromptSynthetic
@@ -26,9 +27,10 @@ class FlatCost(CostModel):
     def step_time(self, step, spans, verifying=()):
         return self.const + self.per_token * sum(s.num_tokens for s in spans)
 
-    def scale(self, factor: float) -> None:
-        self.const *= factor
-        self.per_token *= factor
+    def scaled(self, factor: float) -> FlatCost:
+        new = copy.copy(self)
+        new.const, new.per_token = self.const * factor, self.per_token * factor
+        return new
 
 
 class ConstantStep(CostModel):
@@ -40,8 +42,8 @@ class ConstantStep(CostModel):
     def step_time(self, step, spans, verifying=()):
         return self.seconds
 
-    def scale(self, factor: float) -> None:
-        self.seconds *= factor
+    def scaled(self, factor: float) -> ConstantStep:
+        return ConstantStep(self.seconds * factor)
 
 
 class FailsOnBigBatches(FlatCost):

@@ -8,7 +8,7 @@ from analysis.frames import frames_from_events, load_frames
 from analysis.metrics import render_summary, summarize
 from analysis.rejected import reason_kind
 from analysis.report import comparison_table
-from simulator.cost.model_base import CostModel
+from simulator.cost.cost_model import CostModel
 from simulator.sim import simulate
 from tests.sim_helpers import small_config
 from traces.events import Rejected

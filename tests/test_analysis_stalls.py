@@ -11,7 +11,7 @@ import pytest
 from analysis.frames import frames_from_events, load_frames
 from analysis.metrics import render_summary, summarize
 from analysis.stalls import median_decode_step, stalls
-from simulator.cost.model_base import CostModel
+from simulator.cost.cost_model import CostModel
 from simulator.sim import simulate
 from tests.sim_helpers import small_config
 from traces.events import Arrived, Finished, Header, Preempted, Span, Step

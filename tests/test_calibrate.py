@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from runtime.cli import main
-from simulator.cost.cost_model import StepData, load_cost_model
+from simulator.cost.loading import load_cost_model
+from simulator.cost.step_data import StepData
 from simulator.fitting.intake import fit_intake_delay
 
 H = Path(__file__).resolve().parent / "data" / "h200"
@@ -20,9 +21,9 @@ def test_intake_delay_is_not_fitted_on_a_log_whose_ttft_is_queueing():
     than with the front door, so only the conv run sets the delay; alone, it leaves the delay as it was."""
     model = load_cost_model("qwen3-0.6b-h200")
     before = model.intake_delay
-    alone = fit_intake_delay(model, [CODE])
-    assert alone["logs"] == [] and alone["left_out"] == [str(CODE)] and model.intake_delay == before
-    both = fit_intake_delay(model, [CONV, CODE])
+    same, alone = fit_intake_delay(model, [CODE])
+    assert alone["logs"] == [] and alone["left_out"] == [str(CODE)] and same.intake_delay == before
+    _, both = fit_intake_delay(model, [CONV, CODE])
     assert both["logs"] == [str(CONV)] and both["left_out"] == [str(CODE)]
     assert both["sim_ttft_p50_s_after"][0] == pytest.approx(both["live_ttft_p50_s"][0], rel=0.1)
 
@@ -68,7 +69,7 @@ def test_the_front_door_service_time_is_fitted_by_resimulation():
     from simulator.fitting.intake import fit_intake_service
 
     model = load_cost_model("qwen3-0.6b-h200")
-    out = fit_intake_service(model, [str(CONV)], grid=(0.0, 0.002), iterations=3)
+    model, out = fit_intake_service(model, [str(CONV)], grid=(0.0, 0.002), iterations=3)
     assert out["service_s"] in (0.0, 0.002) and set(out["ttft_p90_abs_relative_error"]) == {"0 ms", "2 ms"}
     timing = model.timing(2048)
     assert timing.intake_service == model.host.intake_service == out["service_s"]

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runtime.engine.routers import ROUTERS
-from simulator.cost.cost_model import LinearCostModel
 from simulator.cost.host_timing import HostTiming
+from simulator.cost.linear_model import LinearCostModel
 from simulator.fleet.environment import SimEnvironment
 from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
 from simulator.fleet.front_door import FrontDoor
@@ -28,7 +28,7 @@ from traces.workload import RequestSpec
 def _model(overlap: bool) -> LinearCostModel:
     m = LinearCostModel({"const": 0.002, "prefill_tokens": 1e-5, "decode_context": 2e-8, "seqs": 3e-4})
     if overlap:
-        m.set_host(HostTiming(overlap=True, intake_delay=0.001))
+        m = m.with_host(HostTiming(overlap=True, intake_delay=0.001))
     return m
 
 

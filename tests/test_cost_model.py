@@ -8,21 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.cost.cost_model import (
-    FEATURES,
-    MISSING_COEFFICIENT,
-    CostModelError,
-    LinearCostModel,
-    RecordedCostModel,
-    StepData,
-    load_cost_model,
-    shipped_cost_models,
-    step_features,
-)
-from simulator.cost.features import EXT_FEATURES, ext_features
-from simulator.cost.model_base import CostModel
+from simulator.cost.cost_model import CostModel, CostModelError
+from simulator.cost.features import EXT_FEATURES, FEATURES, ext_features, step_features
+from simulator.cost.linear_model import MISSING_COEFFICIENT, LinearCostModel
+from simulator.cost.loading import load_cost_model, shipped_cost_models
 from simulator.cost.nnls import nnls
+from simulator.cost.recorded_model import RecordedCostModel
 from simulator.cost.roofline import H200, QWEN3_0_6B, analytic_cost_model
+from simulator.cost.step_data import StepData
 from simulator.sim import simulate
 from tests.sim_helpers import mixed_workload, small_config
 from traces.decode_splits import DecodeSplits
@@ -65,7 +58,7 @@ def test_a_verify_span_is_decode_rows_reading_its_context_once():
     assert rows["prefill_step"] == rows["prefill_tokens"] == 0
     padded = {**TRUE, "padded_tokens": 1e-6}
     model = LinearCostModel(padded)  # its inlined features agree, padding too
-    model.set_step_padding(StepPadding(2048))
+    model = model.with_step_padding(StepPadding(2048))
     for s, v in ((spans, {0}), (spans, ()), (spans[:2], {0}), (spans, {0, 2})):
         expected = float(np.dot([padded.get(k, 0.0) for k in FEATURES],
                                 step_features(s, padding=StepPadding(2048), verifying=v)))
@@ -85,7 +78,7 @@ def test_longest_program_follows_the_decode_kernels_split():
     for n in (7, 100):  # the kernel's own choice
         assert h200.longest_program(6000, n) == -(-6000 // choose_num_splits(n, 8, 6000, 132))
     model = LinearCostModel(TRUE)
-    model.set_decode_splits(h200)
+    model = model.with_decode_splits(h200)
     for spans in (few, many, few + [Span(200, 16, 32, False)]):
         expected = float(np.dot([TRUE.get(k, 0.0) for k in FEATURES], step_features(spans, h200)))
         assert model.step_time(0, spans) == pytest.approx(expected)

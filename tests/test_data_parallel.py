@@ -80,7 +80,7 @@ def test_every_request_is_routed_once_and_logged_by_its_replica(smollm2_tokenize
 
 def test_the_live_round_robin_split_is_the_simulated_one(smollm2_tokenizer, tmp_path):
     """The fleet's requests re-simulated on two replicas, round-robin: each replica gets the requests it got live."""
-    from simulator.cost.cost_model import load_cost_model
+    from simulator.cost.loading import load_cost_model
     from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
     from traces.formats import load_workload
     from traces.workload import Workload

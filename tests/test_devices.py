@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.cost.cost_model import LinearCostModel
 from simulator.cost.host_timing import HostTiming
+from simulator.cost.linear_model import LinearCostModel
 from simulator.fleet.device import Device, devices_for, place, placement_of
 from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
 from tests.sim_helpers import mixed_workload, small_config
@@ -40,7 +40,7 @@ def test_two_replicas_on_one_device_take_turns(overlap):
     as long as it waited for the other's."""
     model = LinearCostModel({"const": STEP})
     if overlap:
-        model.set_host(HostTiming(overlap=True))
+        model = model.with_host(HostTiming(overlap=True))
     apart = _steps([0, 1], _decoders(2, 20), model)
     shared = _steps([0, 0], _decoders(2, 20), model)
     for steps in apart:

@@ -10,10 +10,13 @@ import numpy as np
 import pytest
 
 from runtime.cli import main
-from simulator.cost.cost_model import LinearCostModel, StepData, TreeCostModel, load_cost_model
+from simulator.cost.cost_model import CostModel
 from simulator.cost.host_timing import HostData, HostTiming, fit_host_timing
-from simulator.cost.model_base import CostModel
+from simulator.cost.linear_model import LinearCostModel
+from simulator.cost.loading import load_cost_model
 from simulator.cost.ranges import FeatureRanges, RangeTracker
+from simulator.cost.step_data import StepData
+from simulator.cost.tree_model import TreeCostModel
 from simulator.cost.trees import TreeEnsemble
 from simulator.fitting.fit import CANDIDATES, EXTRAPOLATING, fit_candidate, fit_cost_model, select_model
 from simulator.sim import simulate
@@ -133,7 +136,7 @@ def test_host_gaps_are_fitted_and_reproduce_the_makespan(tmp_path):
     steps = [ev for ev in read_log(path) if isinstance(ev, Step)]
     truth = LinearCostModel({"const": 0.002, "prefill_tokens": 1e-5, "decode_seqs": 1e-5, "seqs": 3e-4})
     bare = simulate(wl, small_config(), truth)
-    truth.set_host(host)
+    truth = truth.with_host(host)
     timed = simulate(wl, small_config(), truth)
     assert timed.end_time == pytest.approx(steps[-1].end, rel=0.02)
     assert bare.end_time < 0.95 * steps[-1].end
@@ -141,10 +144,10 @@ def test_host_gaps_are_fitted_and_reproduce_the_makespan(tmp_path):
 
 def test_overlapped_steps_cost_max_of_host_and_device():
     m = LinearCostModel({"const": 1e-3})
-    m.set_host(HostTiming(gap_const=3e-3, overlap=True, launch=1e-4))
+    m = m.with_host(HostTiming(gap_const=3e-3, overlap=True, launch=1e-4))
     assert m.step_time(0, [Span(0, 5, 1, True)]) == pytest.approx(3.1e-3)  # host-bound
     assert m.host_gap(1) == 0.0  # overlapped steps tile the timeline
-    m.set_host(HostTiming(gap_const=1e-4, overlap=True))
+    m = m.with_host(HostTiming(gap_const=1e-4, overlap=True))
     assert m.step_time(0, [Span(0, 5, 1, True)]) == pytest.approx(1e-3)  # device-bound
 
 
@@ -153,7 +156,7 @@ def test_intake_delay_holds_requests_back_but_keeps_their_arrival_stamp():
     m = LinearCostModel({"const": 1e-3})
     events: list = []
     simulate(wl, small_config(), m, sink=events.append)
-    m.set_host(HostTiming(intake_delay=0.05))
+    m = m.with_host(HostTiming(intake_delay=0.05))
     delayed: list = []
     simulate(wl, small_config(), m, sink=delayed.append)
     first = lambda evs: next(e for e in evs if isinstance(e, Step)).start  # noqa: E731
@@ -194,7 +197,7 @@ def test_the_range_tracker_simulates_as_its_model_does():
     from simulator.cost.host_timing import HostTiming
 
     model = LinearCostModel({"const": 1e-3})
-    model.set_host(HostTiming(intake_delay=0.002, overlap=True))
+    model = model.with_host(HostTiming(intake_delay=0.002, overlap=True))
     ranges = FeatureRanges.from_ext(np.array([[1, 0, 0, 8, 800, 8, 0, 100, 0, 8, 0, 0]], dtype=float))
     tracker = RangeTracker(model, ranges)
     timing, bare = tracker.timing(2048), model.timing(2048)
@@ -258,7 +261,7 @@ def test_the_range_tracker_of_a_padded_model_counts_its_budget_view_into_one_rep
     from traces.step_padding import StepPadding
 
     model = LinearCostModel({"const": 1e-3, "prefill_tokens": 1e-5, "padded_tokens": 1e-6})
-    model.set_step_padding(StepPadding(256))
+    model = model.with_step_padding(StepPadding(256))
     ranges = FeatureRanges.from_ext(np.array([[1, 64, 2080, 0, 0, 1, 1, 0, 0, 64, 1, 64]], dtype=float))
     tracker = RangeTracker(model, ranges)
     step = [Span(0, 0, 300, False)]
@@ -270,7 +273,7 @@ def test_the_range_tracker_of_a_padded_model_counts_its_budget_view_into_one_rep
 
 
 def test_a_weighted_log_counts_its_training_steps_that_many_times(padded_logs, tmp_path, capsys):
-    from simulator.cost.cost_model import StepData
+    from simulator.cost.step_data import StepData
 
     train, _ = padded_logs
     data = StepData.from_logs(train)

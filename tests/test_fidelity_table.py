@@ -9,8 +9,10 @@ import re
 
 import pytest
 
-from simulator.cost.cost_model import LinearCostModel, RecordedCostModel, StepData
 from simulator.cost.host_timing import HostTiming
+from simulator.cost.linear_model import LinearCostModel
+from simulator.cost.recorded_model import RecordedCostModel
+from simulator.cost.step_data import StepData
 from simulator.fidelity.fidelity_table import (
     kind_table,
     markdown,
@@ -71,11 +73,13 @@ def test_pair_row_checks_the_what_if_against_the_other_live_run(logs):
 def test_intake_delay_fitted_by_resimulation_matches_the_live_ttft(logs):
     on, _ = logs
     model = LinearCostModel(TRUTH)
-    model.set_host(HostTiming(wake=0.004))
+    model = model.with_host(HostTiming(wake=0.004))
     live = live_ttft_p50(on)
     base = simulated_ttft_p50(model, on, 0.0)
     assert simulated_ttft_p50(model, on, 0.01) > base
-    out = fit_intake_delay(model, [on])
+    fitted, out = fit_intake_delay(model, [on])
+    assert model.intake_delay == 0.0 and model.host.wake == 0.004  # (the model itself is left as it was)
+    model = fitted
     assert out["intake_delay_s"] >= 0 and model.intake_delay == out["intake_delay_s"]
     assert model.host.intake_delay == out["intake_delay_s"]
     assert model.host.wake == pytest.approx(max(0.004 - out["intake_delay_s"], 0.0))

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from analysis.frames import load_frames
 from runtime.cli import main
 from runtime.engine.routers import LeastLoaded, PrefixAffinity, ReplicaLoad, RouteRequest, make_router, prefix_key
-from simulator.cost.cost_model import LinearCostModel
 from simulator.cost.host_timing import HostTiming
+from simulator.cost.linear_model import LinearCostModel
 from simulator.fleet.fleet import Fleet, ReplicaSpec, simulate_fleet
 from simulator.sim import simulate
 from tests.sim_helpers import mixed_workload, small_config
@@ -34,7 +34,7 @@ from traces.workload import Workload
 def _model(overlap: bool) -> LinearCostModel:
     m = LinearCostModel({"const": 0.002, "prefill_tokens": 1e-5, "decode_context": 2e-8, "seqs": 3e-4})
     if overlap:  # the async engine: steps planned ahead, a front-door delay
-        m.set_host(HostTiming(overlap=True, intake_delay=0.001))
+        m = m.with_host(HostTiming(overlap=True, intake_delay=0.001))
     return m
 
 
@@ -197,7 +197,7 @@ def test_one_replica_is_the_single_engine_simulation(tmp_path):
 
 def test_a_fleet_log_resimulated_by_its_own_model_is_reproduced_exactly(tmp_path):
     """``fidelity`` of a fleet log: its requests through as many replicas and its router again."""
-    from simulator.cost.cost_model import load_cost_model
+    from simulator.cost.loading import load_cost_model
     from simulator.fidelity.fidelity import fidelity
 
     out = tmp_path / "fleet.jsonl"

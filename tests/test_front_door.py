@@ -12,8 +12,9 @@ from runtime.cli import main
 from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
 from runtime.engine.types import StepResult
-from simulator.cost.cost_model import LinearCostModel
-from simulator.cost.host_timing import HostTiming, fit_front_door
+from simulator.cost.front_door_fit import fit_front_door
+from simulator.cost.host_timing import HostTiming
+from simulator.cost.linear_model import LinearCostModel
 from simulator.fleet.front_door import FrontDoor
 from simulator.sim import simulate
 from traces.events import Step, make_header
@@ -57,7 +58,7 @@ def _probe_log(path, lengths, busy_extra: bool = False):
 def test_the_front_door_fit_recovers_the_delay_by_prompt_length(tmp_path):
     log = tmp_path / "probe.jsonl"
     _probe_log(log, [16, 128, 1024, 3000, 64, 2048], busy_extra=True)
-    fit = fit_front_door(log)
+    fit = fit_front_door(read_log(log))
     # the request that arrived while another was running is not a measurement of the door
     assert fit.requests == 6 and fit.max_prompt == 3000
     assert fit.intake_delay == pytest.approx(CONST, rel=1e-6) and fit.intake_per_token == pytest.approx(PER_TOKEN)
@@ -67,7 +68,7 @@ def test_a_log_with_no_idle_arrival_has_no_front_door_fit(tmp_path):
     log = tmp_path / "empty.jsonl"
     with LogWriter(log) as writer:
         writer(make_header(CONFIG, clock="wall"))
-    assert fit_front_door(log) is None
+    assert fit_front_door(read_log(log)) is None
 
 
 def _spec(arrival: float, n: int) -> RequestSpec:
@@ -80,7 +81,7 @@ def test_the_simulated_front_door_charges_each_request_its_prompts_delay():
     specs = [_spec(0.0, 1000), _spec(1.0, 10)]
     assert door.exits(specs) == pytest.approx([CONST + 1000 * PER_TOKEN, 1.0 + CONST + 10 * PER_TOKEN])
     model = LinearCostModel({"const": STEP})
-    model.set_host(HostTiming(intake_delay=CONST, intake_per_token=PER_TOKEN))
+    model = model.with_host(HostTiming(intake_delay=CONST, intake_per_token=PER_TOKEN))
     steps = []
     simulate(Workload(specs), CONFIG, model, sink=lambda e: steps.append(e) if isinstance(e, Step) else None)
     firsts = {}

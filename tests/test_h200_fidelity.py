@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cost.cost_model import load_cost_model
+from simulator.cost.loading import load_cost_model
 from simulator.fidelity.fidelity_table import pair_row, run_row
 
 H = Path(__file__).resolve().parent / "data" / "h200"  # served runs the shipped model was not fitted on

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from runtime.engine.config import CacheConfig, EngineConfig
-from simulator.cost.cost_model import LinearCostModel, StepData
 from simulator.cost.host_timing import HostTiming
 from simulator.cost.launch import fit_eager_launch, launch_pairs
+from simulator.cost.linear_model import LinearCostModel
+from simulator.cost.step_data import StepData
 from simulator.fitting.fit import fit_cost_model
 from simulator.replay.replay import resimulate
 from simulator.sim import simulate
@@ -48,7 +49,7 @@ def test_fit_recovers_a_launch_from_durations_that_are_its_maximum():
 
 def _model(eager: float) -> LinearCostModel:
     m = LinearCostModel({"const": 0.002, "prefill_tokens": 4e-6})
-    m.set_host(HostTiming(overlap=True, eager_launch=eager))
+    m = m.with_host(HostTiming(overlap=True, eager_launch=eager))
     return m
 
 
@@ -101,7 +102,7 @@ def test_fitted_launch_reproduces_the_held_back_decode_steps_of_a_served_log():
 
 def test_cost_model_fit_eager_launch_flag_writes_and_reads_the_launch(tmp_path, capsys):
     from runtime.cli import main
-    from simulator.cost.cost_model import load_cost_model
+    from simulator.cost.loading import load_cost_model
     from simulator.cost.ranges import track_ranges
 
     out = tmp_path / "m.json"

@@ -55,7 +55,7 @@ def write_core_log(path: Path) -> None:
 
 def write_sim_log(path: Path) -> None:
     """The simulator on a bursty workload with a shared prefix, a tight pool (preemption) and priorities."""
-    from simulator.cost.cost_model import LinearCostModel
+    from simulator.cost.linear_model import LinearCostModel
     from simulator.sim import simulate
     from tests.sim_helpers import mixed_workload, small_config
     from traces.log import LogWriter

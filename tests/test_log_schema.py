@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from analysis.regress import regress
-from simulator.cost.cost_model import RecordedCostModel
+from simulator.cost.recorded_model import RecordedCostModel
 from simulator.replay.replay import resimulate
 from traces.events import SCHEMA_VERSION, Header, Step
 from traces.fold import FoldedState

@@ -12,7 +12,8 @@ import pytest
 
 from analysis.frames import load_frames
 from runtime.engine.core import EngineCore
-from simulator.cost.cost_model import LinearCostModel, RecordedCostModel
+from simulator.cost.linear_model import LinearCostModel
+from simulator.cost.recorded_model import RecordedCostModel
 from simulator.replay.execute import execute_replay
 from simulator.replay.policy import LoggedPolicy
 from simulator.replay.replay import resimulate, timing_replay

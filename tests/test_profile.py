@@ -16,8 +16,9 @@ from runtime.cli import main
 from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
 from runtime.engine.types import StepPlan, StepResult
-from simulator.cost.cost_model import FEATURES, load_cost_model
+from simulator.cost.features import FEATURES
 from simulator.cost.host_timing import fit_host_timing
+from simulator.cost.loading import load_cost_model
 from simulator.fitting.fit import CANDIDATES, EXTRAPOLATING
 from simulator.fitting.profile_plan import (
     DECODE_HEADROOM,

@@ -11,7 +11,7 @@ import pytest
 from analysis.regress import regress, render_report
 from analysis.tolerances import ToleranceError, parse_tolerances, tolerance_for
 from runtime.cli import main
-from simulator.cost.model_base import CostModel
+from simulator.cost.cost_model import CostModel
 from simulator.sim import simulate
 from tests.sim_helpers import mixed_workload, small_config
 from traces.events import Admitted, Finished, Preempted, Step

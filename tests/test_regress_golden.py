@@ -96,7 +96,7 @@ def test_execute_replay_samples_every_recorded_token(name, replay_factory):
 
 @pytest.mark.parametrize("name", LOGS)
 def test_resimulation_with_the_recorded_durations_makes_the_recorded_decisions(name, tmp_path):
-    from simulator.cost.cost_model import RecordedCostModel
+    from simulator.cost.recorded_model import RecordedCostModel
     from simulator.replay.replay import recorded_tokens, resimulate
 
     path = golden(name)
@@ -113,7 +113,7 @@ def test_resimulation_with_the_recorded_durations_makes_the_recorded_decisions(n
 
 @pytest.mark.parametrize("name", LOGS)
 def test_timing_replay_with_the_recorded_durations_is_exact(name):
-    from simulator.cost.cost_model import RecordedCostModel
+    from simulator.cost.recorded_model import RecordedCostModel
     from simulator.replay.replay import timing_replay
 
     path = golden(name)

@@ -7,7 +7,8 @@ import math
 import pytest
 
 from runtime.engine.types import StepResult
-from simulator.cost.cost_model import LinearCostModel, RecordedCostModel
+from simulator.cost.linear_model import LinearCostModel
+from simulator.cost.recorded_model import RecordedCostModel
 from simulator.replay.execute import execute_replay, render_execute_report
 from simulator.replay.policy import LoggedPolicy
 from simulator.replay.replay import render_by_kind, render_timing_replay, resimulate, timing_replay

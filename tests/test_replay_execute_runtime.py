@@ -46,7 +46,7 @@ def test_llm_log_replays_token_for_token_on_the_model_runner(tmp_path):
     assert main(["replay", str(log), "--execute", "--device", "cpu", "--no-progress"]) == 0
 
     # the live log re-simulated with its own durations, gaps and tokens: the same decisions
-    from simulator.cost.cost_model import RecordedCostModel
+    from simulator.cost.recorded_model import RecordedCostModel
     from simulator.replay.replay import resimulate
     from tests.sim_helpers import recorded_tokens
     from traces.events import Admitted, Finished

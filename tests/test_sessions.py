@@ -8,8 +8,8 @@ import msgspec
 import pytest
 
 from runtime.cli import main
-from simulator.cost.cost_model import LinearCostModel
 from simulator.cost.host_timing import HostTiming
+from simulator.cost.linear_model import LinearCostModel
 from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
 from simulator.sim import simulate
 from tests.sim_helpers import small_config
@@ -23,7 +23,7 @@ from traces.workload import RequestSpec, Workload, trace_params
 def _model(overlap: bool = True) -> LinearCostModel:
     m = LinearCostModel({"const": 0.004, "prefill_tokens": 2e-5, "decode_context": 2e-8, "seqs": 3e-4})
     if overlap:
-        m.set_host(HostTiming(overlap=True, intake_delay=0.002))
+        m = m.with_host(HostTiming(overlap=True, intake_delay=0.002))
     return m
 
 

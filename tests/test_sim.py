@@ -5,7 +5,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from simulator.cost.cost_model import CostModelError, LinearCostModel, RecordedCostModel
+from simulator.cost.cost_model import CostModelError
+from simulator.cost.linear_model import LinearCostModel
+from simulator.cost.recorded_model import RecordedCostModel
 from simulator.replay.replay import resimulate
 from simulator.sim import SYNTHETIC_TOKEN, simulate
 from tests.helpers import SeededTokenExecutor

@@ -107,7 +107,7 @@ def test_cost_model_fit_eval_analytic(tmp_path, capsys):
     assert "per-step MAPE over" in capsys.readouterr().out
     a = tmp_path / "a.json"
     assert main(["cost-model", "analytic", "qwen3-0.6b-h200", "--out", str(a)]) == 0
-    from simulator.cost.cost_model import load_cost_model
+    from simulator.cost.loading import load_cost_model
     from simulator.cost.roofline import H200, QWEN3_0_6B, analytic_cost_model
 
     assert load_cost_model(str(a)).coefficients == analytic_cost_model(QWEN3_0_6B, H200).coefficients

@@ -8,8 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import simulator.fleet.replica as replica_module
-from simulator.cost.cost_model import LinearCostModel, load_cost_model
 from simulator.cost.host_timing import HostTiming
+from simulator.cost.linear_model import LinearCostModel
+from simulator.cost.loading import load_cost_model
 from simulator.cost.ranges import track_ranges
 from simulator.sim import simulate
 from tests.sim_helpers import mixed_workload, small_config
@@ -23,9 +24,9 @@ from traces.step_codec import StepCodec
 def _linear(overlap: bool) -> LinearCostModel:
     m = LinearCostModel({"const": 0.002, "prefill_tokens": 1e-5, "decode_context": 2e-8, "seqs": 3e-4,
                          "longest_program": 7e-7})
-    m.set_decode_splits(DecodeSplits(8, 132))
+    m = m.with_decode_splits(DecodeSplits(8, 132))
     if overlap:  # steps planned ahead (the other loop)
-        m.set_host(HostTiming(overlap=True, intake_delay=0.001))
+        m = m.with_host(HostTiming(overlap=True, intake_delay=0.001))
     return m
 
 

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from runtime.cli import main
-from simulator.cost.cost_model import LinearCostModel
+from simulator.cost.linear_model import LinearCostModel
 from tests.model_helpers import make_tiny, one_thread
 
 pytestmark = pytest.mark.usefixtures(one_thread.__name__)

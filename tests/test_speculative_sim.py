@@ -12,8 +12,9 @@ import pytest
 from runtime.cli import main
 from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
-from simulator.cost.cost_model import LinearCostModel, RecordedCostModel
 from simulator.cost.host_timing import HostTiming, fit_host_timing
+from simulator.cost.linear_model import LinearCostModel
+from simulator.cost.recorded_model import RecordedCostModel
 from simulator.fleet.fleet import Fleet, ReplicaSpec
 from simulator.fleet.replica import SimulationError
 from simulator.fleet.speculation import Speculation
@@ -322,7 +323,7 @@ def test_host_gaps_after_verify_steps_are_fitted_by_their_drafts(tmp_path):
     """An engine spending 0.1 ms + 20 µs a span + 5 µs a verified draft between steps: a fit of its
     log finds each part, so a plain run's gaps are not priced at a speculating one's."""
     model = LinearCostModel(MODEL)
-    model.set_host(HostTiming(gap_const=1e-4, gap_per_seq=2e-5, gap_per_draft=5e-6))
+    model = model.with_host(HostTiming(gap_const=1e-4, gap_per_seq=2e-5, gap_per_draft=5e-6))
     path = tmp_path / "spec.jsonl"
     with LogWriter(path) as w:
         simulate(workload(), config(), model, sink=w, speculation=Speculation.constant(0.6, seed=1))

@@ -8,9 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from simulator.cost.cost_model import LinearCostModel, StepData, load_cost_model
+from simulator.cost.cost_model import CostModelError
 from simulator.cost.features import EXT_FEATURES, FEATURES, ext_features, step_features
-from simulator.cost.model_base import CostModelError, for_step_budget
+from simulator.cost.linear_model import LinearCostModel
+from simulator.cost.loading import load_cost_model
+from simulator.cost.model_base import for_step_budget
+from simulator.cost.step_data import StepData
 from simulator.fitting.fit import fit_candidate
 from simulator.fleet.fleet import Fleet, ReplicaSpec
 from simulator.sim import simulate
@@ -75,7 +78,7 @@ def test_both_model_kinds_add_the_padded_tokens():
     linear = LinearCostModel(TRUE)
     assert linear.padding is None
     unpadded = linear.step_time(0, mixed)
-    linear.set_step_padding(StepPadding(2048))
+    linear = linear.with_step_padding(StepPadding(2048))
     assert linear.step_time(0, mixed) == pytest.approx(unpadded + 23 * TRUE["padded_tokens"])
     expected = float(np.dot([TRUE[k] for k in FEATURES], step_features(mixed, None, StepPadding(2048))))
     assert linear.step_time(0, mixed) == pytest.approx(expected)
@@ -92,7 +95,7 @@ def _log(path, truth, extra, **cfg):
 
 def test_a_fit_on_padded_logs_finds_the_padding_cost_and_keeps_it(tmp_path):
     truth = LinearCostModel(TRUE)
-    truth.set_step_padding(StepPadding(256))
+    truth = truth.with_step_padding(StepPadding(256))
     logs = [_log(tmp_path / "a.jsonl", truth, GPU), _log(tmp_path / "b.jsonl", truth, GPU, budget=512)]
     data = StepData.from_logs(logs)
     assert data.step_padding == StepPadding(256)
@@ -159,7 +162,7 @@ def test_one_model_prices_two_budgets_at_once(tmp_path):
 def _padded() -> LinearCostModel:
     """The TRUE model, fitted on steps padded up to 256 tokens."""
     model = LinearCostModel(TRUE)
-    model.set_step_padding(StepPadding(256))
+    model = model.with_step_padding(StepPadding(256))
     return model
 
 
@@ -170,7 +173,7 @@ def test_the_simulated_log_carries_the_padding_cost(tmp_path):
     from traces.log import read_log
 
     padded = LinearCostModel(TRUE)
-    padded.set_step_padding(StepPadding(256))
+    padded = padded.with_step_padding(StepPadding(256))
     events = {}
     for name, model in (("padded", padded), ("plain", LinearCostModel(TRUE))):
         with LogWriter(tmp_path / f"{name}.jsonl") as w:
@@ -192,7 +195,7 @@ def test_the_padding_cost_is_found_within_logs_whatever_their_levels(tmp_path):
     logs = []
     for name, const, budget in (("a.jsonl", 0.004, 256), ("b.jsonl", 0.009, 512)):
         truth = LinearCostModel({**TRUE, "const": const})
-        truth.set_step_padding(StepPadding(budget))
+        truth = truth.with_step_padding(StepPadding(budget))
         logs.append(_log(tmp_path / name, truth, GPU, budget=budget))
     data = StepData.from_logs(logs)
     cost = padding_cost(data.features, data.durations, data.log_index)
@@ -205,7 +208,7 @@ def test_the_padding_cost_is_found_within_logs_whatever_their_levels(tmp_path):
 
 def test_the_trees_never_split_on_the_padding(tmp_path):
     truth = LinearCostModel(TRUE)
-    truth.set_step_padding(StepPadding(256))
+    truth = truth.with_step_padding(StepPadding(256))
     data = StepData.from_logs([_log(tmp_path / "a.jsonl", truth, GPU)])
     for kind in ("gbm", "linear+gbm"):
         model = fit_candidate(kind, data)
@@ -215,7 +218,7 @@ def test_the_trees_never_split_on_the_padding(tmp_path):
 @pytest.mark.parametrize("bad", [{"max_tokens": 0}, {"tokens": 2048}, {"max_tokens": "many"}])
 def test_a_malformed_step_padding_in_a_model_file_is_named(tmp_path, bad):
     model = LinearCostModel(TRUE)
-    model.set_step_padding(StepPadding(2048))
+    model = model.with_step_padding(StepPadding(2048))
     model.save(tmp_path / "m.json")
     doc = json.loads((tmp_path / "m.json").read_text())
     doc["step_padding"] = bad

@@ -76,7 +76,7 @@ def test_a_tree_models_step_time_is_the_walk(seed):
                           TreeEnsemble(trees))
     for i in range(400):
         if i == 200:  # the decode kernel split as on the H200 (the remembered cells start over)
-            model.set_decode_splits(DecodeSplits(num_kv_heads=8, sms=132))
+            model = model.with_decode_splits(DecodeSplits(num_kv_heads=8, sms=132))
         spans = [Span(i, rng.randrange(4000 // 8), 1 if rng.random() < 0.9 else rng.randrange(2, 64), True)
                  for i in range(rng.randrange(1, 9))]
         x = ext_features(spans, model.decode_splits)
@@ -95,9 +95,9 @@ def test_a_run_of_decode_durations_is_step_time_step_by_step(seed, n, count, spl
     """decode_durations (the simulator's runs of decode steps), the tree model's own loop and the
     linear model's (TimedModel's), gives each step's step_time bit for bit, and stops before the
     first step that ends at or after ``due``."""
-    from simulator.cost.cost_model import LinearCostModel
     from simulator.cost.features import EXT_FEATURES
     from simulator.cost.host_timing import HostTiming
+    from simulator.cost.linear_model import LinearCostModel
     from simulator.cost.tree_model import TreeCostModel
     from traces.decode_splits import DecodeSplits
     from traces.events import Span
@@ -109,8 +109,9 @@ def test_a_run_of_decode_durations_is_step_time_step_by_step(seed, n, count, spl
         t.threshold = [rng.uniform(0, 3000) for _ in t.feature]
     for model in (TreeCostModel(coefficients, TreeEnsemble(trees), floor=2e-3 if floor else 0.0),
                   LinearCostModel(coefficients)):
-        model.set_decode_splits(DecodeSplits(8, 132) if splits else None)
-        model.set_host(HostTiming(overlap=True, gap_const=1.5e-3, gap_per_seq=1e-5, launch=1e-4) if overlap else None)
+        model = model.with_decode_splits(DecodeSplits(8, 132) if splits else None)
+        model = model.with_host(HostTiming(overlap=True, gap_const=1.5e-3, gap_per_seq=1e-5, launch=1e-4)
+                                if overlap else None)
         starts = [rng.randrange(0, 2000) for _ in range(n)]
         steps = [model.step_time(0, [Span(r, s + i, 1, True) for r, s in enumerate(starts)]) for i in range(count)]
         context, longest = sum(starts) + n, max(starts) + 1
@@ -128,8 +129,8 @@ def test_a_tree_file_from_before_a_feature_was_added_loads_by_feature_name(tmp_p
     index 7 then) still splits on ``tokens``."""
     import json
 
-    from simulator.cost.cost_model import load_cost_model
     from simulator.cost.features import EXT_FEATURES
+    from simulator.cost.loading import load_cost_model
     from simulator.cost.tree_model import TreeCostModel
     from traces.events import Span
 

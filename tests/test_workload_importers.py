@@ -77,7 +77,7 @@ def test_mooncake_excerpt_equal_hash_ids_give_equal_blocks():
 def test_mooncake_prefix_sharing_shows_up_as_prefix_cache_hits():
     from analysis.frames import frames_from_events
     from analysis.metrics import summarize
-    from simulator.cost.cost_model import LinearCostModel
+    from simulator.cost.linear_model import LinearCostModel
     from simulator.sim import simulate
     from traces.events import Admitted
 

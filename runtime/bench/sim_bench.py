@@ -108,7 +108,7 @@ def run_one(workload, chunked: bool, cost_model, out: Path, progress: bool = Tru
 def run(trace: str | None = None, cost_model: str = DEFAULT_COST_MODEL, modes: tuple[bool, ...] = (True, False),
         limit: int | None = None, out_dir: str = "out/bench_sim", progress: bool = True, replicas: int = 1,
         router: str = "round-robin") -> list[SimBenchResult]:
-    from simulator.cost.cost_model import load_cost_model
+    from simulator.cost.loading import load_cost_model
     from traces.formats import load_workload
 
     path = Path(trace) if trace else find_trace()

@@ -24,7 +24,7 @@ COLUMNS = {"prefill_tokens": "prefill_tokens", "max_chunk": "max_chunk", "tokens
 def model_ranges(header: Header | None) -> tuple[FeatureRanges | None, str | None]:
     """The profiled ranges of the cost model a simulated log names, or a note why there are none
     to check (None: nothing to say, e.g. a live log or a model without ranges)."""
-    from simulator.cost.cost_model import load_cost_model
+    from simulator.cost.loading import load_cost_model
 
     spec = header.extra.get("cost_model") if header is not None and header.clock == "sim" else None
     if not isinstance(spec, str) or spec.startswith("recorded"):

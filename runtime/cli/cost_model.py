@@ -12,33 +12,40 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from runtime.cli import cost_models
 from runtime.cli.checks import Bounded
 from runtime.cli.errors import CLIError
 from runtime.cli.workload import require_file
 
+if TYPE_CHECKING:
+    from simulator.cost.logged_run import LoggedRun
+
 # simulator.fitting.fit's candidates, listed here so `--help` does not import scikit-learn
 CANDIDATES = ("linear-relative", "linear-absolute", "gbm", "forest", "linear+gbm")
 
 
-def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every: int = 5,
+def fit_logs(logs: Sequence[str | LoggedRun], *, holdout: list[str] | None = None, holdout_every: int = 5,
              holdout_block: int = 32, kind: str = "auto", weighting: str | None = None,
              model_identity: str | None = None, hardware: str | None = None, dtype: str | None = None,
              command: str | None = None, calibrate_on: list[str] | None = None,
              decode_steps_of: list[str] | None = None, eager_launch: bool = False,
              weights: dict[str, int] | None = None, front_door: str | None = None):
-    """Fit a cost model on ``logs`` (simulator.fitting.fit.fit_cost_model); its error on ``holdout`` logs,
-    or on every ``holdout_every``-th step held out of the fit, goes to ``meta["heldout"]``.
-    ``weighting`` (relative | absolute) is the older way to ask for one linear fit."""
-    from simulator.cost.model_base import CostModelError
+    """Fit a cost model on ``logs`` (paths, or logs already read: simulator.cost.logged_run;
+    simulator.fitting.fit.fit_cost_model); its error on ``holdout`` logs, or on every
+    ``holdout_every``-th step held out of the fit, goes to ``meta["heldout"]``. ``weighting``
+    (relative | absolute) is the older way to ask for one linear fit."""
+    from simulator.cost.cost_model import CostModelError
+    from simulator.cost.logged_run import read_runs
     from simulator.fitting.fit import fit_cost_model
-    from traces.log import read_header
 
     if weighting is not None:
         kind = f"linear-{weighting}"
-    header = read_header(logs[0])
+    runs = read_runs(logs)  # read once: the first one's header here, every one's steps and gaps in the fit
+    header = runs[0].header
     extra = header.extra
     meta = {
         "provenance": "fit",
@@ -52,7 +59,7 @@ def fit_logs(logs: list[str], *, holdout: list[str] | None = None, holdout_every
     if not holdout and holdout_every < 2:
         raise CLIError(f"--holdout-every: must be >= 2, got {holdout_every}")
     try:
-        return fit_cost_model(logs, holdout=holdout, holdout_every=holdout_every, holdout_block=holdout_block,
+        return fit_cost_model(runs, holdout=holdout, holdout_every=holdout_every, holdout_block=holdout_block,
                               kind=kind, meta=meta, calibrate_on=calibrate_on, decode_steps_of=decode_steps_of,
                               eager_launch=eager_launch, weights=weights, front_door=front_door)
     except CostModelError as e:
@@ -145,7 +152,7 @@ def _fit(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from simulator.cost.cost_model import StepData
+    from simulator.cost.step_data import StepData
 
     for path in args.logs:
         require_file(path, "log")
@@ -161,26 +168,28 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    from simulator.cost.logged_run import read_runs
+    from simulator.cost.model_base import TimedModel
     from simulator.fitting.fit import calibrate
 
     for path in args.logs:
         require_file(path, "log")
     model = cost_models.load(args.model, flag=None)
-    if not hasattr(model, "scale") or not hasattr(model, "set_host"):
+    if not isinstance(model, TimedModel):
         raise CLIError(f"{args.model}: not a fitted cost model (only a fitted model's level can be calibrated)")
     try:
-        cal = calibrate(model, args.logs)
+        runs = read_runs(args.logs)  # read once for the calibration and the front door's fit
+        model, cal = calibrate(model, runs)
     except (ValueError, RuntimeError) as e:  # CostModelError, a log that can't be re-simulated
         raise CLIError(str(e)) from None
     if args.door_service:
         from simulator.fitting.intake import fit_intake_service
 
-        cal["door"] = fit_intake_service(model, args.logs)
+        model, cal["door"] = fit_intake_service(model, runs)
         if cal["door"]:
             print(f"front door: service time {cal['door']['service_s'] * 1e3:g} ms (TTFT p90 error by candidate: "
                   + ", ".join(f"{k} {v:.3f}" for k, v in cal["door"]["ttft_p90_abs_relative_error"].items()) + ")")
-    model.meta["calibration"] = cal
-    model.meta["calibrated_from"] = str(args.model)
+    model = model.with_meta(calibration=cal, calibrated_from=str(args.model))
     model.save(args.out)
     _warn_mismatch(model, args.logs, cal["factor"])
     print(f"{args.model}, host timing from {len(args.logs)} live log(s): intake delay "

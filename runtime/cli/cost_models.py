@@ -8,7 +8,8 @@ from runtime.cli.errors import CLIError
 
 def load(spec: str, *, log: str | None = None, flag: str | None = "--cost-model"):
     """The cost model ``spec`` names; a user error names ``flag`` (None: a positional argument)."""
-    from simulator.cost.cost_model import RecordedCostModel, load_cost_model
+    from simulator.cost.loading import load_cost_model
+    from simulator.cost.recorded_model import RecordedCostModel
 
     if spec == "recorded" and log is None:
         raise CLIError(_named(flag, "'recorded' needs a recorded log to take the step times from"))

@@ -182,16 +182,17 @@ def _probe_front_door(args: argparse.Namespace) -> str | None:
 
 def _fit(args: argparse.Namespace, result, plan, spread, front_door: str | None) -> None:
     from runtime.cli.cost_model import fit_logs, print_fit
+    from simulator.cost.logged_run import LoggedRun
     from simulator.fitting.profile_plan import plan_summary
-    from traces.log import read_header
 
-    model = fit_logs([args.out], holdout_every=args.holdout_every, command=command_line(args.profile_parser, args),
+    sweep = LoggedRun.read(args.out)  # read once: its header here, its steps and gaps in the fit
+    model = fit_logs([sweep], holdout_every=args.holdout_every, command=command_line(args.profile_parser, args),
                      front_door=front_door)
-    model.meta["profile"] = {"steps": result.steps, "cases": plan_summary(plan),
-                             "skipped_cases": len(result.skipped), "seconds": round(result.seconds, 1),
-                             "git_commit": read_header(args.out).extra["profile"]["git_commit"],
-                             "cuda_alloc_retries": result.alloc_retries, "passes": args.passes,
-                             "pass_spread": None if spread is None else asdict(spread)}
+    model = model.with_meta(profile={"steps": result.steps, "cases": plan_summary(plan),
+                                     "skipped_cases": len(result.skipped), "seconds": round(result.seconds, 1),
+                                     "git_commit": sweep.header.extra["profile"]["git_commit"],
+                                     "cuda_alloc_retries": result.alloc_retries, "passes": args.passes,
+                                     "pass_spread": None if spread is None else asdict(spread)})
     model.save(args.fit)
     print_fit(model, args.fit)
 
@@ -202,7 +203,7 @@ ESTIMATE_MODELS = {"cpu": "smollm2-135m-cpu", "cuda": "qwen3-0.6b-h200"}
 
 def _print_plan(parts, limits, plan, time_limit: float, passes: int) -> None:
     from runtime.bench.profile_shapes import estimate
-    from simulator.cost.cost_model import load_cost_model
+    from simulator.cost.loading import load_cost_model
     from simulator.fitting.profile_plan import describe_plan
 
     name = ESTIMATE_MODELS.get(parts.runner.device.type, ESTIMATE_MODELS["cuda"])

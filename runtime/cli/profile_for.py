@@ -59,7 +59,7 @@ def _simulated_batch(workload, options: dict) -> int:
 
     from analysis.frames import FrameBuilder
     from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
-    from simulator.cost.cost_model import LinearCostModel
+    from simulator.cost.linear_model import LinearCostModel
     from simulator.sim import simulate
 
     fields = {f.name for f in dataclasses.fields(SchedulerConfig)}

@@ -10,13 +10,13 @@ sets one, else from the shared rates.
 from __future__ import annotations
 
 import contextlib
-import copy
 from pathlib import Path
 from typing import Any
 
 from analysis.frames import FrameBuilder, combine_replicas
 from runtime.planning.job import PointJob
 from runtime.planning.metrics_row import metrics_row
+from simulator.cost.cost_model import CostModel, ScalableCostModel
 from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
 from simulator.fleet.speculation import Speculation
 from traces.events import Routed, make_header
@@ -25,15 +25,13 @@ from traces.log import LogWriter
 from traces.workload import Workload
 
 
-def scaled_model(model: Any, step_scale: float) -> Any:
-    """``model`` with every step time multiplied by ``step_scale`` (a copy; the model itself if 1)."""
+def scaled_model(model: CostModel, step_scale: float) -> CostModel:
+    """``model`` with every step time multiplied by ``step_scale`` (a new model; the model itself if 1)."""
     if step_scale == 1.0:
         return model
-    if not hasattr(model, "scale"):
+    if not isinstance(model, ScalableCostModel):
         raise ValueError(f"the cost model {type(model).__name__} can't scale its step times")
-    scaled = copy.deepcopy(model)
-    scaled.scale(step_scale)
-    return scaled
+    return model.scaled(step_scale)
 
 
 def _tee(*sinks):
@@ -43,7 +41,7 @@ def _tee(*sinks):
     return sink
 
 
-def simulate_point(job: PointJob, workload: Workload, cost_model: Any, cost_model_name: str = "",
+def simulate_point(job: PointJob, workload: Workload, cost_model: CostModel, cost_model_name: str = "",
                    speculation: Speculation | None = None) -> dict[str, Any]:
     """The metrics row of ``job`` (``runtime.planning.metrics_row``); ``speculation``: the shared rates."""
     if job.acceptance is not None:

@@ -24,6 +24,8 @@ fitted model carries, besides its step model:
                (tokens beyond one per span); with overlap it holds back the end of the step in
                flight (simulator/cost/launch.py)
 
+The front door's delay by prompt length, from a probe's log, is in front_door_fit.py.
+
 ``HostData.from_log`` separates busy gaps from wakes the way RecordedCostModel does (an engine is
 idle when every request that arrived so far has finished).
 """
@@ -32,19 +34,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from simulator.cost.logged_run import LoggedRun, LogPath, read_runs
 from traces.events import Aborted, Arrived, Finished, Step
-from traces.log import read_header, read_log
 
 # consecutive steps whose start equals the previous end exactly: the log of an overlapped engine
 OVERLAP_SHARE = 0.9
 
 
-@dataclass
+@dataclass(frozen=True)
 class HostTiming:
     gap_const: float = 0.0
     gap_per_seq: float = 0.0
@@ -121,11 +122,12 @@ class HostData:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     @classmethod
-    def from_log(cls, path: str | Path) -> HostData:
+    def from_log(cls, log: LogPath | LoggedRun) -> HostData:
         """A profile sweep's log (Header ``extra.profile``) gives busy gaps only, and none a request
         was added in: its requests are added by the sweep (a synthetic prompt made each time), not
         by a front door."""
-        extra = read_header(path).extra
+        run = log if isinstance(log, LoggedRun) else LoggedRun.read(log)
+        extra = run.header.extra
         profile = "profile" in extra
         data = cls(live_logs=0 if profile else 1)
         if isinstance(extra.get("overlap"), bool):
@@ -133,7 +135,7 @@ class HostData:
         steps: list[tuple[float, float, int, int, int]] = []  # start, end, spans, drafts, requests ended before it
         arrivals: list[float] = []
         ended = 0
-        for ev in read_log(path):
+        for ev in run.events:
             if isinstance(ev, Step):
                 steps.append((ev.start, ev.end, len(ev.spans), sum(map(len, ev.drafts)), ended))
             elif isinstance(ev, Arrived):
@@ -171,85 +173,39 @@ class HostData:
         return data
 
 
-def fit_host_timing(logs: Sequence[str | Path]) -> HostTiming:
+def fit_host_timing(logs: Sequence[LogPath | LoggedRun]) -> HostTiming:
     """Host timing from the gaps of ``logs`` (least squares for busy gaps; medians for wake and intake)."""
     data = HostData()
-    for path in logs:
-        data.extend(HostData.from_log(path))
-    timing = HostTiming(fitted_from={"logs": [str(p) for p in logs], "busy_gaps": len(data.busy_gaps),
-                                     "wakes": len(data.wakes), "requests": len(data.intake_lags)})
+    runs = read_runs(logs)
+    for run in runs:
+        data.extend(HostData.from_log(run))
+    fitted: dict[str, Any] = {"logs": [r.path for r in runs], "busy_gaps": len(data.busy_gaps),
+                              "wakes": len(data.wakes), "requests": len(data.intake_lags)}
+    parts: dict[str, Any] = {}
     if data.busy_gaps:
         y = np.asarray(data.busy_gaps)
-        timing.overlap = data.overlap
+        parts["overlap"] = data.overlap
         drafts = np.asarray(data.busy_drafts, dtype=float)
         if drafts.any():  # the part of a gap its verified drafts explain, then the rest as without them
             X = np.column_stack([np.ones_like(y), np.asarray(data.busy_spans, dtype=float), drafts])
-            timing.gap_per_draft = max(float(np.linalg.lstsq(X, y, rcond=None)[0][2]), 0.0)
-            y = y - timing.gap_per_draft * drafts
+            parts["gap_per_draft"] = max(float(np.linalg.lstsq(X, y, rcond=None)[0][2]), 0.0)
+            y = y - parts["gap_per_draft"] * drafts
         X = np.column_stack([np.ones_like(y), np.asarray(data.busy_spans, dtype=float)])
         coef = np.linalg.lstsq(X, y, rcond=None)[0]
         if coef[1] < 0:  # a gap does not shrink with the batch: the mean alone
             coef = np.array([y.mean(), 0.0])
         if coef[0] < 0:
             coef = np.array([0.0, float(y @ X[:, 1] / max(X[:, 1] @ X[:, 1], 1e-12))])
-        timing.gap_const, timing.gap_per_seq = float(coef[0]), float(coef[1])
-        timing.fitted_from["busy_gap_mean_s"] = float(y.mean())
+        parts["gap_const"], parts["gap_per_seq"] = float(coef[0]), float(coef[1])
+        fitted["busy_gap_mean_s"] = float(y.mean())
+    intake = float(np.median(data.intake_lags)) if data.intake_lags else 0.0
     if data.intake_lags:
-        timing.intake_delay = float(np.median(data.intake_lags))
+        parts["intake_delay"] = intake
     if data.wakes:
-        timing.wake = max(float(np.median(data.wakes)) - timing.intake_delay, 0.0)
-    return timing
+        parts["wake"] = max(float(np.median(data.wakes)) - intake, 0.0)
+    return HostTiming(**parts, fitted_from=fitted)
 
 
-def log_overlaps(path: str | Path) -> bool:
+def log_overlaps(path: LogPath) -> bool:
     """Whether the log's steps overlap (an async engine's log: its header says so, or its busy steps tile)."""
     return HostData.from_log(path).overlap
-
-
-@dataclass(frozen=True)
-class FrontDoorFit:
-    """The front door's delay from a probe's log: ``intake_delay + intake_per_token · prompt tokens``."""
-
-    intake_delay: float
-    intake_per_token: float
-    requests: int
-    median_delay: float
-    max_prompt: int
-
-
-def fit_front_door(path: str | Path) -> FrontDoorFit | None:
-    """A served log's requests that reached an idle engine (every earlier request finished, no step
-    running): from the arrival stamp to the start of the request's first step is the front door's
-    delay and nothing else (no queueing, no step in flight). Fitted as ``const + per_token ·
-    prompt tokens`` (both >= 0, least squares). None: no such request."""
-    from simulator.cost.nnls import nnls
-
-    arrived: dict[int, tuple[float, int]] = {}
-    open_requests: set[int] = set()
-    idle_at_arrival: set[int] = set()
-    seen: set[int] = set()
-    last_end = float("-inf")
-    delays, tokens = [], []
-    for ev in read_log(path):
-        if isinstance(ev, Arrived):
-            arrived[ev.request_id] = (ev.time, ev.prompt.num_tokens)
-            if not open_requests and ev.time >= last_end:
-                idle_at_arrival.add(ev.request_id)
-            open_requests.add(ev.request_id)
-        elif isinstance(ev, Step):
-            for s in ev.spans:
-                rid = s.request_id
-                if rid not in seen:
-                    seen.add(rid)
-                    if rid in idle_at_arrival:
-                        t, n = arrived[rid]
-                        delays.append(ev.start - t)
-                        tokens.append(n)
-            last_end = ev.end
-        elif isinstance(ev, Finished | Aborted):
-            open_requests.discard(ev.request_id)
-    if not delays:
-        return None
-    y, x = np.maximum(np.asarray(delays), 0.0), np.asarray(tokens, dtype=float)
-    const, per_token = nnls(np.column_stack([np.ones_like(x), x]), y)
-    return FrontDoorFit(float(const), float(per_token), len(y), float(np.median(y)), int(x.max()))

@@ -23,16 +23,19 @@ differs by machine and load: 5.5-8.8 ms), so no shipped model has one.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from simulator.cost.features import FEATURES
+from simulator.cost.host_timing import HostTiming
+from simulator.cost.step_data import StepData
 
 MIN_STEPS = 10  # steps followed by a prefill step needed to fit the launch
 
 
-def fit_eager_launch(data: Any, device: np.ndarray) -> dict[str, Any] | None:
+def fit_eager_launch(data: StepData, device: np.ndarray) -> dict[str, Any] | None:
     """``eager_launch`` and ``eager_launch_per_token`` from the steps of ``data`` followed by a prefill
     step (``data.next_extra`` > 0) whose GPU times the step model puts at
     ``device``: least squares of ``duration − max(device, launch)`` (a step whose device work outlasts
@@ -55,7 +58,7 @@ def fit_eager_launch(data: Any, device: np.ndarray) -> dict[str, Any] | None:
             "steps_followed_by_prefill": int(rows.sum()), "launch_bound_share": float(bound.mean())}
 
 
-def launch_pairs(data: Any) -> np.ndarray:
+def launch_pairs(data: StepData) -> np.ndarray:
     """The steps whose logged durations a launch moves, as a mask over ``data``'s rows: a decode-only
     step whose next step (tiled) carries prefill is logged until that step's launch ends, and the
     prefill step after it short by as much (its kernels ran as they were launched). Neither logged
@@ -67,7 +70,7 @@ def launch_pairs(data: Any) -> np.ndarray:
     return held | np.r_[False, held[:-1]]
 
 
-def held_back_excess(data: Any, device: np.ndarray) -> dict[str, Any] | None:
+def held_back_excess(data: StepData, device: np.ndarray) -> dict[str, Any] | None:
     """How much longer than ``device`` the steps followed by a prefill step are logged, on average,
     against the other steps (what ``--eager-launch`` would model); None without such steps."""
     nxt = data.next_extra
@@ -79,9 +82,12 @@ def held_back_excess(data: Any, device: np.ndarray) -> dict[str, Any] | None:
             "others_excess_s": float(resid[~rows].mean())}
 
 
-def set_eager_launch(host: Any, data: Any, device: np.ndarray) -> dict[str, Any] | None:
-    """Fit the launch (``fit_eager_launch``) into ``host`` (a HostTiming); what was fitted, or None."""
+def with_eager_launch(host: HostTiming, data: StepData, device: np.ndarray
+                      ) -> tuple[HostTiming, dict[str, Any] | None]:
+    """``host`` with the launch fitted (``fit_eager_launch``), and what was fitted (None: nothing,
+    ``host`` as it was)."""
     fitted = fit_eager_launch(data, device)
     if fitted is not None:
-        host.eager_launch, host.eager_launch_per_token = fitted["eager_launch"], fitted["eager_launch_per_token"]
-    return fitted
+        host = replace(host, eager_launch=fitted["eager_launch"],
+                       eager_launch_per_token=fitted["eager_launch_per_token"])
+    return host, fitted

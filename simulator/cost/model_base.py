@@ -1,74 +1,39 @@
-"""What every fitted step-time model shares: the file format, the error, the per-step MAPE, and
-the parts besides the step model — host timing (simulator/cost/host_timing.py) and the ranges it was
-fitted on (simulator/cost/ranges.py).
+"""What every fitted step-time model shares: the file format and the parts besides the step model —
+host timing (simulator/cost/host_timing.py), the ranges it was fitted on (simulator/cost/ranges.py),
+the decode kernel's splits and the prefill steps' padding.
 
 The simulator asks a model for its ``timing`` (simulator/cost/engine_timing.py): ``step_time(step,
 spans, verifying)`` and, where the model has them, ``host_gap(previous_spans, previous_drafts)``
 (engine time before a step; None after idle), ``intake_delay`` (seconds from a request's arrival
 stamp until the engine sees it), planning ahead with a launch time, and runs of decode steps priced
 at once.
+
+A fitted model is immutable: every change (``with_host``, ``scaled``, ...) returns a new model, so
+one model can be shared by simulations, sensitivity runs and a calibration without copies.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Container
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from simulator.cost.accuracy import prediction_errors
+from simulator.cost.cost_model import CostModel, CostModelError
 from simulator.cost.engine_timing import EngineTiming
 from simulator.cost.host_timing import HostTiming
 from simulator.cost.ranges import FeatureRanges
 from traces.decode_splits import DecodeSplits
-from traces.events import Span
 from traces.step_padding import StepPadding
 
+if TYPE_CHECKING:
+    import numpy as np
+    from typing_extensions import Self  # (typing's from Python 3.11)
+
+    from simulator.cost.step_data import StepData
+
 FORMAT = "minivllm-cost-model"
-
-
-class CostModelError(ValueError):
-    """A cost model file is malformed or can't serve the step asked for."""
-
-
-class CostModel:
-    """A step-time model: ``step_time`` prices a step from its spans; ``timing`` is everything a
-    simulation asks of the model (simulator/cost/engine_timing.py), for an engine of a step budget. A
-    model that times only steps need define ``step_time`` alone."""
-
-    def step_time(self, step: int, spans: list[Span], verifying: Container[int] = ()) -> float:
-        """Seconds that step ``step`` with these spans takes; the spans of the requests in
-        ``verifying`` verify speculative drafts (simulator/cost/features.py)."""
-        raise NotImplementedError
-
-    def timing(self, max_num_batched_tokens: int) -> EngineTiming:
-        return EngineTiming(step_time=self.step_time)
-
-
-def mape(predicted: np.ndarray, actual: np.ndarray) -> float:
-    """Mean absolute percentage error over steps with a positive recorded duration (in %)."""
-    ok = actual > 0
-    if not ok.any():
-        return float("nan")
-    return float(np.mean(np.abs(predicted[ok] - actual[ok]) / actual[ok]) * 100)
-
-
-def total_error(predicted: np.ndarray, actual: np.ndarray) -> float:
-    """Signed error of the summed step time, in % of the recorded sum."""
-    total = float(actual.sum())
-    return float((predicted.sum() - total) / total * 100) if total > 0 else float("nan")
-
-
-def prediction_errors(pred: np.ndarray, data: Any) -> dict[str, Any]:
-    """Per-step MAPE and total-time error of ``pred`` against a StepData's durations, overall and per log."""
-    out: dict[str, Any] = {"logs": data.logs, "steps": int(len(data.durations)),
-                           "mape": mape(pred, data.durations), "total_error": total_error(pred, data.durations)}
-    if data.log_index is not None and len(data.logs) > 1:
-        out["per_log"] = {log: mape(pred[data.log_index == i], data.durations[data.log_index == i])
-                          for i, log in enumerate(data.logs)}
-    return out
 
 
 def read_model_doc(path: str | Path) -> dict[str, Any]:
@@ -82,9 +47,12 @@ def read_model_doc(path: str | Path) -> dict[str, Any]:
 
 
 class TimedModel(CostModel):
-    """Host timing and feature ranges, carried beside a step model (both optional: a file without
-    them simulates as before, steps back to back, and warns about nothing)."""
+    """A step model with host timing, feature ranges, decode splits and padding beside it (all
+    optional: a file without them simulates as before, steps back to back, and warns about nothing).
+    Subclasses keep ``meta`` (identity, fit report) and recompute what ``step_time`` caches in
+    ``_derive``."""
 
+    meta: dict[str, Any]
     host: HostTiming | None = None
     ranges: FeatureRanges | None = None
     decode_splits: DecodeSplits | None = None  # the decode kernel's split policy (longest_program)
@@ -95,10 +63,57 @@ class TimedModel(CostModel):
     intake_delay: float = 0.0
     _overlap: tuple[float, float, float] | None = None  # host const, host per span, launch
 
-    def set_host(self, host: HostTiming | None) -> None:
-        self.host = host
-        self.intake_delay = host.intake_delay if host is not None else 0.0
-        self._overlap = (host.gap_const, host.gap_per_seq, host.launch) if host is not None and host.overlap else None
+    def _derive(self) -> None:
+        """Recompute what ``step_time`` caches of the model's parts (a new model's caches are its own)."""
+
+    def _evolve(self, **changes: Any) -> Self:
+        """A copy with these attributes changed; this model stays as it was."""
+        new = copy.copy(self)
+        new.meta = dict(self.meta)
+        for name, value in changes.items():
+            setattr(new, name, value)
+        new._derive()
+        return new
+
+    @staticmethod
+    def _host_parts(host: HostTiming | None) -> dict[str, Any]:
+        overlap = (host.gap_const, host.gap_per_seq, host.launch) if host is not None and host.overlap else None
+        return {"host": host, "intake_delay": host.intake_delay if host is not None else 0.0, "_overlap": overlap}
+
+    def predict_steps(self, data: StepData) -> np.ndarray:
+        """The step times of ``data``'s rows."""
+        raise NotImplementedError
+
+    def evaluate(self, data: StepData) -> dict[str, Any]:
+        """Per-step MAPE and total-time error, overall and per log."""
+        return prediction_errors(self.predict_steps(data), data)
+
+    def scaled(self, factor: float) -> Self:
+        """This model with every step time it predicts multiplied by ``factor``."""
+        raise NotImplementedError
+
+    def with_host(self, host: HostTiming | None) -> Self:
+        """This model with that host timing (its intake delay the host's)."""
+        return self._evolve(**self._host_parts(host))
+
+    def with_intake_delay(self, delay: float) -> Self:
+        """This model with the front door's delay set apart from its host timing (a fit trying delays)."""
+        return self._evolve(intake_delay=delay)
+
+    def with_ranges(self, ranges: FeatureRanges | None) -> Self:
+        return self._evolve(ranges=ranges)
+
+    def with_decode_splits(self, splits: DecodeSplits | None) -> Self:
+        return self._evolve(decode_splits=splits)
+
+    def with_step_padding(self, padding: StepPadding | None) -> Self:
+        """This model fitted on steps padded so (the padding in effect unless a view for another
+        budget is taken: ``with_step_budget``)."""
+        return self._evolve(step_padding=padding, padding=padding)
+
+    def with_meta(self, **entries: Any) -> Self:
+        """This model with these metadata entries added or replaced (an existing key keeps its place)."""
+        return self._evolve(meta={**self.meta, **entries})
 
     def host_gap(self, previous_spans: int | None, previous_drafts: int = 0) -> float:
         return 0.0 if self.host is None else self.host.gap(previous_spans, previous_drafts)
@@ -163,24 +178,20 @@ class TimedModel(CostModel):
             out["step_padding"] = {"max_tokens": self.step_padding.max_tokens}
         return out
 
-    def load_timed_parts(self, doc: dict[str, Any], path: str | Path) -> None:
+    def with_timed_parts(self, doc: dict[str, Any], path: str | Path) -> Self:
+        """This model with the parts a model file keeps beside its step model."""
         try:
-            self.set_host(HostTiming.from_dict(doc["host"]) if isinstance(doc.get("host"), dict) else None)
-            self.ranges = FeatureRanges.from_dict(doc["ranges"]) if isinstance(doc.get("ranges"), dict) else None
-            self.set_decode_splits(DecodeSplits.from_dict(doc.get("decode_splits")))
+            host = HostTiming.from_dict(doc["host"]) if isinstance(doc.get("host"), dict) else None
+            ranges = FeatureRanges.from_dict(doc["ranges"]) if isinstance(doc.get("ranges"), dict) else None
+            splits = DecodeSplits.from_dict(doc.get("decode_splits"))
             padding = doc.get("step_padding")
-            self.set_step_padding(StepPadding(int(padding["max_tokens"])) if padding else None)
+            padding = StepPadding(int(padding["max_tokens"])) if padding else None
         except (TypeError, ValueError, KeyError, IndexError) as e:
             raise CostModelError(f"{path}: host, ranges, decode_splits or step_padding: {e}") from None
+        return self._evolve(**self._host_parts(host), ranges=ranges, decode_splits=splits, step_padding=padding,
+                            padding=padding)
 
-    def set_decode_splits(self, splits: DecodeSplits | None) -> None:
-        self.decode_splits = splits
-
-    def set_step_padding(self, padding: StepPadding | None) -> None:
-        """The fitted steps' padding (in effect unless a view for another budget is taken)."""
-        self.step_padding = self.padding = padding
-
-    def with_step_budget(self, max_tokens: int) -> TimedModel:
+    def with_step_budget(self, max_tokens: int) -> Self:
         """This model as an engine of that step budget runs: a model fitted on padded steps pads
         prefill steps to the budget's captured counts. A shallow copy when that changes the padding
         (the model itself unchanged, so simulations of different budgets can share it), else self."""
@@ -191,7 +202,7 @@ class TimedModel(CostModel):
         return view
 
 
-def for_step_budget(model: Any, max_tokens: int) -> Any:
+def for_step_budget(model: CostModel, max_tokens: int) -> CostModel:
     """``model`` for an engine of this step budget (``with_step_budget``; itself without one)."""
     view = getattr(model, "with_step_budget", None)
     return model if view is None else view(max_tokens)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.cost.cost_model import CostModel
 from simulator.cost.engine_timing import EngineTiming
 from simulator.cost.features import EXT_FEATURES, decode_ext_features, ext_features
 from traces.events import Span
@@ -110,7 +111,7 @@ class RangeTracker:
     """Wraps a cost model with ranges; counts the steps it times that lie outside them. Its timing
     is the model's, with every step counted, so the simulation runs exactly as with the bare model."""
 
-    def __init__(self, model: Any, ranges: FeatureRanges, report: RangeReport | None = None) -> None:
+    def __init__(self, model: CostModel, ranges: FeatureRanges, report: RangeReport | None = None) -> None:
         self.model = model
         self.ranges = ranges
         self.report = RangeReport() if report is None else report
@@ -144,7 +145,7 @@ class RangeTracker:
         return self.report.warning(self.ranges)
 
 
-def track_ranges(model: Any) -> RangeTracker | None:
+def track_ranges(model: CostModel) -> RangeTracker | None:
     """A tracker around ``model`` if it records ranges, else None."""
     ranges = getattr(model, "ranges", None)
     return RangeTracker(model, ranges) if ranges is not None and ranges.hi else None

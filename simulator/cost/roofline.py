@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from simulator.cost.cost_model import LinearCostModel
+from simulator.cost.linear_model import LinearCostModel
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left
-from collections.abc import Container
+from collections.abc import Container, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simulator.cost.cost_model import CostModelError
 from simulator.cost.features import (
     EXT_FEATURES,
     FEATURE_DOC,
@@ -29,10 +30,14 @@ from simulator.cost.features import (
     decode_ext_features,
     ext_features,
 )
-from simulator.cost.model_base import FORMAT, CostModelError, TimedModel, prediction_errors
+from simulator.cost.model_base import FORMAT, TimedModel
 from simulator.cost.trees import TreeEnsemble
-from traces.decode_splits import DecodeSplits
 from traces.events import Span
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from simulator.cost.step_data import StepData
 
 _N = len(FEATURES)
 _CONTEXT = FEATURES.index("decode_context")
@@ -57,7 +62,7 @@ class TreeCostModel(TimedModel):
         self._derive()
 
     def _derive(self) -> None:
-        """What step_time remembers of the coefficients and the trees (again after ``scale``)."""
+        """What step_time remembers of the coefficients and the trees (a new model's own)."""
         self._coef = [self.coefficients[f] for f in FEATURES]
         # a decode-only step's linear part, left to right as ``_any_step`` adds it: const, then 0
         # prefill tokens and attention; after the span count, context and count, 0.0 prefill_step,
@@ -70,20 +75,12 @@ class TreeCostModel(TimedModel):
         self._decode_rows: dict[int, tuple[float, float, dict[int, float]]] = {}
         self._longest_cells = len(self._longest_cuts) + 1
 
-    def scale(self, factor: float) -> None:
-        """Multiply every step time the model predicts by ``factor`` (in place)."""
-        self.coefficients = {k: v * factor for k, v in self.coefficients.items()}
-        self.ensemble.base *= factor
-        self.ensemble.scale *= factor
-        self.ensemble.forget()
-        self.floor *= factor
-        self._derive()
+    def scaled(self, factor: float) -> Self:
+        """This model with every step time it predicts multiplied by ``factor``."""
+        return self._evolve(coefficients={k: v * factor for k, v in self.coefficients.items()},
+                            ensemble=self.ensemble.scaled(factor), floor=self.floor * factor)
 
-    def set_decode_splits(self, splits: DecodeSplits | None) -> None:
-        self.decode_splits = splits
-        self._derive()  # (the remembered cells priced the longest program by the policy before)
-
-    def step_time(self, step: int, spans: list[Span], verifying: Container[int] = ()) -> float:
+    def step_time(self, step: int, spans: Sequence[Span], verifying: Container[int] = ()) -> float:
         context = longest = 0
         for s in spans:
             if s.num_tokens != 1:
@@ -164,7 +161,7 @@ class TreeCostModel(TimedModel):
         host = host + per_span * spans
         return (host if host > t else t) + launch
 
-    def _any_step(self, spans: list[Span], verifying: Container[int] = ()) -> tuple[float, float]:
+    def _any_step(self, spans: Sequence[Span], verifying: Container[int] = ()) -> tuple[float, float]:
         """The trees' value and the linear part of any step."""
         x = ext_features(spans, self.decode_splits, self.padding, verifying)
         c0, c1, c2, c3, c4, c5, c6, c7, c8 = self._coef
@@ -176,13 +173,10 @@ class TreeCostModel(TimedModel):
         """Durations for an [steps, EXT_FEATURES] matrix."""
         return np.maximum(ext[:, :_N] @ np.asarray(self._coef) + self.ensemble.predict(ext), self.floor)
 
-    def predict_steps(self, data: Any) -> np.ndarray:
+    def predict_steps(self, data: StepData) -> np.ndarray:
         """The step times of a StepData's rows."""
         return self.predict_ext(data.ext)
 
-    def evaluate(self, data: Any) -> dict[str, Any]:
-        """Per-step MAPE and total-time error, overall and per log (``data``: a StepData)."""
-        return prediction_errors(self.predict_steps(data), data)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": 1, "kind": "trees", **self.meta, "features": FEATURE_DOC,
@@ -214,5 +208,4 @@ class TreeCostModel(TimedModel):
             model = cls(coefficients, ensemble, meta, floor=float(doc.get("floor", 0.0)))
         except (KeyError, TypeError, ValueError) as e:
             raise CostModelError(f"{path}: malformed trees model: {e}") from None
-        model.load_timed_parts(doc, path)
-        return model
+        return model.with_timed_parts(doc, path)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -151,6 +151,11 @@ class TreeEnsemble:
                 self._cells.clear()
             value = self._cells[cell] = self.walk(x)
         return value
+
+    def scaled(self, factor: float) -> TreeEnsemble:
+        """These trees with every prediction multiplied by ``factor`` (the same trees and splits,
+        remembered predictions of its own)."""
+        return replace(self, base=self.base * factor, scale=self.scale * factor, _cells={})
 
     def forget(self) -> None:
         """Drop the remembered predictions (after ``base`` or ``scale`` changed)."""

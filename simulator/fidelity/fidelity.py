@@ -18,7 +18,6 @@ A speculative log is re-simulated with its own acceptance rates, per request; ``
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 from pathlib import Path
@@ -28,7 +27,9 @@ import numpy as np
 
 from runtime.engine.config import EngineConfig
 from runtime.engine.drafters import parse_speculative
+from simulator.cost.cost_model import CostModel, ScalableCostModel
 from simulator.cost.host_timing import log_overlaps
+from simulator.cost.model_base import TimedModel
 from simulator.cost.ranges import track_ranges
 from simulator.fidelity.config_diff import config_changes, what_if
 from simulator.fleet.device import place, placement_of
@@ -70,7 +71,7 @@ def compare(live: dict[str, np.ndarray], sim: dict[str, np.ndarray]) -> dict[str
     return out
 
 
-def simulate_times(log: str | Path, model: Any, config: EngineConfig, speculation: Speculation | None = None,
+def simulate_times(log: str | Path, model: CostModel, config: EngineConfig, speculation: Speculation | None = None,
                    devices: int | None = None) -> tuple[RequestTimes, Any, Any]:
     """Re-simulate ``log``'s workload under ``config``: the run's times, the SimResult, the range
     tracker. A fleet log's workload goes through a fleet of its replicas and its router, placed on
@@ -96,7 +97,7 @@ def fleet_placement(fleet: FleetLog, devices: int | None = None) -> list[int] | 
     return placement_of([read_header(p).extra.get("device") for p in fleet.replica_logs])
 
 
-def resimulate_fleet(log: str | Path, model: Any, config: EngineConfig, speculation: Speculation | None = None,
+def resimulate_fleet(log: str | Path, model: CostModel, config: EngineConfig, speculation: Speculation | None = None,
                      devices: int | None = None) -> tuple[RequestTimes, Any]:
     """A fleet log's requests (every replica's, by arrival) through as many simulated replicas and
     its router, on the devices they ran on (``fleet_placement``): each replica under its own logged
@@ -137,7 +138,7 @@ def check(report: dict[str, Any], tolerance: float) -> list[str]:
     return bad
 
 
-def sensitivity(live_log: str | Path, model: Any, config: EngineConfig, pct: float,
+def sensitivity(live_log: str | Path, model: CostModel, config: EngineConfig, pct: float,
                 speculation: Speculation | None = None, devices: int | None = None) -> dict[str, Any] | None:
     """How far the checked latencies move per 1 % of step time: the workload re-simulated with every
     step ``pct`` % shorter and ``pct`` % longer, the elasticity d ln(metric) / d ln(step time) per
@@ -146,13 +147,11 @@ def sensitivity(live_log: str | Path, model: Any, config: EngineConfig, pct: flo
     2-3 % and a tail TTFT near saturation by far more (docs/BENCHMARKS.md, "Simulator fidelity"). A goal of
     ±g % on a metric of elasticity e therefore needs the step model within g / e %. None when the
     model cannot be scaled (``recorded``)."""
-    if not hasattr(model, "scale"):
+    if not isinstance(model, ScalableCostModel):
         return None
     runs = []
     for factor in (1 - pct / 100, 1 + pct / 100):
-        scaled = copy.deepcopy(model)
-        scaled.scale(factor)
-        runs.append(simulate_times(live_log, scaled, config, speculation, devices)[0])
+        runs.append(simulate_times(live_log, model.scaled(factor), config, speculation, devices)[0])
     span = math.log((1 + pct / 100) / (1 - pct / 100))
 
     def elasticity(lo: float, hi: float) -> float:
@@ -193,7 +192,7 @@ def by_arrival(live: RequestTimes, sim: RequestTimes, windows: int) -> list[dict
     return rows
 
 
-def fidelity(live_log: str | Path, model: Any, *, config: EngineConfig | None = None, overrides: list[str] = (),
+def fidelity(live_log: str | Path, model: CostModel, *, config: EngineConfig | None = None, overrides: list[str] = (),
              what_if_live: str | Path | None = None, replay: bool = True,
              sensitivity_pct: float | None = None, arrival_windows: int | None = None,
              speculation: Speculation | None = None, devices: int | None = None
@@ -205,7 +204,7 @@ def fidelity(live_log: str | Path, model: Any, *, config: EngineConfig | None = 
     fleet log's replicas on that many devices (default: as the log says)."""
     header, log_cfg = log_config(live_log)
     config = config or log_cfg
-    notes = _match_overlap(live_log, model)
+    model, notes = _match_overlap(live_log, model)
     live = times_of_log(live_log)
     sim, result, tracker = simulate_times(live_log, model, config, speculation, devices)
     live_v, sim_v = live.values(), sim.values()
@@ -241,21 +240,21 @@ def fidelity(live_log: str | Path, model: Any, *, config: EngineConfig | None = 
     return report, dists
 
 
-def _match_overlap(live_log: str | Path, model: Any) -> list[str]:
-    """Run the model the way the live engine ran: overlapped steps (async scheduling: the log's
-    steps tile) or sequential ones. The header does not record it; the log shows it."""
-    host = getattr(model, "host", None)
-    if host is None or not hasattr(model, "set_host"):
-        return []
+def _match_overlap(live_log: str | Path, model: CostModel) -> tuple[CostModel, list[str]]:
+    """The model run the way the live engine ran: overlapped steps (async scheduling: the log's
+    steps tile) or sequential ones, and a note when that is not how it was fitted. The header does
+    not record it; the log shows it."""
+    if not isinstance(model, TimedModel) or model.host is None:
+        return model, []
+    host = model.host
     if is_fleet(read_header(live_log)):  # a fleet log holds no steps: its first replica's log does
         live_log = FleetLog.read(live_log).replica_logs[0]
     overlaps = log_overlaps(live_log)
     if overlaps == host.overlap:
-        return []
-    model.set_host(dataclasses.replace(host, overlap=overlaps))
-    return [f"the live log's steps {'overlap' if overlaps else 'run one after another'}: simulated "
-            f"{'with' if overlaps else 'without'} overlap (the model was fitted "
-            f"{'without' if overlaps else 'with'} it)"]
+        return model, []
+    return model.with_host(dataclasses.replace(host, overlap=overlaps)), [
+        f"the live log's steps {'overlap' if overlaps else 'run one after another'}: simulated "
+        f"{'with' if overlaps else 'without'} overlap (the model was fitted {'without' if overlaps else 'with'} it)"]
 
 
 def _what_if(live_log, model, config, overrides, sim_v, live_v, what_if_live, speculation=None, devices=None):

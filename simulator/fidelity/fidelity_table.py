@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from simulator.cost.cost_model import CostModel
 from simulator.fidelity.config_diff import flat
 from simulator.fidelity.fidelity import CHECKED, compare, fidelity, rel_error, times_of_log
 from simulator.replay.replay import log_config
@@ -54,7 +55,7 @@ def overrides_between(base_log: str | Path, other_log: str | Path) -> list[str]:
     return out
 
 
-def run_row(log: str | Path, model: Any, role: str = "", sensitivity_pct: float | None = None) -> dict[str, Any]:
+def run_row(log: str | Path, model: CostModel, role: str = "", sensitivity_pct: float | None = None) -> dict[str, Any]:
     report, _ = fidelity(log, model, replay=True, sensitivity_pct=sensitivity_pct)
     row = {"kind": "run", "run": _name(log), "role": role, "notes": report["notes"],
            "errors": {f"{m}_{p}": report["metrics"][m][p]["error_pct"] for m, p in COLUMNS},
@@ -67,7 +68,7 @@ def run_row(log: str | Path, model: Any, role: str = "", sensitivity_pct: float 
     return row
 
 
-def pair_row(on_log: str | Path, off_log: str | Path, model: Any, role: str = "") -> dict[str, Any]:
+def pair_row(on_log: str | Path, off_log: str | Path, model: CostModel, role: str = "") -> dict[str, Any]:
     overrides = overrides_between(on_log, off_log)
     report, _ = fidelity(on_log, model, overrides=overrides, what_if_live=off_log, replay=False)
     w = report["what_if"]

@@ -21,17 +21,24 @@ still scored (and reported), and ``--kind`` fits one. Every tree fit is seeded.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from simulator.cost.cost_model import LinearCostModel, StepData, TreeCostModel
+from simulator.cost.accuracy import mape
+from simulator.cost.cost_model import CostModelError
 from simulator.cost.features import FEATURES, PADDED
-from simulator.cost.host_timing import fit_front_door, fit_host_timing
-from simulator.cost.launch import held_back_excess, launch_pairs, set_eager_launch
-from simulator.cost.model_base import CostModelError, mape
+from simulator.cost.front_door_fit import fit_front_door
+from simulator.cost.host_timing import fit_host_timing
+from simulator.cost.launch import held_back_excess, launch_pairs, with_eager_launch
+from simulator.cost.linear_model import LinearCostModel
+from simulator.cost.logged_run import LoggedRun, LogPath, read_runs
+from simulator.cost.model_base import TimedModel
 from simulator.cost.ranges import FeatureRanges
+from simulator.cost.step_data import StepData
+from simulator.cost.tree_model import TreeCostModel
 from simulator.cost.trees import TreeEnsemble
 from simulator.fitting.intake import fit_intake_delay
 
@@ -54,7 +61,7 @@ def _forest():
     return RandomForestRegressor(n_estimators=40, max_depth=10, min_samples_leaf=3, random_state=SEED, n_jobs=1)
 
 
-def fit_candidate(name: str, train: StepData, meta: dict[str, Any] | None = None):
+def fit_candidate(name: str, train: StepData, meta: dict[str, Any] | None = None) -> TimedModel:
     """One candidate fitted on ``train`` (meta: identity, hardware, ... copied into the model)."""
     meta = dict(meta or {})
     y = train.durations
@@ -84,16 +91,15 @@ def fit_candidate(name: str, train: StepData, meta: dict[str, Any] | None = None
                               {**meta, "estimator": name, "unfitted_features": unfitted},
                               floor=float(data.durations.min()) / 2)
         pred = model.predict_ext(ext)
-        model.meta["training"] = {"logs": train.logs, "steps": int(len(y)), "mape": mape(pred, data.durations)}
+        model = model.with_meta(training={"logs": train.logs, "steps": int(len(y)), "mape": mape(pred, data.durations)})
     else:
         raise CostModelError(f"unknown cost-model candidate {name!r}; known: {', '.join(CANDIDATES)}")
-    model.meta["candidate"] = name
-    model.set_decode_splits(train.decode_splits)  # its steps' longest_program was split so
-    model.set_step_padding(train.step_padding)  # and their prefill steps padded so
-    return model
+    # its steps' longest_program was split so, and their prefill steps padded so
+    return (model.with_meta(candidate=name).with_decode_splits(train.decode_splits)
+            .with_step_padding(train.step_padding))
 
 
-def evaluate(model, data: StepData) -> dict[str, Any]:
+def evaluate(model: TimedModel, data: StepData) -> dict[str, Any]:
     return model.evaluate(data)
 
 
@@ -104,7 +110,7 @@ def score(ev: dict[str, Any]) -> float:
 @dataclass
 class Selection:
     best: str
-    model: Any
+    model: TimedModel
     scores: dict[str, dict[str, float]] = field(default_factory=dict)  # candidate -> mape, total_error, score
 
 
@@ -112,7 +118,7 @@ def select_model(train: StepData, held: StepData, candidates: tuple[str, ...] | 
                  meta: dict[str, Any] | None = None, keep: tuple[str, ...] | None = None) -> Selection:
     """Fit and score each candidate on ``train``; keep the lowest held-out score among ``keep``
     (default: all; ties: the earlier candidate)."""
-    best: tuple[float, str, Any] | None = None
+    best: tuple[float, str, TimedModel] | None = None
     scores: dict[str, dict[str, float]] = {}
     for name in candidates:
         model = fit_candidate(name, train, meta)
@@ -128,45 +134,47 @@ def select_model(train: StepData, held: StepData, candidates: tuple[str, ...] | 
     return Selection(best[1], best[2], scores)
 
 
-def calibrate(model, logs: list[str]) -> dict[str, Any]:
-    """Scale ``model`` so its total step time on ``logs`` matches theirs: the shape of the step
+def calibrate(model: TimedModel, logs: Sequence[LogPath | LoggedRun]) -> tuple[TimedModel, dict[str, Any]]:
+    """``model`` scaled so its total step time on ``logs`` matches theirs: the shape of the step
     cost from a profile sweep, its level from live runs (another load on a shared CPU, the live
     engine's own overheads). Host timing then comes from ``logs`` too (and the eager launch, when
     the model has one: simulator/cost/launch.py); where their steps overlap (gaps show no intake), the
     intake delay is the one whose re-simulation of ``logs`` has their TTFT p50 (simulator/fitting/intake.py;
     logs whose TTFT is mostly queueing are left out, and with only those the delay stays the
-    model's). Returns what it did."""
-    data = StepData.from_logs(logs)
+    model's). Returns the calibrated model and what was done; each log is read once."""
+    runs = read_runs(logs)
+    data = StepData.from_logs(runs)
     # with a launch, the level from the steps whose logged time is their GPU time
     level = data.subset(~launch_pairs(data)) if model.launch_time is not None else data
     before = evaluate(model, level)
     factor = 1.0 / (1.0 + before["total_error"] / 100)
-    model.scale(factor)
-    after = evaluate(model, level)
-    host = fit_host_timing(logs)
-    out = {"logs": [str(p) for p in logs], "steps": int(len(level.durations)), "factor": factor,
+    scaled = model.scaled(factor)
+    after = evaluate(scaled, level)
+    host = fit_host_timing(runs)
+    out = {"logs": [r.path for r in runs], "steps": int(len(level.durations)), "factor": factor,
            "mape_before": before["mape"], "mape_after": after["mape"], "total_error_before": before["total_error"]}
-    if host.overlap and model.launch_time is not None:
-        out["launch"] = set_eager_launch(host, data, model.predict_steps(data))
-    delay = model.intake_delay
-    model.set_host(host)
-    if model.host.overlap and model.host.fitted_from.get("requests"):
-        out["intake"] = fit_intake_delay(model, logs)
-        if not out["intake"]["logs"]:  # every log queue-bound: the delay stays the model's
-            host.intake_delay = model.intake_delay = delay
-    return out
+    if host.overlap and scaled.launch_time is not None:
+        host, out["launch"] = with_eager_launch(host, data, scaled.predict_steps(data))
+    delay = scaled.intake_delay
+    calibrated = scaled.with_host(host)
+    if host.overlap and host.fitted_from.get("requests"):
+        fitted, out["intake"] = fit_intake_delay(calibrated, runs)
+        # every log queue-bound: the delay stays the model's
+        calibrated = fitted if out["intake"]["logs"] else calibrated.with_host(replace(host, intake_delay=delay))
+    return calibrated, out
 
 
-def decode_steps(logs: list[str]) -> StepData:
+def decode_steps(logs: Sequence[LogPath | LoggedRun]) -> StepData:
     """The pure-decode steps of ``logs`` (no span with chunk > 1)."""
     data = StepData.from_logs(logs)
     return data.subset(data.features[:, FEATURES.index("prefill_tokens")] == 0)
 
 
-def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout_every: int = 5,
-                   holdout_block: int = HOLDOUT_BLOCK, kind: str = "auto", meta: dict[str, Any] | None = None,
-                   calibrate_on: list[str] | None = None, decode_steps_of: list[str] | None = None,
-                   eager_launch: bool = False, weights: dict[str, int] | None = None, front_door: str | None = None):
+def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[LogPath] | None = None,
+                   holdout_every: int = 5, holdout_block: int = HOLDOUT_BLOCK, kind: str = "auto",
+                   meta: dict[str, Any] | None = None, calibrate_on: Sequence[LogPath] | None = None,
+                   decode_steps_of: Sequence[LogPath] | None = None, eager_launch: bool = False,
+                   weights: dict[str, int] | None = None, front_door: LogPath | None = None) -> TimedModel:
     """The model for ``logs``: every candidate (``kind="auto"``) or one, fitted on the training
     steps; held-out error on ``holdout`` logs or every ``holdout_every``-th block of
     ``holdout_block`` steps; host timing from the training logs' gaps; the ranges of the training
@@ -177,51 +185,56 @@ def fit_cost_model(logs: list[str], *, holdout: list[str] | None = None, holdout
     too (simulator/cost/launch.py). ``weights``: a log of ``logs`` → how many times its training steps
     count (a profile sweep's few steps against many live ones); its held-out steps count once.
     ``front_door``: a front-door probe's log (runtime/bench/front_door_probe.py) the intake delay is
-    fitted on (``fit_front_door``), in place of what the training logs' gaps say of it."""
-    data = StepData.from_logs(logs)
+    fitted on (``fit_front_door``), in place of what the training logs' gaps say of it. A log
+    in several of these roles is read once."""
+    cache: dict[str, LoggedRun] = {}  # each log read once, whatever roles it has in this fit
+    runs = read_runs(logs, cache)
+    data = StepData.from_logs(runs)
     if decode_steps_of:
-        data = StepData.concat([data, decode_steps(decode_steps_of)])
-    host = fit_host_timing(logs)
+        data = StepData.concat([data, decode_steps(read_runs(decode_steps_of, cache))])
+    host = fit_host_timing(runs)
     # with the launch modelled, the step model learns GPU times only: not the steps it moves
     clean = eager_launch and host.overlap
     steps = data.subset(~launch_pairs(data)) if clean else data
     if holdout:
-        held = StepData.from_logs(holdout)
+        held = StepData.from_logs(read_runs(holdout, cache))
         train, held = steps, held.subset(~launch_pairs(held)) if clean else held
     else:
         if holdout_every < 2:
             raise CostModelError(f"holdout_every must be >= 2, got {holdout_every}")
         train, held = steps.split(holdout_every, holdout_block)
     if weights:
-        train = train.weighted({list(map(str, logs)).index(str(log)): times for log, times in weights.items()})
+        paths = [r.path for r in runs]
+        train = train.weighted({paths.index(str(log)): times for log, times in weights.items()})
     candidates = CANDIDATES if kind == "auto" else (kind,)
     selection = select_model(train, held, candidates, meta, keep=EXTRAPOLATING if kind == "auto" else None)
     model = selection.model
+    report: dict[str, Any] = {}  # the fit's report, into the model's metadata in this order
     if weights:
-        model.meta["training"]["weights"] = {str(log): times for log, times in weights.items()}
-    model.meta["heldout"] = evaluate(model, held)
+        report["training"] = {**model.meta["training"],
+                              "weights": {str(log): times for log, times in weights.items()}}
+    report["heldout"] = evaluate(model, held)
     if not holdout:
         block = max(1, min(holdout_block, len(steps.durations) // (4 * holdout_every)))
-        model.meta["heldout"]["kind"] = (f"every {holdout_every}th step of the training logs" if block == 1 else
-                                         f"every {holdout_every}th block of {block} steps of the training logs")
+        report["heldout"]["kind"] = (f"every {holdout_every}th step of the training logs" if block == 1 else
+                                     f"every {holdout_every}th block of {block} steps of the training logs")
     by = "held-out MAPE + |total-time error| (%)" + (", among " + ", ".join(EXTRAPOLATING) if kind == "auto" else "")
-    model.meta["selection"] = {"chosen": selection.best, "by": by,
-                               "candidates": selection.scores}
+    report["selection"] = {"chosen": selection.best, "by": by, "candidates": selection.scores}
     if host.overlap:
         device = model.predict_steps(data)
-        model.meta["before_prefill"] = held_back_excess(data, device)
+        report["before_prefill"] = held_back_excess(data, device)
         if eager_launch:
-            launch = set_eager_launch(host, data, device)
+            host, launch = with_eager_launch(host, data, device)
             if launch is not None:
-                model.meta["launch"] = launch
+                report["launch"] = launch
     if front_door:
-        door = fit_front_door(front_door)
+        door = fit_front_door(read_runs([front_door], cache)[0].events)
         if door is None:
             raise CostModelError(f"{front_door}: no request reached an idle engine: not a front-door probe's log")
-        host.intake_delay, host.intake_per_token, host.wake = door.intake_delay, door.intake_per_token, 0.0
-        model.meta["front_door"] = {"log": str(front_door), **asdict(door)}
-    model.set_host(host)
-    model.ranges = FeatureRanges.from_ext(train.ext)
+        host = replace(host, intake_delay=door.intake_delay, intake_per_token=door.intake_per_token, wake=0.0)
+        report["front_door"] = {"log": str(front_door), **asdict(door)}
+    model = model.with_meta(**report).with_host(host).with_ranges(FeatureRanges.from_ext(train.ext))
     if calibrate_on:
-        model.meta["calibration"] = calibrate(model, calibrate_on)
+        model, calibration = calibrate(model, read_runs(calibrate_on, cache))
+        model = model.with_meta(calibration=calibration)
     return model

@@ -11,11 +11,13 @@ that gap on the calibration logs is found by bisection: the simulated TTFT p50 g
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from simulator.cost.logged_run import LoggedRun, LogPath, read_runs
+from simulator.cost.model_base import TimedModel
 from simulator.replay.replay import resimulate
 from simulator.replay.request_times import RequestTimes, times_of_log
 
@@ -25,8 +27,8 @@ def _ttft_p50(times: RequestTimes) -> float:
     return float(np.percentile(v, 50)) if len(v) else float("nan")
 
 
-def live_ttft_p50(path: str | Path) -> float:
-    return _ttft_p50(times_of_log(path))
+def live_ttft_p50(log: LogPath | LoggedRun) -> float:
+    return _ttft_p50(times_of_log(log))
 
 
 def _queue_bound(times: RequestTimes) -> bool:
@@ -35,29 +37,31 @@ def _queue_bound(times: RequestTimes) -> bool:
     return len(v["ttft"]) > 0 and float(np.percentile(v["queue"], 50)) >= 0.5 * _ttft_p50(times)
 
 
-def simulated_ttft_p50(model: Any, path: str | Path, delay: float) -> float:
-    model.intake_delay = delay
+def simulated_ttft_p50(model: TimedModel, log: LogPath | LoggedRun, delay: float) -> float:
     times = RequestTimes()
-    resimulate(path, model, sink=times)
+    resimulate(log, model.with_intake_delay(delay), sink=times)
     return _ttft_p50(times)
 
 
-def fit_intake_delay(model: Any, logs: Sequence[str | Path], *, iterations: int = 12) -> dict[str, Any]:
-    """Set ``model.intake_delay`` (and its host timing's) to the delay whose simulation of ``logs``
+def fit_intake_delay(model: TimedModel, logs: Sequence[LogPath | LoggedRun], *, iterations: int = 12
+                     ) -> tuple[TimedModel, dict[str, Any]]:
+    """``model`` with the intake delay (its own and its host timing's) whose simulation of ``logs``
     has their TTFT p50: the summed relative error is 0 (bisection on its sign; 0 when the
     simulation is already slow). Relative, so that a log whose TTFT is seconds of queueing does not
     outweigh one whose TTFT is a few steps. A log whose TTFT is mostly queueing is left out: there a
-    0.1 % step-time error moves the TTFT more than the front door does; with only such logs the delay
-    stays as it is. Returns what it found."""
-    times = {p: times_of_log(p) for p in logs}
-    queued = [str(p) for p in logs if _queue_bound(times[p])]
-    logs = [p for p in logs if str(p) not in queued]
-    if not logs:
-        return {"logs": [], "left_out": queued}
-    live = [_ttft_p50(times[p]) for p in logs]
+    0.1 % step-time error moves the TTFT more than the front door does; with only such logs the
+    model is returned as it is. Returns the model and what it found. Each log is read once, for its
+    latencies and every re-simulation."""
+    runs = read_runs(logs)
+    times = {r.path: times_of_log(r) for r in runs}
+    queued = [r.path for r in runs if _queue_bound(times[r.path])]
+    runs = [r for r in runs if r.path not in queued]
+    if not runs:
+        return model, {"logs": [], "left_out": queued}
+    live = [_ttft_p50(times[r.path]) for r in runs]
 
     def excess(delay: float) -> float:
-        return sum(simulated_ttft_p50(model, p, delay) / t - 1 for p, t in zip(logs, live) if t > 0)
+        return sum(simulated_ttft_p50(model, r, delay) / t - 1 for r, t in zip(runs, live) if t > 0)
 
     lo, hi = 0.0, max(live)
     before = excess(0.0)
@@ -71,17 +75,18 @@ def fit_intake_delay(model: Any, logs: Sequence[str | Path], *, iterations: int 
             else:
                 hi = mid
         delay = (lo + hi) / 2
-    host = getattr(model, "host", None)
+    host = model.host
     if host is not None:  # a wake from idle includes the intake: keep their sum
-        host.wake = max(host.wake + host.intake_delay - delay, 0.0)
-        host.intake_delay = delay
-    model.intake_delay = delay
-    after = [simulated_ttft_p50(model, p, delay) for p in logs]
-    out = {"logs": [str(p) for p in logs], "intake_delay_s": delay, "live_ttft_p50_s": live,
-           "ttft_p50_relative_excess_before": before / len(logs), "sim_ttft_p50_s_after": after}
+        model = model.with_host(replace(host, wake=max(host.wake + host.intake_delay - delay, 0.0),
+                                        intake_delay=delay))
+    else:
+        model = model.with_intake_delay(delay)
+    after = [simulated_ttft_p50(model, r, delay) for r in runs]
+    out = {"logs": [r.path for r in runs], "intake_delay_s": delay, "live_ttft_p50_s": live,
+           "ttft_p50_relative_excess_before": before / len(runs), "sim_ttft_p50_s_after": after}
     if queued:
         out["left_out"] = queued
-    return out
+    return model, out
 
 
 SERVICE_GRID = (0.0, 0.25e-3, 0.5e-3, 1e-3, 2e-3)  # candidate front-door service times (s)
@@ -92,32 +97,30 @@ def _ttft_p90(times: RequestTimes) -> float:
     return float(np.percentile(v, 90)) if len(v) else float("nan")
 
 
-def fit_intake_service(model: Any, logs: Sequence[str | Path], grid: Sequence[float] = SERVICE_GRID,
-                       *, iterations: int = 8) -> dict[str, Any]:
+def fit_intake_service(model: TimedModel, logs: Sequence[LogPath | LoggedRun], grid: Sequence[float] = SERVICE_GRID,
+                       *, iterations: int = 8) -> tuple[TimedModel, dict[str, Any]]:
     """The front door as a queue: for each candidate service time (one worker, FIFO: requests
     closer together than it wait), the intake delay fitted anew to the logs' median TTFT
     (``fit_intake_delay``), then the summed relative error of their TTFT p90, which is where a
     burst's queueing at the door shows. Keeps the candidate with the least (the first on a tie);
-    a model without host timing is left as it is."""
-    host = getattr(model, "host", None)
+    a model without host timing is returned as it is. Returns the model and what it found."""
+    host = model.host
     if host is None:
-        return {}
-    live = {str(p): _ttft_p90(times_of_log(p)) for p in logs}
-    start = (host.intake_delay, host.wake, host.intake_service)
+        return model, {}
+    runs = {r.path: r for r in read_runs(logs)}
+    live = {path: _ttft_p90(times_of_log(r)) for path, r in runs.items()}
     scores = []
     for service in grid:
-        host.intake_delay, host.wake = start[:2]
-        host.intake_service = service
-        model.intake_delay = start[0]
-        fitted = fit_intake_delay(model, logs, iterations=iterations)
+        # each candidate from the model's own delay and wake (``with_host`` sets its intake delay too)
+        fitted, found = fit_intake_delay(model.with_host(replace(host, intake_service=service)), list(runs.values()),
+                                         iterations=iterations)
         error = 0.0
-        for p in fitted.get("logs", []):
+        for p in found.get("logs", []):
             times = RequestTimes()
-            resimulate(p, model, sink=times)
+            resimulate(runs[p], fitted, sink=times)
             error += abs(_ttft_p90(times) / live[p] - 1)
-        scores.append((error, service, host.intake_delay, host.wake))
-    error, service, delay, wake = min(scores, key=lambda s: s[0])
-    host.intake_delay, host.wake, host.intake_service = delay, wake, service
-    model.intake_delay = delay
-    return {"service_s": service, "intake_delay_s": delay,
-            "ttft_p90_abs_relative_error": {f"{s * 1e3:g} ms": e for e, s, _, _ in scores}}
+        scores.append((error, service, fitted))
+    error, service, best = min(scores, key=lambda s: s[0])
+    assert best.host is not None
+    return best, {"service_s": service, "intake_delay_s": best.host.intake_delay,
+                  "ttft_p90_abs_relative_error": {f"{s * 1e3:g} ms": e for e, s, _ in scores}}

@@ -1,5 +1,5 @@
 """What ``minivllm profile`` runs: a list of small workloads ("cases"), each shaped so the engine's
-own scheduler produces the step shapes the cost model needs (simulator/cost/cost_model.py):
+own scheduler produces the step shapes the cost model needs (simulator/cost/features.py):
 
   PrefillCase(chunk, context=0)   one prompt of ``chunk`` new tokens per step: pure prefill
   PrefillCase(chunk, context>0)   the same on ``context`` tokens the prefix cache already holds

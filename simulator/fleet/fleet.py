@@ -17,6 +17,7 @@ from runtime.engine.config import EngineConfig
 from runtime.engine.drafters import parse_speculative
 from runtime.engine.routers import ReplicaLoad, Router, RouteRequest, make_router, prefix_key
 from runtime.engine.types import EventSink
+from simulator.cost.cost_model import CostModel
 from simulator.fleet.device import devices_for
 from simulator.fleet.environment import SimEnvironment
 from simulator.fleet.executor import TokenFn
@@ -34,7 +35,7 @@ RouteSink = Callable[[int, int, int | None, float], None]  # (workload index, re
 @dataclass(frozen=True)
 class ReplicaSpec:
     config: EngineConfig
-    cost_model: Any
+    cost_model: CostModel
     sink: EventSink | None = None
     device: int | None = None  # the device it is placed on (simulator/fleet/device.py); None: its own
 

@@ -30,6 +30,7 @@ from runtime.engine.core import EngineCore
 from runtime.engine.drafters import parse_speculative
 from runtime.engine.step_loop import StepLoop
 from runtime.engine.types import EventSink
+from simulator.cost.cost_model import CostModel
 from simulator.fleet.decode_run import decode_run, land_decode_run
 from simulator.fleet.device import Device
 from simulator.fleet.environment import SimEnvironment
@@ -54,7 +55,7 @@ class SimResult:
 
 
 class Replica:
-    def __init__(self, env: SimEnvironment, config: EngineConfig, model: Any, *, due: Callable[[], float],
+    def __init__(self, env: SimEnvironment, config: EngineConfig, model: CostModel, *, due: Callable[[], float],
                  sink: EventSink | None = None, token_fn: TokenFn | None = None, plain_runs: bool = True,
                  progress: Any = None, progress_every: int = 2048, rates: RateMatcher | None = None,
                  device: Device | None = None) -> None:

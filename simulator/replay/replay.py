@@ -29,12 +29,14 @@ import pandas as pd
 
 from runtime.engine.config import EngineConfig
 from runtime.engine.drafters import parse_speculative
-from simulator.cost.cost_model import CostModel, mape, total_error
+from simulator.cost.accuracy import mape, total_error
+from simulator.cost.cost_model import CostModel
+from simulator.cost.logged_run import LoggedRun
 from simulator.cost.model_base import for_step_budget
 from simulator.cost.ranges import track_ranges
 from simulator.sim import SimResult, Speculation, simulate
 from traces.events import Arrived, Event, Finished, Header, Step
-from traces.importers.log import read_log_workload
+from traces.importers.log import log_workload, read_log_workload
 from traces.log import LogError, read_log
 from traces.speculation import verifying
 
@@ -190,22 +192,33 @@ def log_config(path: str | Path) -> tuple[Header, EngineConfig]:
     from traces.log import read_header
 
     header = read_header(path)
+    return header, header_config(header, path)
+
+
+def header_config(header: Header, path: str | Path) -> EngineConfig:
+    """The engine config a log's header recorded."""
     try:
-        config = EngineConfig.from_dict(header.config)
+        return EngineConfig.from_dict(header.config)
     except (TypeError, ValueError) as e:
         raise LogError(f"{path}:1: the Header's config is not an engine config: {e}") from None
-    return header, config
 
 
-def resimulate(path: str | Path, cost_model: CostModel, config: EngineConfig | None = None, *,
+def resimulate(log: str | Path | LoggedRun, cost_model: CostModel, config: EngineConfig | None = None, *,
                sink=None, token_fn=None, progress=None, speculation: Speculation | None = None) -> SimResult:
-    """Simulate the workload of a recorded log under ``config`` (default: the log's own); a
-    speculative config draws its rounds from ``speculation`` (default: the log's own rates)."""
+    """Simulate the workload of a recorded log (a path, or a log already read: a fit that
+    re-simulates it many times) under ``config`` (default: the log's own); a speculative config
+    draws its rounds from ``speculation`` (default: the log's own rates)."""
+    path = log.path if isinstance(log, LoggedRun) else log
     if config is None:
-        _, config = log_config(path)
+        config = header_config(log.header, path) if isinstance(log, LoggedRun) else log_config(path)[1]
     if speculation is None and parse_speculative(config.speculative) is not None:
         speculation = own_speculation([path], config.seed)
-    return simulate(read_log_workload(path), config, cost_model, sink=sink, token_fn=token_fn,
+    if isinstance(log, LoggedRun):
+        run = log
+        workload = log_workload(run.events, path, lambda: run.dropped_bytes)
+    else:
+        workload = read_log_workload(path)
+    return simulate(workload, config, cost_model, sink=sink, token_fn=token_fn,
                     progress=progress, header_extra={"resimulated_from": str(path)}, speculation=speculation)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from simulator.cost.logged_run import LoggedRun
 from traces.events import Aborted, Admitted, Arrived, Event, Finished, Step
 from traces.fleet_log import FleetLog, is_fleet
 from traces.log import read_header, read_log
@@ -125,11 +126,13 @@ class RequestTimes:
         return out
 
 
-def times_of_log(path: str | Path) -> RequestTimes:
-    """The per-request times of a recorded log (of a fleet's logs, for a fleet log)."""
-    if is_fleet(read_header(path)):
+def times_of_log(log: str | Path | LoggedRun) -> RequestTimes:
+    """The per-request times of a recorded log, a path or a log already read (of a fleet's logs,
+    for a fleet log)."""
+    path = log.path if isinstance(log, LoggedRun) else log
+    if is_fleet(log.header if isinstance(log, LoggedRun) else read_header(path)):
         return RequestTimes.merged([times_of_log(p) for p in FleetLog.read(path).replica_logs])
     times = RequestTimes()
-    for ev in read_log(path):
+    for ev in log.events if isinstance(log, LoggedRun) else read_log(path):
         times(ev)
     return times

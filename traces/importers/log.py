@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from traces.events import Aborted, Arrived, Finished, Header, Rejected
+from traces.events import Aborted, Arrived, Event, Finished, Header, Rejected
 from traces.importers.rows import json_object
 from traces.log import read_log
 from traces.params import SamplingParams
@@ -36,14 +37,21 @@ def read_log_workload(path: str | Path) -> Workload:
     re-simulation refuses them too (``meta["rejected"]``). A log cut off mid-write gives the
     requests of its complete lines, and ``meta["dropped_bytes"]``.
     """
+    reader = read_log(path)
+    return log_workload(reader, path, lambda: reader.dropped_bytes if reader.truncated else None)
+
+
+def log_workload(events: Iterable[Event], path: str | Path,
+                 dropped_bytes: Callable[[], int | None] = lambda: None) -> Workload:
+    """``read_log_workload`` of a log's events already read; ``dropped_bytes``: the bytes its reader
+    dropped of a log cut off mid-write, None for a whole log (asked once the events are consumed)."""
     path = Path(path)
     header: Header | None = None
     arrived: dict[int, Arrived] = {}
     outputs: dict[int, int] = {}
     aborted: set[int] = set()
     rejected: list[Rejected] = []
-    reader = read_log(path)
-    for event in reader:
+    for event in events:
         if isinstance(event, Arrived):
             arrived[event.request_id] = event
         elif isinstance(event, Finished):
@@ -76,7 +84,8 @@ def read_log_workload(path: str | Path) -> Workload:
     for i, ev in enumerate(rejected):
         prompt = ev.prompt or synthetic_prompt(ev.num_prompt_tokens, header.seed, unique_seed=(1 << 40) + i)
         requests.append(RequestSpec(arrival=ev.time, prompt=prompt, params=ev.params, priority=ev.priority))
-    cut = {"dropped_bytes": reader.dropped_bytes} if reader.truncated else {}  # a log cut off mid-write
+    dropped = dropped_bytes()
+    cut = {} if dropped is None else {"dropped_bytes": dropped}  # a log cut off mid-write
     if header.clock == WORKLOAD_CLOCK:
         info = dict(header.extra.get("workload", {}))
         source = info.pop("source", str(path))

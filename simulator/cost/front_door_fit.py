@@ -1,0 +1,62 @@
+"""The front door's delay from a front-door probe's log (runtime/bench/front_door_probe.py).
+
+Requests that reach an idle engine show the door alone: from the arrival stamp to the start of the
+request's first step nothing else happens (no queueing, no step in flight). The fit goes to a
+model's host timing (``HostTiming.intake_delay`` and ``intake_per_token``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.cost.nnls import nnls
+from traces.events import Aborted, Arrived, Event, Finished, Step
+
+
+@dataclass(frozen=True)
+class FrontDoorFit:
+    """The front door's delay from a probe's log: ``intake_delay + intake_per_token · prompt tokens``."""
+
+    intake_delay: float
+    intake_per_token: float
+    requests: int
+    median_delay: float
+    max_prompt: int
+
+
+def fit_front_door(events: Iterable[Event]) -> FrontDoorFit | None:
+    """The front door of a served log (its events): the requests that reached an idle engine (every
+    earlier request finished, no step running), their delay fitted as ``const + per_token · prompt
+    tokens`` (both >= 0, least squares). None: no such request."""
+    arrived: dict[int, tuple[float, int]] = {}
+    open_requests: set[int] = set()
+    idle_at_arrival: set[int] = set()
+    seen: set[int] = set()
+    last_end = float("-inf")
+    delays, tokens = [], []
+    for ev in events:
+        if isinstance(ev, Arrived):
+            arrived[ev.request_id] = (ev.time, ev.prompt.num_tokens)
+            if not open_requests and ev.time >= last_end:
+                idle_at_arrival.add(ev.request_id)
+            open_requests.add(ev.request_id)
+        elif isinstance(ev, Step):
+            for s in ev.spans:
+                rid = s.request_id
+                if rid not in seen:
+                    seen.add(rid)
+                    if rid in idle_at_arrival:
+                        t, n = arrived[rid]
+                        delays.append(ev.start - t)
+                        tokens.append(n)
+            last_end = ev.end
+        elif isinstance(ev, Finished | Aborted):
+            open_requests.discard(ev.request_id)
+    if not delays:
+        return None
+    y, x = np.maximum(np.asarray(delays), 0.0), np.asarray(tokens, dtype=float)
+    const, per_token = nnls(np.column_stack([np.ones_like(x), x]), y)
+    return FrontDoorFit(float(const), float(per_token), len(y), float(np.median(y)), int(x.max()))
