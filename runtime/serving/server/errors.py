@@ -64,8 +64,10 @@ def _validation_error(exc: RequestValidationError) -> tuple[str, str | None]:
     err = errs[0]
     if err.get("type", "").endswith("_type"):  # this branch's type was wrong: a sibling's error says more
         field = err.get("loc", ())[:2]
-        err = next((e for e in errs if e.get("loc", ())[:2] == field and not e.get("type", "").endswith("_type")),
-                   err)
+        siblings = [e for e in errs if e.get("loc", ())[:2] == field]
+        # one whose value had the branch's type; else the branch that got furthest ([true, 2] as token ids)
+        err = next((e for e in siblings if not e.get("type", "").endswith("_type")),
+                   max(siblings, key=lambda e: len(e.get("loc", ()))))
     if err.get("type") == "json_invalid":
         return "the request body is not valid JSON", None
     param = ""

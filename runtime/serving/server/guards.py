@@ -51,23 +51,23 @@ class BodyLimit:
 
 
 class ApiKeyGuard:
-    """``Authorization: Bearer <key>`` on ``/v1/*`` (as vLLM's ``--api-key``); /health, /ready and
-    /metrics stay open for probes and scrapers."""
+    """``Authorization: Bearer <key>`` on every path (as vLLM's ``--api-key``; the API's schema and
+    docs pages too) but the probes and the scrape, which stay open; a 401 names the scheme
+    (``WWW-Authenticate: Bearer``, RFC 6750)."""
+
+    OPEN = frozenset({"/health", "/ready", "/metrics"})
 
     def __init__(self, app: ASGIApp, api_key: str) -> None:
         self.app = app
         self.expected = f"Bearer {api_key}".encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] != "OPTIONS" and _is_api(scope["path"]):
+        if scope["type"] == "http" and scope["path"] not in self.OPEN:
             given = Headers(scope=scope).get("authorization", "").encode("latin-1", "replace")
             if not hmac.compare_digest(given, self.expected):  # constant time: no key guessing by timing
                 response = error_response(401, "missing or incorrect API key (Authorization: Bearer <key>)",
                                           code="invalid_api_key")
+                response.headers["WWW-Authenticate"] = "Bearer"
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
-
-
-def _is_api(path: str) -> bool:
-    return path == "/v1" or path.startswith("/v1/")

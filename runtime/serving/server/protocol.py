@@ -1,9 +1,11 @@
 """OpenAI-compatible request bodies (pydantic) and their mapping onto SamplingParams.
 
-Unknown fields are rejected (HTTP 400 naming the field) rather than silently ignored, except the
-ones OpenAI clients send routinely and that change nothing here (``user``, ``stream_options``…).
-Floats must be finite (JSON has no NaN or Infinity, but Python's parser lets them through) and
-integers fit 64 bits (the log and the sampler hold them).
+Unknown fields are rejected (HTTP 400 naming the field) rather than silently ignored, at every
+level (``stream_options``, a message, a content part), except the ones OpenAI clients send
+routinely and that change nothing here (``user``, a message's ``name``…). Types are OpenAI's, with
+no coercion: a boolean is not a number, a string is not an integer or a boolean, a float is not
+an integer (an integer is a number). Floats must be finite (JSON has no NaN or Infinity, but
+Python's parser lets them through) and integers fit 64 bits (the log and the sampler hold them).
 """
 
 from __future__ import annotations
@@ -39,12 +41,18 @@ class FieldError(InvalidRequest):
         self.param = param
 
 
+# strict: pydantic's default would turn true into 1.0, "7" into 7, "true" into True
+STRICT = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+
+
 class StreamOptions(BaseModel):
+    model_config = STRICT
+
     include_usage: bool = False
 
 
 class _SamplingFields(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = STRICT
 
     model: str | None = None
     max_tokens: int | None = Field(default=None, ge=1)
@@ -116,6 +124,15 @@ class CompletionRequest(_SamplingFields):
     suffix: None = None
     best_of: Literal[1] | None = None
 
+    @field_validator("echo", "best_of", mode="before")
+    @classmethod
+    def _not_coerced(cls, value: Any, info: Any) -> Any:
+        """A literal compares equal across types (0 == False, True == 1): check the type first."""
+        want = bool if info.field_name == "echo" else int
+        if value is not None and (type(value) is not want):
+            raise ValueError(f"must be {'a boolean' if want is bool else 'an integer'}")
+        return value
+
     @property
     def requested_max_tokens(self) -> int | None:
         return self.max_tokens
@@ -126,10 +143,17 @@ class CompletionRequest(_SamplingFields):
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = STRICT
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[dict[str, Any]] | None = None
+    # OpenAI's other message fields: accepted, not rendered (the template gets role and content)
+    name: str | None = None
+    tool_call_id: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    function_call: dict[str, Any] | None = None
+    refusal: str | None = None
+    audio: dict[str, Any] | None = None
 
 
 class ChatCompletionRequest(_SamplingFields):
@@ -171,5 +195,9 @@ def message_text(message: ChatMessage, index: int) -> str:
         text = part.get("text")
         if not isinstance(text, str):
             raise FieldError(f"messages[{index}].content[{j}].text", "must be a string")
+        if len(part) > 2:  # a text part is {type, text}
+            extra = next(k for k in part if k not in ("type", "text"))
+            shown = f".{extra}" if extra.isidentifier() and len(extra) <= 64 else ""  # a key is client text too
+            raise FieldError(f"messages[{index}].content[{j}]{shown}", "unknown field")
         texts.append(text)
     return "".join(texts)
