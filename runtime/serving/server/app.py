@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio
 import msgspec
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -169,7 +169,16 @@ def handler(server: OpenAIServer, endpoint: Any) -> Callable:
     """The route of one endpoint (runtime/serving/server/endpoints.py): prompt ids, one engine
     request per prompt and choice, then a whole response or SSE chunks."""
 
-    async def handle(req: Any, raw: Request) -> Any:
+    async def precheck(raw: Request) -> None:
+        """Counts on the raw body (parsed already, and cached), before the body model reads it all."""
+        try:
+            body = await raw.json()
+        except ValueError:  # not JSON (a content type FastAPI did not parse): the body model says so
+            return
+        if isinstance(body, dict):
+            endpoint.precheck(server.prompts, body)
+
+    async def handle(req: Any, raw: Request, _counts: None = None) -> Any:
         server.check_model(req.model)
         prompts = await endpoint.prompts(server.prompts, req)
         streams = server.submit_all(prompts, req, endpoint.sampling_params(req), raw, endpoint.prompt_param)
@@ -201,10 +210,12 @@ def handler(server: OpenAIServer, endpoint: Any) -> Callable:
 
         return await build(make, heavy=endpoint.has_logprobs(req))
 
-    # FastAPI reads the body's model from the signature
+    # FastAPI reads the body's model from the signature (and runs dependencies before validating it)
+    param = inspect.Parameter.POSITIONAL_OR_KEYWORD
     handle.__signature__ = inspect.Signature([
-        inspect.Parameter("req", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=endpoint.body),
-        inspect.Parameter("raw", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request)])
+        inspect.Parameter("req", param, annotation=endpoint.body),
+        inspect.Parameter("raw", param, annotation=Request),
+        inspect.Parameter("_counts", param, annotation=None, default=Depends(precheck))])
     handle.__name__ = type(endpoint).__name__.lower()
     return handle
 

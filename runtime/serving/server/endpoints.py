@@ -1,6 +1,7 @@
 """What differs between /v1/completions and /v1/chat/completions, and nothing else: the request
-body, how it becomes prompt ids and sampling params, and the shape of a choice (whole or as a
-stream's chunk). The one handler that serves both is ``app.handler``."""
+body (and the counts checked on it raw, before the body model reads every item), how it becomes
+prompt ids and sampling params, and the shape of a choice (whole or as a stream's chunk). The one
+handler that serves both is ``app.handler``."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ class Completions:
     body = CompletionRequest
     id_prefix, object, chunk_object = "cmpl", "text_completion", "text_completion"
     prompt_param = "prompt"  # what a too-long error names
+
+    def precheck(self, prompts: Prompts, body: dict) -> None:
+        prompts.precheck_completion(body)
 
     async def prompts(self, prompts: Prompts, req: CompletionRequest) -> list[list[int]]:
         return await prompts.completion(req.prompt, req.n)
@@ -46,6 +50,9 @@ class Chat:
     body = ChatCompletionRequest
     id_prefix, object, chunk_object = "chatcmpl", "chat.completion", "chat.completion.chunk"
     prompt_param = "messages"
+
+    def precheck(self, prompts: Prompts, body: dict) -> None:
+        prompts.precheck_chat(body)
 
     async def prompts(self, prompts: Prompts, req: ChatCompletionRequest) -> list[list[int]]:
         req.check()

@@ -2,8 +2,10 @@
 before paying for it.
 
 - On the loop, cheap checks only: the prompt's shape, the batch against the queue, and a lower
-  bound on its token count (characters / the most characters one token covers), so a 10 MB prompt
-  is refused without being tokenized.
+  bound on its token count (characters / the most characters one token covers; a chat's template
+  markers per message, runtime/serving/server/chat_size.py), so a 10 MB prompt is refused without
+  being tokenized and 240,000 tiny messages without being templated. The counts (prompts, messages)
+  are checked on the raw body too, before the body model reads every item (``precheck_*``).
 - Tokenizing and chat templating run in a worker thread (``asyncio.to_thread``; HF tokenizers
   release the GIL): /health answers while a big prompt is encoded.
 - A prompt too long by itself names ``prompt`` (completions) or ``messages`` (chat); one that fits
@@ -19,6 +21,7 @@ from typing import Any
 import msgspec
 
 from runtime.serving.async_engine import AsyncLLMEngine
+from runtime.serving.server.chat_size import ChatSize
 from runtime.serving.server.protocol import ChatCompletionRequest, FieldError, message_text
 from traces.params import InvalidRequest, SamplingParams
 
@@ -58,6 +61,19 @@ class Prompts:
         self.engine = engine
         self.max_model_len = engine.config.scheduler.max_model_len
         self.chars_per_token = max_chars_per_token(tokenizer)
+        self.chat_size = ChatSize(tokenizer, self.chars_per_token)
+
+    # --- the raw body, before the body model validates each of its items ----------------------------
+
+    def precheck_completion(self, body: dict) -> None:
+        prompt, n = body.get("prompt"), body.get("n")
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+            self._check_batch(len(prompt), n if type(n) is int and n > 0 else 1)
+
+    def precheck_chat(self, body: dict) -> None:
+        messages = body.get("messages")
+        if isinstance(messages, list):
+            self._check_length(self.chat_size.at_least(len(messages)), "messages", f"{len(messages)} messages")
 
     # --- completions ------------------------------------------------------------------------------
 
@@ -102,9 +118,11 @@ class Prompts:
     async def chat(self, req: ChatCompletionRequest) -> list[int]:
         self._check_batch(1, req.n)
         messages = [{"role": m.role, "content": message_text(m, i)} for i, m in enumerate(req.messages)]
-        # the template may drop earlier assistant text (reasoning); every other message is kept
-        kept = sum(len(m["content"]) for m in messages if m["role"] != "assistant")
-        self._check_length(self._lower_bound(kept), "messages", f"{kept} characters of content")
+        # the template may drop earlier assistant text (reasoning); every message's markers, and every
+        # other message's text, are kept
+        kept = [(m["role"], 0 if m["role"] == "assistant" else len(m["content"])) for m in messages]
+        self._check_length(self.chat_size.of(kept), "messages",
+                           f"{len(messages)} messages, {sum(n for _, n in kept)} characters of content,")
         return await asyncio.to_thread(self._template, messages)
 
     def _template(self, messages: list[dict]) -> list[int]:
