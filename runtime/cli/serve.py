@@ -29,7 +29,7 @@ SHUTDOWN_GRACE_S = 10  # how long responses in progress get to end once the engi
 # run of the same engine (``bench live`` beside a served run) has none of them
 FRONT_END_FLAGS = {"--host": 1, "--port": 1, "--served-model-name": 1, "--api-key": 1, "--engine-process": 0,
                    "--no-engine-process": 0, "--api-server-count": 1, "--max-pending": 1, "--max-request-bytes": 1,
-                   "--trace-prompts": 1, "--trace-if-exists": 1}
+                   "--trace-prompts": 1, "--trace-if-exists": 1, "--timeout-keep-alive": 1, "--timeout-header": 1}
 
 
 def engine_flags(flags: list[str]) -> list[str]:
@@ -47,6 +47,7 @@ def engine_flags(flags: list[str]) -> list[str]:
 
 def register(sub: argparse._SubParsersAction) -> None:
     from runtime.serving.server.app import DEFAULT_MAX_REQUEST_BYTES
+    from runtime.serving.server.connections import DEFAULT_TIMEOUTS
 
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (completions, chat, SSE, /metrics)")
     p.add_argument("model_arg", nargs="?", metavar="MODEL",
@@ -58,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="port to listen on; 0: any free one (default: %(default)s)")
     g.add_argument("--served-model-name", help="model id clients send (default: the model file's name)")
     g.add_argument("--api-key", default=None,
-                   help=f"require 'Authorization: Bearer KEY' on /v1/* (/health, /ready, /metrics stay open) "
+                   help=f"require 'Authorization: Bearer KEY' on every path but /health, /ready and /metrics "
                         f"(default: ${API_KEY_ENV} if set, else no key)")
     g.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None,
                    help="before /ready answers 200, run the step shapes serving can hit, so no kernel compiles "
@@ -80,6 +81,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="queued requests before answering 429 (default: %(default)s)")
     g.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES, action=Bounded, at_least=1,
                    metavar="N", help="largest request body; a larger one gets 413 (default: %(default)s = 8 MiB)")
+    g.add_argument("--timeout-keep-alive", type=float, default=DEFAULT_TIMEOUTS.keep_alive_s, action=Bounded,
+                   above=0, metavar="S", help="close a kept-alive connection idle this long after a response "
+                                              "(default: %(default)s)")
+    g.add_argument("--timeout-header", type=float, default=DEFAULT_TIMEOUTS.header_s, action=Bounded, above=0,
+                   metavar="S", help="close a connection whose request line and headers are not all in this long "
+                                     "after it opened or after its previous response: idle and trickling clients "
+                                     "hold no socket for good (default: %(default)s)")
     t = p.add_argument_group("event log")
     t.add_argument("--trace", metavar="PATH",
                    help="record the event log of everything served (JSONL, .gz ok) (default: no log)")
@@ -246,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"minivllm: serving {app.state.server.model_name!r} on http://{args.host}:{port}/v1"
           + (f"; recording {args.trace} (prompts: {args.trace_prompts})" if args.trace else "")
           + ("; API key required" if app.state.api_key_required else ""), file=sys.stderr)
-    server = http_server(app, args.host, port, SHUTDOWN_GRACE_S)
+    server = http_server(app, args.host, port, SHUTDOWN_GRACE_S, timeouts(args))
     died.stop(server)
     front_ends = _more_front_ends(args, app, engine, port, died)
     try:
@@ -266,6 +274,12 @@ def run(args: argparse.Namespace) -> int:
     return 0 if server.started else 3  # 3: uvicorn's exit status for a server that never started
 
 
+def timeouts(args: argparse.Namespace):
+    from runtime.serving.server.connections import Timeouts
+
+    return Timeouts(args.timeout_keep_alive, args.timeout_header)
+
+
 def _more_front_ends(args: argparse.Namespace, app, engine, port: int, died):
     """Front ends 1..N-1 of ``--api-server-count N`` (runtime/serving/server/front_ends.py), or None."""
     if args.api_server_count == 1:
@@ -273,7 +287,7 @@ def _more_front_ends(args: argparse.Namespace, app, engine, port: int, died):
     from runtime.serving.server.front_ends import FrontEnds, FrontEndSpec
 
     spec = FrontEndSpec(args.host, port, app.state.server.model_name, resolve_api_key(args.api_key),
-                        args.max_request_bytes, args.max_pending, SHUTDOWN_GRACE_S)
+                        args.max_request_bytes, args.max_pending, SHUTDOWN_GRACE_S, timeouts=timeouts(args))
     return FrontEnds(engine.connection, spec, died)
 
 

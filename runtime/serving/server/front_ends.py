@@ -28,6 +28,7 @@ from multiprocessing.connection import Connection, wait
 
 from runtime.executor.heap import freeze_heap
 from runtime.serving.engine_process import EngineProcess
+from runtime.serving.server.connections import DEFAULT_TIMEOUTS, Timeouts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +44,7 @@ class FrontEndSpec:
     grace_s: float  # uvicorn's graceful-shutdown timeout
     index: int = 0
     count: int = 1
+    timeouts: Timeouts = DEFAULT_TIMEOUTS  # idle connections' (runtime/serving/server/connections.py)
 
 
 class FrontEnds:
@@ -99,7 +101,7 @@ def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection)
                      max_request_bytes=spec.max_request_bytes)
     sock = tcp_socket(spec.host, reuse_port=True)
     sock.bind((spec.host, spec.port))
-    server = http_server(app, spec.host, spec.port, spec.grace_s)
+    server = http_server(app, spec.host, spec.port, spec.grace_s, spec.timeouts)
     died: list[str] = []
 
     def on_dead(reason: str) -> None:

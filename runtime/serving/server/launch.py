@@ -9,6 +9,8 @@ import time
 import uvicorn
 from fastapi import FastAPI
 
+from runtime.serving.server.connections import DEFAULT_TIMEOUTS, Timeouts, timed_config
+
 
 def tcp_socket(host: str, reuse_port: bool = False) -> socket.socket:
     """An unbound TCP socket as uvicorn makes one (IPv6 for a host with a colon; SO_REUSEADDR, so a
@@ -21,11 +23,14 @@ def tcp_socket(host: str, reuse_port: bool = False) -> socket.socket:
     return sock
 
 
-def http_server(app: FastAPI, host: str, port: int, grace_s: float) -> uvicorn.Server:
+def http_server(app: FastAPI, host: str, port: int, grace_s: float,
+                timeouts: Timeouts = DEFAULT_TIMEOUTS) -> uvicorn.Server:
     """The server ``minivllm serve`` runs (each of its front ends): no access log (nothing a request line
-    holds is worth keeping), ``grace_s`` for responses in progress at a shutdown."""
-    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                                         timeout_graceful_shutdown=grace_s))
+    holds is worth keeping), ``grace_s`` for responses in progress at a shutdown, idle connections
+    closed on ``timeouts`` (runtime/serving/server/connections.py)."""
+    return uvicorn.Server(timed_config(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                                      access_log=False, timeout_graceful_shutdown=grace_s),
+                                       timeouts))
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -37,9 +42,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 class ServerThread:
     """uvicorn in a background thread; ``stop()`` shuts it down gracefully."""
 
-    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int | None = None) -> None:
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int | None = None,
+                 timeouts: Timeouts = DEFAULT_TIMEOUTS) -> None:
         self.host, self.port = host, port or free_port(host)
-        config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning", lifespan="off")
+        config = timed_config(uvicorn.Config(app, host=self.host, port=self.port, log_level="warning",
+                                             lifespan="off"), timeouts)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="minivllm-http", daemon=True)
 
