@@ -61,7 +61,8 @@ def _write_frames(label: str, frames: LogFrames, out: Path, csv: bool, chrome_tr
 def write_report(runs: Sequence[tuple[str, LogFrames]], out_dir: str | Path, title: str = "minivllm report",
                  notes: str = "", stall_s: float | None = None, warnings: Sequence[str] = (),
                  summaries: Sequence[dict[str, Any]] | None = None, csv: bool = False,
-                 chrome_trace: bool = False) -> Path:
+                 chrome_trace: bool = False, headline: Sequence[str] = ()) -> Path:
+    """``headline``: the lines that lead the report in place of the run-by-run conclusion."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     labels = [label for label, _ in runs]
@@ -72,7 +73,9 @@ def write_report(runs: Sequence[tuple[str, LogFrames]], out_dir: str | Path, tit
     md = [f"# {title}\n\n"]
     if notes:
         md.append(f"{notes}\n\n")
-    if len(runs) > 1:
+    if headline:
+        md.append(f"**{headline[0]}.**\n\n" + "".join(f"{line}.\n\n" for line in headline[1:]))
+    elif len(runs) > 1:
         md.append(f"**{conclusion(labels, summaries)}.**\n\n")
     if warnings:  # one quote, a paragraph a warning
         md.append("> " + "\n>\n> ".join(warnings) + "\n\n")

@@ -24,6 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(of the steps that ran a decode) is a decode stall (default: 5, analysis/stalls.py)")
     p.add_argument("--stall-ms", type=float, action=Bounded, above=0, metavar="MS",
                    help="a fixed stall threshold instead, the same for every run")
+    p.add_argument("--what-if", action="store_true",
+                   help="three logs: BASE and CHANGE simulated from one cost model, then LIVE, the run BASE "
+                        "simulates; the conclusion counts a change of CHANGE against BASE only beyond the model's "
+                        "error (BASE against LIVE), and states that error on a line of its own")
     p.set_defaults(func=run)
 
 
@@ -43,6 +47,14 @@ def load(path: str):
     return frames
 
 
+def what_if_lines(labels: list[str], summaries: list[dict]) -> list[str]:
+    """The what-if's conclusion weighed against the model's error, and that error (analysis/what_if.py)."""
+    from analysis.what_if import error_line, headline, weigh
+
+    base, change, live = summaries
+    return [headline(labels[1], labels[0], weigh(base, change, live)), error_line(labels[2], base, live)]
+
+
 def run(args: argparse.Namespace) -> int:
     from analysis.comparison import markdown_table
     from analysis.conclusion import conclusion
@@ -60,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
     for path in args.logs:  # every file before the (slow) first read
         if not Path(path).is_file():
             raise CLIError(f"{path}: no such file")
+    if args.what_if and len(args.logs) != 3:
+        raise CLIError(f"--what-if: give three logs (BASE CHANGE LIVE), not {len(args.logs)}")
     runs = [(label, load(path)) for label, path in zip(labels, args.logs)]
     stall_s = None if args.stall_ms is None else args.stall_ms / 1e3
     factor = STALL_FACTOR if args.stall_factor is None else args.stall_factor
@@ -78,9 +92,13 @@ def run(args: argparse.Namespace) -> int:
         print(render_header_differences(labels, [frames.header for _, frames in runs]))
         print(markdown_table(labels, summaries, key=True))
         print(stall_rule(labels, summaries))
+    headline = what_if_lines(labels, summaries) if args.what_if else []
+    if headline:
+        print("\n".join(f"{'conclusion' if i == 0 else 'model error'}: {line}" for i, line in enumerate(headline)))
+    elif len(runs) > 1:
         print(f"conclusion: {conclusion(labels, summaries)}")
     if args.out:
         path = write_report(runs, args.out, stall_s=stall_s, warnings=warnings, summaries=summaries,
-                            csv=args.csv, chrome_trace=args.chrome_trace)
+                            csv=args.csv, chrome_trace=args.chrome_trace, headline=headline)
         print(f"wrote {path}")
     return 0
