@@ -130,11 +130,14 @@ def timeline_figure(runs: Sequence[tuple[str, LogFrames]], max_points: int = TIM
             ax2.plot(t, seqs, color="black", lw=0.8, alpha=0.7, drawstyle="steps-post",
                      label="sequences per step (mean)")
             ax2.set_ylabel("sequences per step")
-            ax2.set_ylim(bottom=0)
         ax.set_title(label)
         ax.set_ylabel("tokens / s")
         ax.yaxis.set_major_formatter(FuncFormatter(_plain))
         ax.grid(alpha=0.3)
+    if twins:  # one scale for every run (shared), from 0 to the highest of them all, set once all are drawn
+        top = max((np.nanmax(line.get_ydata()) for ax2 in twins for line in ax2.get_lines()
+                   if np.isfinite(line.get_ydata()).any()), default=1.0)
+        twins[0].set_ylim(0, max(top, 1.0) * 1.05)
     axes[-1, 0].set_xlabel("time (s)")
     first = axes[0, 0]
     handles, labels = first.get_legend_handles_labels()

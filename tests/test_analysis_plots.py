@@ -138,3 +138,28 @@ def test_log_axis_tick_labels_are_plain_and_do_not_overlap():
             assert all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:])), [t.get_text() for t in ticks]
     finally:
         plt.close(fig)
+
+
+def _steps_run(seqs: int, n_steps: int = 400) -> LogFrames:
+    start = np.arange(n_steps) * 1e-2
+    steps = pd.DataFrame({"step": np.arange(n_steps), "start": start, "end": start + 1e-2,
+                          "duration": np.full(n_steps, 1e-2), "num_spans": np.full(n_steps, seqs),
+                          "prefill_tokens": np.full(n_steps, 8), "decode_seqs": np.full(n_steps, seqs - 1)})
+    return LogFrames(None, pd.DataFrame(), steps)
+
+
+def test_every_timeline_line_stays_inside_its_axes():
+    """The sequence lines share one scale: the run with the most sequences a step sets it, drawn last."""
+    fig = timeline_figure([("few", _steps_run(2)), ("many", _steps_run(40))])
+    try:
+        fig.canvas.draw()
+        for ax in fig.axes:
+            bottom, top = ax.get_ylim()
+            for line in ax.get_lines():
+                y = np.asarray(line.get_ydata(), dtype=float)
+                y = y[np.isfinite(y)]
+                assert len(y) and bottom <= y.min() and y.max() <= top, (ax.get_ylabel(), y.max(), top)
+        right = [ax for ax in fig.axes if ax.get_ylabel() == "sequences per step"]
+        assert right[0].get_ylim()[0] == 0
+    finally:
+        plt.close(fig)

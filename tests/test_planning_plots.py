@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.text import Text
 
 from runtime.planning.plots import goodput_figure, label, latency_figure, pareto_figure, save_plots
 from runtime.planning.slo import Slo
@@ -58,3 +59,31 @@ def test_goodput_is_per_replica_against_the_load_per_replica(tmp_path):
 def test_labels_read_as_words():
     assert label("ttft_p99_ms") == "TTFT p99 (ms)"
     assert label("goodput_per_replica_req_s") == "goodput per replica (req/s)"
+
+
+def test_the_front_names_never_overlap_however_close_the_points():
+    rows = [{"config": "c", "point": f"chunked=on budget={b} replicas=1 rate={b}", "replicas": 1,
+             "offered_req_s": 1.0, "ttft_p99_ms": 50.0 + i * 0.01, "tpot_p99_ms": 1.0, "rejected": 0,
+             "goodput_per_replica_req_s": 1.0 + i * 0.001, "status": "ok"} for i, b in enumerate(range(29))]
+    rows.append({**rows[0], "point": "far", "ttft_p99_ms": 5000.0, "goodput_per_replica_req_s": 100.0})
+    fig = pareto_figure(pd.DataFrame(rows), SLO)  # 29 points a pixel apart at the scale the 30th sets
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        boxes = [Text.get_window_extent(t, renderer) for t in fig.axes[0].texts]  # the words, not their line
+        assert len(boxes) == 30
+        for i, a in enumerate(boxes):
+            for b in boxes[i + 1:]:
+                assert not a.overlaps(b), (a, b)
+        legend = fig.axes[0].get_legend().get_window_extent(renderer)
+        assert not any(legend.overlaps(b) for b in boxes)
+    finally:
+        plt.close(fig)
+
+
+def test_names_stay_at_their_points_height_where_there_is_room():
+    from runtime.planning.plots import spread
+
+    assert spread([0.9, 0.5, 0.1], 0.05) == [0.9, 0.5, 0.1]
+    close = spread([0.5, 0.5, 0.5, 0.0], 0.1)
+    assert close[0] == 0.5 and all(a - b >= 0.1 - 1e-12 for a, b in zip(close, close[1:])) and close[-1] >= 0.05

@@ -110,6 +110,34 @@ def goodput_figure(table: pd.DataFrame):
     return fig
 
 
+def spread(wanted: list[float], gap: float) -> list[float]:
+    """Positions in [0, 1] as near ``wanted`` (sorted high to low) as ``gap`` apart allows."""
+    out: list[float] = []
+    for w in wanted:  # down from the top: each at least a gap below the one above
+        out.append(min(w, 1.0 - gap / 2, out[-1] - gap) if out else min(w, 1.0 - gap / 2))
+    for i in range(len(out) - 1, -1, -1):  # up from the bottom: none below the axes
+        floor = gap / 2 if i == len(out) - 1 else out[i + 1] + gap
+        out[i] = max(out[i], floor)
+    return out
+
+
+def _name_front(ax, front: pd.DataFrame, x: str, y: str) -> None:
+    """Each front point's name in a column right of the axes, at its point's height where the names
+    above leave room, else just below them (names never overlap however close the points), a thin
+    line from each name to its point."""
+    ordered = front.sort_values([y, x], ascending=[False, True])
+    n = len(ordered)
+    if not n:
+        return
+    low, high = ax.get_ylim()
+    wanted = [(float(v) - low) / (high - low) if high > low else 0.5 for v in ordered[y]]
+    heights = spread(wanted, min(1.0 / n, 0.045))
+    for (_, r), h in zip(ordered.iterrows(), heights):
+        ax.annotate(r["point"], (r[x], r[y]), xytext=(1.02, h), textcoords="axes fraction",
+                    fontsize=6, va="center", ha="left", annotation_clip=False,
+                    arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "0.6", "shrinkA": 0, "shrinkB": 3})
+
+
 def pareto_figure(table: pd.DataFrame, slo: Slo | None = None):
     """Every point: its first SLO latency (TTFT p99 without an SLO) against its goodput per replica;
     the Pareto front of the points that refused no request joined and named."""
@@ -118,13 +146,11 @@ def pareto_figure(table: pd.DataFrame, slo: Slo | None = None):
     serving = serving_all(rows)
     front = pareto_front(serving, x, y)
     refusing = rows.drop(serving.index)
-    fig, ax = plt.subplots(figsize=(9.5, 5.5))
+    fig, ax = plt.subplots(figsize=(9.5, max(5.5, 0.16 * len(front) + 1.5)))
     ax.scatter(serving[x], serving[y], s=12, color="0.5", label="points")
     if len(refusing):
         ax.scatter(refusing[x], refusing[y], s=12, marker="x", color="0.8", label="points that refused requests")
     ax.plot(front[x], front[y], color="C3", marker="o", ms=5, lw=1.5, label="Pareto front")
-    for _, r in front.iterrows():
-        ax.annotate(r["point"], (r[x], r[y]), fontsize=6, xytext=(4, 2), textcoords="offset points")
     if slo is not None:
         for t in slo.terms:
             if t.column == x:
@@ -134,6 +160,7 @@ def pareto_figure(table: pd.DataFrame, slo: Slo | None = None):
     ax.set_ylabel(label(y))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    _name_front(ax, front, x, y)  # once the axes' limits are known
     fig.suptitle("Pareto front: latency against goodput per replica")
     fig.tight_layout()
     return fig
