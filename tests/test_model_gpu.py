@@ -174,3 +174,26 @@ def test_burst_idle_burst_survives_overlap(tiny_gpu):
     assert run.runner.piecewise.replays > 0
     for p, n, out in zip(prompts, max_tokens, run.outputs):
         assert out == tiny_gpu.reference(p, n)
+
+
+def test_device_timed_steps_log_the_device_time(tiny_gpu):
+    """With ``device_timing`` each step's result carries its CUDA-event time: positive, and no more
+    than the host's view of the step (launch to tokens on the host), eager and graphed steps alike."""
+    from runtime.executor.setup import build_engine
+    from traces.events import Step
+    from traces.params import SamplingParams
+
+    parts = build_engine(loaded=tiny_gpu.loaded, device="cuda", num_blocks=256, max_model_len=256)
+    parts.runner.device_timing = True
+    events: list = []
+    core = parts.core(events.append)
+    for i, n in enumerate([5, 40, 17]):
+        core.add_request(list(range(1 + i, 1 + i + n)), SamplingParams(max_tokens=12, ignore_eos=True), 0.0)
+    import time
+
+    loop = parts.loop(core, time.perf_counter)
+    while core.has_unfinished() or loop.busy:
+        loop.step()
+    steps = [e for e in events if isinstance(e, Step)]
+    assert steps and all(s.device_time is not None and s.device_time > 0 for s in steps)
+    assert sum(s.device_time for s in steps) <= (steps[-1].end - steps[0].start) * 1.05 + 1e-3

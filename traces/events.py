@@ -141,6 +141,10 @@ class Step(_Event, tag="Step"):
     # speculative decoding: per sampling span, the drafts it verified (its span is 1 + len(drafts)
     # tokens); its tokens are the accepted drafts and one more. Absent when no span speculated.
     drafts: list[list[int]] = []
+    # seconds the device spent on the step, from when it was free of the step before to the step's
+    # last kernel (CUDA events), when the executor timed it (a profile sweep); end - start is the
+    # host's view, which a launch of the next step can hold back
+    device_time: float | None = None
 
 
 class Finished(_Event, tag="Finished"):

@@ -131,6 +131,8 @@ class LogWriter:
                     codec.uncarry()
                     raise
             else:
+                if event.device_time is not None:  # type: ignore[union-attr]
+                    self._check_finite(event)
                 try:
                     line = codec.line(event)  # type: ignore[arg-type]
                 except (TypeError, ValueError, AttributeError) as e:

@@ -47,12 +47,14 @@ class StepLine(msgspec.Struct, tag="Step", tag_field="type", omit_defaults=True,
     tokens: int | list[int | list[int]] = []  # per sampling span, an int x for [x]; an int: each drew [x]
     block_events: list[BlockEvent] = msgspec.field(default_factory=list, name="blocks")
     drafts: list[list[int]] = []  # as the Step's (speculative decoding)
+    device_time: float | None = msgspec.field(default=None, name="device")  # as the Step's
 
     @property
     def plain(self) -> bool:
         """Only an end and tokens: a run of such lines with the same tokens can be one line."""
         return (self.step is None and self.start is None and self.decodes is None and not self.spans
-                and not self.block_events and not self.drafts and (self.tokens.__class__ is int or not self.tokens))
+                and not self.block_events and not self.drafts and self.device_time is None
+                and (self.tokens.__class__ is int or not self.tokens))
 
 
 
@@ -153,6 +155,7 @@ class StepCodec:
             tokens=_tokens_out(step.tokens, k, rest),
             block_events=step.block_events,
             drafts=step.drafts,
+            device_time=step.device_time,
         )
 
     def stepped(self, step: Step) -> None:
@@ -167,7 +170,7 @@ class StepCodec:
         says the same, slower: the writer's shortcut for the commonest step.)"""
         start, last_end = step.start, self.last_end
         if (step.step != self.next_step or start != last_end or last_end is None or step.drafts
-                or (start == 0.0 and not _same(last_end, start))):
+                or step.device_time is not None or (start == 0.0 and not _same(last_end, start))):
             return None
         spans = step.spans
         decoding = self._order if self._order is not None else self._decoding()
@@ -243,7 +246,8 @@ class StepCodec:
         else:
             tokens = [[t] if t.__class__ is int else t for t in tokens]  # type: ignore[union-attr,misc]
         step = Step(step=self.next_step if line.step is None else line.step, start=start, end=end, spans=spans,
-                    tokens=tokens, block_events=line.block_events, drafts=line.drafts)  # type: ignore[arg-type]
+                    tokens=tokens, block_events=line.block_events, drafts=line.drafts,  # type: ignore[arg-type]
+                    device_time=line.device_time)
         self._stepped(step)
         return step
 

@@ -22,6 +22,7 @@ moved from the first pass's, the noise any model fitted on the sweep carries.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -314,6 +315,16 @@ class ProfileResult(SweepResult):
     alloc_retries: int | None = None  # CUDA caching-allocator retries during the measured sweep
 
 
+@contextlib.contextmanager
+def device_timed(runner):
+    """The runner times each step on its device meanwhile (CUDA; elsewhere nothing changes)."""
+    before, runner.device_timing = runner.device_timing, True
+    try:
+        yield
+    finally:
+        runner.device_timing = before
+
+
 def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str | Path, *,
             limits: SweepLimits, quick: bool = False, deadline: float | None = None, seed: int = 0,
             quiet_wait: float = 0.0, progress: bool = True, passes: int = 1) -> ProfileResult:
@@ -337,8 +348,9 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
              "profile": {"quick": quick, **asdict(limits), "cases": plan_summary(plan), "passes": passes,
                          "warmup_steps": warm.steps, "git_commit": git_commit()}}
     retries_before = cuda_alloc_retries(parts.runner.device)
-    # no full collection over the start-up heap inside a measured step
-    with frozen_heap(), LogWriter(out) as writer:
+    # no full collection over the start-up heap inside a measured step; each step's device time
+    # logged beside the host's view of it (a launch of the next step can hold a step back)
+    with frozen_heap(), LogWriter(out) as writer, device_timed(parts.runner):
         writer(msgspec.structs.replace(header, extra=extra))
         sweep = ShapeSweep(sweep_core(parts, writer), parts.runner, vocab_size=vocab, seed=seed, overlap=overlap)
         result = run_sweep(sweep, plan * passes, deadline=deadline, before_case=gate, progress=progress)

@@ -233,7 +233,8 @@ class EngineCore:
             # (most steps of a simulation)
             for req in finished:
                 req.finish_reason = "length"
-            self._retire(plan, planned, start, end, known, len(known), None, block_events, finished)
+            self._retire(plan, planned, start, end, known, len(known), None, block_events, finished,
+                         result.device_time)
             return []
         out: list[RequestDelta] = []
         token_ids_of = result.token_ids
@@ -282,7 +283,7 @@ class EngineCore:
                                "was already planned: it should not have been overlapped")
         if stopped_by_value or speculated:
             block_events = block_events + self.block_manager.drain_events()
-        self._retire(plan, planned, start, end, token_ids_of, k, cut, block_events, finished)
+        self._retire(plan, planned, start, end, token_ids_of, k, cut, block_events, finished, result.device_time)
         return out
 
     def _land_drafts(self, req: Request, span: Span, drafts: list[int], new: list[int], reason: str | None) -> None:
@@ -322,7 +323,8 @@ class EngineCore:
         finished.append(req)
 
     def _retire(self, plan: StepPlan, planned, start: float, end: float, token_ids_of: list[list[int]], k: int,
-                cut: dict[int, list[int]] | None, block_events, finished: list[Request]) -> None:
+                cut: dict[int, list[int]] | None, block_events, finished: list[Request],
+                device_time: float | None) -> None:
         """The end of a commit: forget the finished requests, emit the step with the tokens kept
         (most steps all of the executor's, no copy; ``cut``: spans a stop cut short; ``k``: the
         sampling spans)."""
@@ -332,10 +334,10 @@ class EngineCore:
             self._watched -= req.token_may_matter
         if cut or k != len(token_ids_of):
             token_ids_of = [cut.get(i, t) for i, t in enumerate(token_ids_of[:k])] if cut else token_ids_of[:k]
-        self._emit(plan, planned, start, end, token_ids_of, block_events, finished)
+        self._emit(plan, planned, start, end, token_ids_of, block_events, finished, device_time)
 
     def _emit(self, plan: StepPlan, planned: float, start: float, end: float, committed: list[list[int]],
-              block_events: list, finished: list[Request]) -> None:
+              block_events: list, finished: list[Request], device_time: float | None) -> None:
         """Write a completed step's events: its preemptions and admissions (as of when it was planned),
         the Step, and the requests it finished."""
         sink = self.sink
@@ -349,7 +351,8 @@ class EngineCore:
         drafts = plan.drafts
         sink(Step(step=plan.step, start=start, end=end, spans=plan.spans, tokens=committed,
                   block_events=block_events,
-                  drafts=[] if drafts is None else [drafts.get(s.request_id, []) for s in plan.spans if s.sample]))
+                  drafts=[] if drafts is None else [drafts.get(s.request_id, []) for s in plan.spans if s.sample],
+                  device_time=device_time))
         for req in finished:
             sink(Finished(time=end, request_id=req.request_id, reason=req.finish_reason,  # type: ignore[arg-type]
                           num_output_tokens=req.num_output_tokens))

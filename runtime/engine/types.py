@@ -61,6 +61,7 @@ class StepResult(msgspec.Struct, frozen=True, gc=False):
     # request id -> why its token means nothing (its logits were NaN, say): the token is still a
     # valid id and committed as any other; the driver then aborts the request with that reason
     failed: dict[int, str] | None = None
+    device_time: float | None = None  # the device's own time for the step, when the executor timed it
 
 
 class KnownStep(msgspec.Struct, gc=False):

@@ -98,6 +98,9 @@ class ModelRunner:
         self._rngs: dict[int, random.Random] = {}
         self.sync_timing = sync_timing and self.device.type == "cuda"
         self.record_steps = record_steps
+        # time each step on the device too (CUDA events; StepResult.device_time): a profile sweep's
+        # steps then say what the device took apart from what the host held them to
+        self.device_timing = False
         self.graphs: DecodeGraphs | None = None
         self.piecewise: PiecewiseGraphs | None = None  # prefill / mixed steps
         if self.device.type == "cuda":
@@ -151,6 +154,10 @@ class ModelRunner:
     def launch(self, plan: StepPlan, requests: Mapping[int, Request]) -> _Launched:
         """Build the inputs, queue the forward and the sampling; return without waiting for the device."""
         t0 = time.perf_counter()
+        timed = self.device_timing and self.device.type == "cuda"
+        if timed:  # reached on the device once the step before is done there
+            began = torch.cuda.Event(enable_timing=True)
+            began.record()
         host = host_inputs(plan, requests, self.block_size, self._previous_rows, self.table_rows)
         rows = None if self.graphs is None else as_decode_rows(host)  # decodes and verify spans: a row a token
         if rows is not None and self.graphs.supports(rows):
@@ -181,6 +188,11 @@ class ModelRunner:
                                         [(r.token_ids, r.num_prompt_tokens) for r in reqs], self.device,
                                         self.spec.vocab_size)
         pending = self.sampler.sample_async(logits, batch)
+        events = None
+        if timed:
+            done = torch.cuda.Event(enable_timing=True)
+            done.record()
+            events = (began, done)
         self._previous_ids = pending.device_ids
         if counts is None:
             self._previous_rows = {r.request_id: i for i, r in enumerate(reqs)}
@@ -190,7 +202,7 @@ class ModelRunner:
         self._forget_finished(requests)
         drafts = None if counts is None else [plan.drafts.get(r.request_id, []) for r in reqs]
         return _Launched(pending, reqs, len(plan.spans), host.num_tokens, t0, t1 - t0, t2 - t1,
-                         time.perf_counter() - t2, drafts, rewinds)
+                         time.perf_counter() - t2, drafts, rewinds, events)
 
     def _verify_batch(self, reqs: list[Request], params: list, counts: list[int],
                       drafts: dict[int, list[int]]) -> tuple[SamplingBatch, dict[int, Rewind]]:
@@ -229,16 +241,21 @@ class ModelRunner:
         st.tokens += launched.num_tokens
         if self.record_steps:
             st.per_step.append((launched.num_spans, launched.num_tokens, total, launched.forward))
+        device = None
+        if launched.events is not None:
+            began, done = launched.events
+            done.synchronize()  # (at most the tail after the tokens' copy)
+            device = began.elapsed_time(done) / 1e3
         if launched.drafts is not None:
-            return self._commit_verified(launched, out, t_end - launched.start)
+            return self._commit_verified(launched, out, t_end - launched.start, device)
         logprobs = None if out.logprobs is None else [None if lp is None else [lp] for lp in out.logprobs]
         failed = None
         if out.nonfinite:
             failed = {launched.requests[row].request_id: NONFINITE_LOGITS for row in out.nonfinite}
-        return StepResult([[t] for t in out.token_ids], t_end - launched.start, logprobs, failed)
+        return StepResult([[t] for t in out.token_ids], t_end - launched.start, logprobs, failed, device)
 
     @staticmethod
-    def _commit_verified(launched: _Launched, out, duration: float) -> StepResult:
+    def _commit_verified(launched: _Launched, out, duration: float, device: float | None) -> StepResult:
         """A step with speculating spans: per span its accepted drafts and the row token after them,
         a logprobs dict per committed token (its row's), failed if a committed row was not finite."""
         ids, lps, bad = out.token_ids, out.logprobs, set(out.nonfinite)
@@ -259,7 +276,7 @@ class ModelRunner:
             if launched.rewinds and (rewind := launched.rewinds.get(req.request_id)) is not None:
                 rewind.keep(a + 1)  # the uniforms of the rows after the committed one go back
             row += c
-        return StepResult(tokens, duration, logprobs, failed or None)
+        return StepResult(tokens, duration, logprobs, failed or None, device)
 
 
 @dataclass(slots=True)
@@ -276,3 +293,4 @@ class _Launched:
     sample: float
     drafts: list[list[int]] | None = None  # per sampling span (of requests), when some span speculates
     rewinds: dict[int, Rewind] | None = None  # request id -> its stream as before its rows drew
+    events: tuple | None = None  # CUDA events around its device work (``device_timing``)

@@ -7,7 +7,7 @@ decode kernel split long contexts and how its prefill steps were padded, and the
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -43,6 +43,18 @@ class StepData:
     # steps tile): its tokens beyond one per span (0: none, or a decode-only step; simulator/cost/launch.py)
     next_extra: np.ndarray | None = None
     step_padding: StepPadding | None = None  # the first padded log's (each log's steps padded as its header says)
+    # per step, the device's own time for it (Step.device_time; NaN where the log has none)
+    device: np.ndarray | None = None
+
+    @property
+    def device_timed(self) -> bool:
+        """Every step carries its device time (a profile sweep on a GPU)."""
+        return self.device is not None and len(self.device) > 0 and bool(np.isfinite(self.device).all())
+
+    def on_device(self) -> StepData:
+        """These steps with their device times as durations: what the step model learns when the
+        host's view of a step (a launch of the next one holding it back) is logged apart."""
+        return replace(self, durations=self.device)
 
     @property
     def ext(self) -> np.ndarray:
@@ -58,6 +70,7 @@ class StepData:
         ys: list[float] = []
         idx: list[int] = []
         next_extra: list[int] = []
+        device: list[float] = []
         policies: dict[DecodeSplits | None, str] = {}
         first_padding: StepPadding | None = None
         runs = read_runs(logs)
@@ -68,6 +81,7 @@ class StepData:
                 if isinstance(ev, Step):
                     rows.append(ext_features(ev.spans, splits, padding, verifying(ev)))
                     ys.append(ev.end - ev.start)
+                    device.append(np.nan if ev.device_time is None else ev.device_time)
                     idx.append(i)
                     if prev_end == ev.start:
                         next_extra[-1] = int(sum(s.num_tokens for s in ev.spans)) - len(ev.spans)
@@ -83,13 +97,14 @@ class StepData:
         X = np.asarray(rows, dtype=np.float64)
         n = len(FEATURES)
         return cls(X[:, :n], np.asarray(ys), [r.path for r in runs], np.asarray(idx), X[:, n:],
-                   one_policy(policies), np.asarray(next_extra), first_padding)
+                   one_policy(policies), np.asarray(next_extra), first_padding, np.asarray(device))
 
     def subset(self, mask: np.ndarray) -> StepData:
         return StepData(self.features[mask], self.durations[mask], self.logs,
                         None if self.log_index is None else self.log_index[mask],
                         None if self.extra is None else self.extra[mask], self.decode_splits,
-                        None if self.next_extra is None else self.next_extra[mask], self.step_padding)
+                        None if self.next_extra is None else self.next_extra[mask], self.step_padding,
+                        None if self.device is None else self.device[mask])
 
     def weighted(self, weights: dict[int, int]) -> StepData:
         """These steps with log ``i``'s rows counted ``weights[i]`` times in all (repeated rows: an
@@ -111,9 +126,10 @@ class StepData:
         extra = None if any(p.extra is None for p in parts) else np.vstack([p.extra for p in parts])
         nxt = None if any(p.next_extra is None for p in parts) else np.concatenate([p.next_extra for p in parts])
         padding = next((p.step_padding for p in parts if p.step_padding is not None), None)
+        device = None if any(p.device is None for p in parts) else np.concatenate([p.device for p in parts])
         return cls(np.vstack([p.features for p in parts]), np.concatenate([p.durations for p in parts]), logs,
                    np.concatenate(idx), extra, one_policy({p.decode_splits: p.logs[0] for p in parts if p.logs}), nxt,
-                   padding)
+                   padding, device)
 
     def split(self, holdout_every: int, block: int = 1) -> tuple[StepData, StepData]:
         """Deterministic split: every ``holdout_every``-th block of ``block`` consecutive steps held

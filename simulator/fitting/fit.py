@@ -182,7 +182,9 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
     ``decode_steps_of``: logs of which only the pure-decode steps join the training data (a
     profile whose prefill steps an engine change made stale, still covering large batches).
     ``eager_launch``: with overlapped logs, fit the host time to launch a step that carries prefill
-    too (simulator/cost/launch.py). ``weights``: a log of ``logs`` → how many times its training steps
+    too (simulator/cost/launch.py); logs whose steps carry their device times (a GPU profile sweep)
+    always have it fitted, from those times, and the step model learns the device times.
+    ``weights``: a log of ``logs`` → how many times its training steps
     count (a profile sweep's few steps against many live ones); its held-out steps count once.
     ``front_door``: a front-door probe's log (runtime/bench/front_door_probe.py) the intake delay is
     fitted on (``fit_front_door``), in place of what the training logs' gaps say of it. A log
@@ -193,11 +195,17 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
     if decode_steps_of:
         data = StepData.concat([data, decode_steps(read_runs(decode_steps_of, cache))])
     host = fit_host_timing(runs)
-    # with the launch modelled, the step model learns GPU times only: not the steps it moves
-    clean = eager_launch and host.overlap
+    # steps timed on the device too (a GPU profile sweep) while the host planned ahead: the step
+    # model learns the device's times, the launch that held some of them back is fitted apart
+    timed = host.overlap and data.device_timed
+    wall, data = data, data.on_device() if timed else data
+    # with the launch modelled from logged times alone, the step model learns GPU times only: not
+    # the steps it moves
+    clean = eager_launch and host.overlap and not timed
     steps = data.subset(~launch_pairs(data)) if clean else data
     if holdout:
         held = StepData.from_logs(read_runs(holdout, cache))
+        held = held.on_device() if timed and held.device_timed else held
         train, held = steps, held.subset(~launch_pairs(held)) if clean else held
     else:
         if holdout_every < 2:
@@ -220,11 +228,13 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
                                      f"every {holdout_every}th block of {block} steps of the training logs")
     by = "held-out MAPE + |total-time error| (%)" + (", among " + ", ".join(EXTRAPOLATING) if kind == "auto" else "")
     report["selection"] = {"chosen": selection.best, "by": by, "candidates": selection.scores}
+    if timed:
+        report["device_timed"] = True
     if host.overlap:
-        device = model.predict_steps(data)
-        report["before_prefill"] = held_back_excess(data, device)
-        if eager_launch:
-            host, launch = with_eager_launch(host, data, device)
+        device = wall.device if timed else model.predict_steps(data)
+        report["before_prefill"] = held_back_excess(wall, device)
+        if eager_launch or timed:
+            host, launch = with_eager_launch(host, wall, device)
             if launch is not None:
                 report["launch"] = launch
     if front_door:
