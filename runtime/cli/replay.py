@@ -1,4 +1,6 @@
 """``minivllm replay LOG``: timing-replay (``--cost-model M``) or execute-replay (``--execute``).
+A fleet log is replayed replica by replica (each replica's own log, step times and executor); a
+replay that compared no step is an error.
 
 Timing-replay re-times the recorded steps with a cost model and reports its error per step and
 per request (TTFT, E2E). Execute-replay runs the recorded batches on the real model runtime and
@@ -17,17 +19,44 @@ from runtime.cli.errors import CLIError
 from runtime.cli.workload import require_file
 
 
+def _logs(path: str):
+    """(fleet log or not, the engine logs to replay): a fleet log's replicas, one after another."""
+    from simulator.replay.replicas import replica_logs
+    from traces.log import LogError
+
+    try:
+        return replica_logs(path)
+    except LogError as e:
+        raise CLIError(str(e)) from None
+
+
+def _nothing_compared(args: argparse.Namespace, fleet: bool) -> CLIError:
+    where = "its replicas' logs hold" if fleet else "it holds"
+    return CLIError(f"{args.log}: nothing compared: {where} no steps")
+
+
 def _timing(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     from simulator.replay.replay import render_timing_replay, timing_replay
 
-    model = cost_models.load(args.cost_model, log=args.log)
-    report = timing_replay(args.log, model)
-    print(f"timing-replay of {args.log} with {args.cost_model}")
-    print(render_timing_replay(report))
+    model = None if args.cost_model == "recorded" else cost_models.load(args.cost_model)
+    fleet, logs = _logs(args.log)
+    reports = []
+    for i, log in enumerate(logs):
+        report = timing_replay(log, model or cost_models.load(args.cost_model, log=str(log)))
+        print(f"timing-replay of {log} with {args.cost_model}" + (f" (replica {i} of {args.log})" if fleet else ""))
+        print(render_timing_replay(report) if report.summary["steps"] else "no steps (no request reached it)")
+        reports.append(report)
+    if not sum(r.summary["steps"] for r in reports):
+        raise _nothing_compared(args, fleet)
     if args.json:
-        Path(args.json).write_text(json.dumps(report.summary, indent=2))
+        doc = ({"fleet_log": args.log, "replicas": [{"log": str(log), **r.summary} for log, r in zip(logs, reports)]}
+               if fleet else reports[0].summary)
+        Path(args.json).write_text(json.dumps(doc, indent=2))
     if args.steps_csv:
-        report.steps.to_csv(args.steps_csv, index=False)
+        tables = [r.steps.assign(replica=i) if fleet else r.steps for i, r in enumerate(reports)]
+        pd.concat(tables, ignore_index=True).to_csv(args.steps_csv, index=False)
     return 0
 
 
@@ -54,19 +83,28 @@ def _execute(args: argparse.Namespace) -> int:
     from simulator.replay.execute import execute_replay, render_execute_report
     from traces.log import read_header
 
-    header = read_header(args.log)
-    steps = header.extra.get("num_steps")
-    if steps is None and not args.no_progress:
-        steps = count_steps(args.log)
-    announce_load(args.model or header.extra.get("model_path"))
-    with tqdm(total=steps, unit="step", desc="execute-replay", disable=args.no_progress) as bar:
-        try:
-            report = execute_replay(args.log, replay_executor_factory(args.model, **engine_options(args)),
-                                    stop_at_first=not args.keep_going, progress=bar)
-        except RuntimeError as e:
-            raise CLIError(str(e)) from None
-    print(render_execute_report(report))
-    return 0 if report.ok else 1
+    fleet, logs = _logs(args.log)
+    ok, steps = True, 0
+    for i, log in enumerate(logs):
+        header = read_header(log)
+        total = header.extra.get("num_steps")
+        if total is None and not args.no_progress:
+            total = count_steps(str(log))
+        if i == 0:
+            announce_load(args.model or header.extra.get("model_path"))
+        if fleet:
+            print(f"execute-replay of {log} (replica {i} of {args.log})")
+        with tqdm(total=total, unit="step", desc="execute-replay", disable=args.no_progress) as bar:
+            try:
+                report = execute_replay(log, replay_executor_factory(args.model, **engine_options(args)),
+                                        stop_at_first=not args.keep_going, progress=bar)
+            except RuntimeError as e:
+                raise CLIError(str(e)) from None
+        print(render_execute_report(report) if report.steps else "no steps (no request reached it)")
+        ok, steps = ok and report.ok, steps + report.steps
+    if not steps:
+        raise _nothing_compared(args, fleet)
+    return 0 if ok else 1
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -78,7 +116,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("replay", help="timing-replay a log with a cost model, or execute-replay it on the model")
-    p.add_argument("log", help="a recorded event log")
+    p.add_argument("log", help="a recorded event log, or a fleet log (each of its replicas' logs is replayed)")
     p.add_argument("--cost-model", metavar="M",
                    help="timing-replay: cost-model JSON, a shipped name (e.g. qwen3-0.6b-h200), or 'recorded' "
                         "(the log's own durations)")

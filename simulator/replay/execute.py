@@ -122,7 +122,9 @@ def render_execute_report(report: ExecuteReport) -> str:
         rec = sum(d[0] for d in report.durations)
         got = sum(d[1] for d in report.durations)
         lines.append(f"step time: recorded {rec:.3f} s, measured {got:.3f} s")
-    if report.first is None:
+    if not report.steps:
+        lines.append("nothing compared: no steps")
+    elif report.first is None:
         lines.append("tokens match the log")
     else:
         d = report.first

@@ -179,6 +179,10 @@ def render_timing_replay(report: TimingReplay) -> str:
     ]
     for key in ("ttft", "e2e"):
         e = s[key]
+        if not e["n"]:
+            why = "none reached its first token" if key == "ttft" else "none finished"
+            lines.append(f"{key.upper():>4} error: no request to compare ({why})")
+            continue
         lines.append(f"{key.upper():>4} error over {e['n']:,} requests: mean abs {e['mae_s'] * 1e3:.3f} ms, "
                      f"max abs {e['max_abs_s'] * 1e3:.3f} ms, MAPE {e['mape']:.2f}%, p90 APE {e['p90_ape']:.2f}%")
     lines.append(render_by_kind(s["by_kind"]))
