@@ -192,20 +192,27 @@ def load_frames(path: str | Path) -> LogFrames:
 def fleet_frames(fleet: FleetLog) -> LogFrames:
     """A fleet's frames: every replica's rows with a ``replica`` column; a request's ``request_id`` is
     its index at the front door (unique in the fleet), ``replica_request_id`` the replica's own id;
-    steps keep their replica's numbers; the header is the fleet log's."""
-    return combine_replicas(fleet.header, [load_frames(log) for log in fleet.replica_logs], fleet.routes)
+    steps keep their replica's numbers; the header is the fleet log's. A replica started again after
+    it died has rows from each of its logs (``log``: which one)."""
+    return combine_replicas(fleet.header, [load_frames(log) for log in fleet.replica_logs], fleet.routes,
+                            fleet.log_replicas)
 
 
-def combine_replicas(header: Header | None, parts: list[LogFrames], routes: Iterable[Routed]) -> LogFrames:
+def combine_replicas(header: Header | None, parts: list[LogFrames], routes: Iterable[Routed],
+                     replicas: list[int] | None = None) -> LogFrames:
     """The replicas' frames (``parts``, in replica order) as one fleet's (``fleet_frames``), the
-    ``Routed`` events giving each request its front-door index: a fleet's frames built in memory."""
+    ``Routed`` events giving each request its front-door index (each one's ``replica``: its part):
+    a fleet's frames built in memory. ``replicas``: the replica each part is of (default: part i is
+    replica i; a restarted replica's later logs are parts of their own)."""
     index = {(r.replica, r.request_id): r.index for r in routes if r.request_id is not None}
     tables = {}
     for name in ("requests", "steps", "gaps", "rejected"):
         pieces = []
         for i, part in enumerate(parts):
             table = getattr(part, name).copy()
-            table.insert(0, "replica", i)
+            table.insert(0, "replica", i if replicas is None else replicas[i])
+            if replicas is not None and len(replicas) > len(set(replicas)):
+                table.insert(1, "log", i)
             if "request_id" in table:  # one id per request across the fleet: its front-door index
                 table["replica_request_id"] = table["request_id"]
                 table["request_id"] = [index.get((i, rid), -1) for rid in table["request_id"]]

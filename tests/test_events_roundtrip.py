@@ -32,6 +32,8 @@ from traces.events import (
     Preempted,
     PrefixHit,
     Rejected,
+    ReplicaDown,
+    ReplicaUp,
     Reserved,
     Routed,
     Span,
@@ -104,6 +106,8 @@ EVENTS = {
     "Rejected": st.builds(Rejected, time=floats, num_prompt_tokens=ints, params=params(), reason=strs,
                           priority=ints, prompt=st.none() | prompts),
     "Routed": st.builds(Routed, time=floats, index=ints, replica=ints, request_id=st.none() | ints),
+    "ReplicaDown": st.builds(ReplicaDown, time=floats, replica=ints, reason=st.text(), restarting=st.booleans()),
+    "ReplicaUp": st.builds(ReplicaUp, time=floats, replica=ints, log=st.none() | st.text()),
 }
 assert set(EVENTS) == {t.__name__ for t in Event.__args__}, "an event type without a strategy"
 

@@ -188,7 +188,28 @@ class Routed(_Event, tag="Routed"):
     request_id: int | None = None
 
 
-Event = Header | Arrived | Admitted | Preempted | Step | Finished | Aborted | Rejected | Routed
+class ReplicaDown(_Event, tag="ReplicaDown"):
+    """A fleet's replica stopped on its own (its engine process died; the fleet log): its requests in
+    flight ended with an error to their clients, and the router skips it until its ``ReplicaUp``."""
+
+    time: float
+    replica: int
+    reason: str
+    restarting: bool = True  # False: no restart left, it stays down
+
+
+class ReplicaUp(_Event, tag="ReplicaUp"):
+    """A fleet's replica started again after a ``ReplicaDown``: ``log`` is its new log (relative to the
+    fleet log's folder; None: not recorded), whose request ids the ``Routed`` events after this one
+    for ``replica`` name."""
+
+    time: float
+    replica: int
+    log: str | None = None
+
+
+Event = (Header | Arrived | Admitted | Preempted | Step | Finished | Aborted | Rejected | Routed | ReplicaDown
+         | ReplicaUp)
 
 # Header.extra key: what the Arrived events' prompts hold (traces.prompt.TRACE_PROMPTS); absent = "ids"
 TRACE_PROMPTS_KEY = "trace_prompts"

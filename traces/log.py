@@ -36,6 +36,8 @@ from traces.events import (
     Header,
     Preempted,
     Rejected,
+    ReplicaDown,
+    ReplicaUp,
     Routed,
     Span,
     Step,
@@ -61,7 +63,8 @@ class TruncatedLogWarning(UserWarning):
 
 
 # what a line of a schema-2 log decodes to: the events, a Step as its StepLine
-LineV2 = Header | Arrived | Admitted | Preempted | StepLine | Finished | Aborted | Rejected | Routed
+LineV2 = (Header | Arrived | Admitted | Preempted | StepLine | Finished | Aborted | Rejected | Routed | ReplicaDown
+          | ReplicaUp)
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(LineV2)

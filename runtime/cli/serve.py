@@ -5,6 +5,11 @@ not linger answering 503: open streams end with an error event, then it shuts do
 ``ENGINE_DIED_STATUS``, for a supervisor (systemd, Kubernetes, a shell loop) to start it afresh.
 A fresh process is the only restart that leaves nothing of the failure behind (GPU memory, a
 half-written step); the log of the run that died stays whole up to its last step.
+
+A fleet (``--data-parallel-size N``) outlives a replica: the dead replica's requests fail, the
+others go on, and it is started again, a fresh process, up to ``--replica-restarts`` times after a
+back-off that doubles from ``--replica-restart-backoff``. The server exits only once every replica
+is down for good.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ def engine_flags(flags: list[str]) -> list[str]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from runtime.serving.replica_restarts import DEFAULT_BACKOFF_S, DEFAULT_RESTARTS
     from runtime.serving.server.app import DEFAULT_MAX_REQUEST_BYTES
     from runtime.serving.server.connections import DEFAULT_TIMEOUTS
 
@@ -71,6 +77,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="engine replicas behind this front door, each in a process of its own (a GPU each when "
                         "there are N, else sharing one); with --trace, PATH is the fleet log of routing "
                         "decisions and each replica's log goes beside it (default: %(default)s)")
+    g.add_argument("--replica-restarts", type=int, default=DEFAULT_RESTARTS, action=Bounded, at_least=0, metavar="N",
+                   help="with --data-parallel-size: times each replica is started again after its engine process "
+                        "dies (its requests in flight fail, the others go on); 0: it stays down (default: "
+                        "%(default)s)")
+    g.add_argument("--replica-restart-backoff", type=float, default=DEFAULT_BACKOFF_S, action=Bounded, above=0,
+                   metavar="S", help="seconds before a replica's first restart; each next one waits twice as long "
+                                     "(default: %(default)s)")
     g.add_argument("--api-server-count", type=int, default=1, action=Bounded, at_least=1, metavar="N",
                    help="HTTP front-end processes on the port, over one engine process: one process's event loop "
                         "falls behind at thousands of streamed tokens a second (each front end's /metrics shows "
@@ -163,21 +176,29 @@ def _data_parallel(args: argparse.Namespace, options: dict):
     from runtime.serving.data_parallel import DataParallelEngine, replica_engine
     from runtime.serving.engine_main import EngineSpec
     from runtime.serving.engine_process import EngineProcess
+    from runtime.serving.replica_restarts import RestartPolicy
     from traces.events import make_header
-    from traces.fleet_log import fleet_extra, replica_log_path
+    from traces.fleet_log import fleet_extra, relative_log, replica_log_path, restart_log_path
     from traces.log import LogWriter
 
     n, trace = args.data_parallel_size, options.pop("trace")
     logs = [replica_log_path(trace, i) for i in range(n)] if trace else []
     route_log = LogWriter(trace, if_exists=args.trace_if_exists) if trace else None
     origin = time.monotonic()  # the replicas' logs share one time axis
+
+    def start_replica(i: int, restart: int = 0) -> tuple[AsyncLLMEngine, str | None]:
+        """Replica i's engine process (after its ``restart``-th restart: a log of its own)."""
+        log = (logs[i] if restart == 0 else restart_log_path(trace, i, restart)) if trace else None
+        kwargs = {**options, "trace": str(log) if log else None, "clock_origin": origin, "replica": i, "replicas": n}
+        process = EngineProcess(EngineSpec(factory=replica_engine, kwargs=kwargs, warmup=args.warmup),
+                                name=f"replica {i}")
+        engine = AsyncLLMEngine(connection=process, max_pending=args.max_pending)
+        return engine, relative_log(log, trace) if log else None
+
     replicas: list[AsyncLLMEngine] = []
     try:
         for i in range(n):
-            kwargs = {**options, "trace": str(logs[i]) if trace else None, "clock_origin": origin,
-                      "replica": i, "replicas": n}
-            process = EngineProcess(EngineSpec(factory=replica_engine, kwargs=kwargs, warmup=args.warmup))
-            replicas.append(AsyncLLMEngine(connection=process, max_pending=args.max_pending))
+            replicas.append(start_replica(i)[0])
     except BaseException:
         for r in replicas:
             r.shutdown()
@@ -187,7 +208,8 @@ def _data_parallel(args: argparse.Namespace, options: dict):
     if route_log is not None:
         route_log(make_header(replicas[0].config, clock="wall",
                               extra=fleet_extra(args.router, logs, trace, data_parallel=True)))
-    engine = DataParallelEngine(replicas, args.router, route_log=route_log)
+    engine = DataParallelEngine(replicas, args.router, route_log=route_log, restart=start_replica,
+                                policy=RestartPolicy(args.replica_restarts, args.replica_restart_backoff))
     _announce_when_ready(engine)
     tokenizer = replicas[0].connection.tokenizer()
 

@@ -14,6 +14,10 @@ of its KV blocks in use. Registry: ``ROUTERS``; ``make_router(name, replicas)``.
   replicas are added), unless that one's queued prompt tokens exceed the least-loaded replica's
   by more than ``slack_tokens``; then least-loaded. Requests that share a prompt prefix meet on one
   replica, whose prefix cache then serves them.
+
+A replica that is down (``up[i]`` False: its engine died and is starting again) is never chosen:
+round-robin takes the next one up, the others choose among those up (rendezvous hashing moves only
+the down replica's prefixes). The caller passes at least one replica up.
 """
 
 from __future__ import annotations
@@ -47,8 +51,13 @@ def prefix_key(token_ids: Sequence[int], n: int = PREFIX_KEY_TOKENS) -> int:
     return int.from_bytes(digest.digest(), "little")
 
 
-def _least_loaded(loads: Sequence[ReplicaLoad]) -> int:
-    return min(range(len(loads)), key=lambda i: (loads[i].queued_tokens, loads[i].kv_used, loads[i].outstanding, i))
+def _candidates(n: int, up: Sequence[bool] | None) -> list[int] | range:
+    return range(n) if up is None else [i for i in range(n) if up[i]]
+
+
+def _least_loaded(loads: Sequence[ReplicaLoad], up: Sequence[bool] | None = None) -> int:
+    return min(_candidates(len(loads), up),
+               key=lambda i: (loads[i].queued_tokens, loads[i].kv_used, loads[i].outstanding, i))
 
 
 class RoundRobin:
@@ -59,8 +68,11 @@ class RoundRobin:
     def __init__(self, replicas: int) -> None:
         self.replicas = replicas
 
-    def route(self, request: RouteRequest, loads: Sequence[ReplicaLoad]) -> int:
-        return request.index % self.replicas
+    def route(self, request: RouteRequest, loads: Sequence[ReplicaLoad], up: Sequence[bool] | None = None) -> int:
+        first = request.index % self.replicas
+        if up is None or up[first]:
+            return first
+        return next(i % self.replicas for i in range(first + 1, first + self.replicas) if up[i % self.replicas])
 
 
 class LeastLoaded:
@@ -71,8 +83,8 @@ class LeastLoaded:
     def __init__(self, replicas: int) -> None:
         self.replicas = replicas
 
-    def route(self, request: RouteRequest, loads: Sequence[ReplicaLoad]) -> int:
-        return _least_loaded(loads)
+    def route(self, request: RouteRequest, loads: Sequence[ReplicaLoad], up: Sequence[bool] | None = None) -> int:
+        return _least_loaded(loads, up)
 
 
 class PrefixAffinity:
@@ -83,18 +95,18 @@ class PrefixAffinity:
     def __init__(self, replicas: int, slack_tokens: int = DEFAULT_SLACK_TOKENS) -> None:
         self.replicas, self.slack_tokens = replicas, slack_tokens
 
-    def home(self, key: int) -> int:
-        """The replica a prefix key belongs to (highest random weight)."""
+    def home(self, key: int, up: Sequence[bool] | None = None) -> int:
+        """The replica a prefix key belongs to (highest random weight), of those up."""
         def weight(i: int) -> int:
             h = hashlib.blake2b(key.to_bytes(8, "little") + i.to_bytes(4, "little"), digest_size=8)
             return int.from_bytes(h.digest(), "little")
-        return max(range(self.replicas), key=weight)
+        return max(_candidates(self.replicas, up), key=weight)
 
-    def route(self, request: RouteRequest, loads: Sequence[ReplicaLoad]) -> int:
-        best = _least_loaded(loads)
+    def route(self, request: RouteRequest, loads: Sequence[ReplicaLoad], up: Sequence[bool] | None = None) -> int:
+        best = _least_loaded(loads, up)
         if request.prefix_key is None:
             return best
-        home = self.home(request.prefix_key)
+        home = self.home(request.prefix_key, up)
         if loads[home].queued_tokens - loads[best].queued_tokens > self.slack_tokens:
             return best
         return home

@@ -93,6 +93,9 @@ class EngineLoop:
             while not self.stopping:
                 took = self._take(block=not engine.busy)
                 if took:
+                    if self._added and engine.writer is not None:
+                        engine.writer.flush()  # an id the front end hears of is on disk: a killed engine's
+                        # log still holds every request a fleet log names
                     self._publish([])  # acknowledged before the step: the front end's queue count is current
                 stepped = engine.busy and not self.stopping
                 if stepped:

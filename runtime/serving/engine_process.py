@@ -52,6 +52,8 @@ class EnginePipes:
     """A front end's connection to the engine process over its pair of pipes (an EngineConnection):
     ``commands`` written here, ``outputs`` read here. Waits for the engine's ``EngineStarted``."""
 
+    name: str | None = None  # the engine its end names ("replica 1"); None: the only one
+
     def __init__(self, commands: Connection, outputs: Connection, start_timeout: float | None = None) -> None:
         self._commands, self._outputs = commands, outputs
         self._writer = PipeWriter(commands, "minivllm-engine-commands")  # the reader hears the end
@@ -116,7 +118,8 @@ class EnginePipes:
                 on_message(data)
         finally:
             self._gone = True
-            on_lost(f"engine process exited (status {self._exit_status()})")
+            named = f"{self.name}: " if self.name else ""
+            on_lost(f"{named}engine process exited (status {self._exit_status()})")
 
     def send(self, data: bytes) -> None:
         """Queued, written in order by the writer's thread (a long prompt never stalls the caller)."""
@@ -141,9 +144,12 @@ class EnginePipes:
 
 class EngineProcess(EnginePipes):
     """``start_timeout``: seconds to wait for the engine to be built (None: as long as it takes);
-    ``front_ends``: how many front ends talk to it (this one and ``other_front_ends``)."""
+    ``front_ends``: how many front ends talk to it (this one and ``other_front_ends``); ``name``: how
+    the end of the process is told (a fleet's "replica 1"), so its clients learn which engine died."""
 
-    def __init__(self, spec: EngineSpec, *, start_timeout: float | None = None, front_ends: int = 1) -> None:
+    def __init__(self, spec: EngineSpec, *, start_timeout: float | None = None, front_ends: int = 1,
+                 name: str | None = None) -> None:
+        self.name = name
         ctx = multiprocessing.get_context("spawn")
         pairs = [ctx.Pipe(duplex=False) for _ in range(2 * front_ends)]
         for read_end, _ in pairs:

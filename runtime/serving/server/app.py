@@ -31,6 +31,7 @@ from runtime.serving.server import errors
 from runtime.serving.server.endpoints import ENDPOINTS
 from runtime.serving.server.event_stream import EventStream
 from runtime.serving.server.guards import ApiKeyGuard, BodyLimit
+from runtime.serving.server.health import health as health_of
 from runtime.serving.server.metrics import ServerMetrics
 from runtime.serving.server.prompts import Prompts
 from runtime.serving.server.protocol import ChatCompletionRequest, CompletionRequest
@@ -132,8 +133,8 @@ def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str, *, api_k
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        ok = engine.alive
-        return JSONResponse({"status": "ok" if ok else "dead"}, status_code=200 if ok else 503)
+        body, status = health_of(engine)
+        return JSONResponse(body, status_code=status)
 
     @app.get("/ready")
     async def ready() -> JSONResponse:

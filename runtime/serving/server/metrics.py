@@ -109,6 +109,13 @@ class _EngineCollector:
         yield gauge("kv_blocks_reserved", "Blocks promised to admitted requests", state.kv_blocks_reserved)
         yield gauge("engine_alive", "1 while the engine runs", 1.0 if e.alive else 0.0)
         yield gauge("engine_ready", "1 once warmed up (/ready answers 200)", 1.0 if e.ready.is_set() else 0.0)
+        replica_health = getattr(e, "replica_health", None)
+        if replica_health is not None:  # a fleet: how many replicas serve, how often one was started again
+            replicas = replica_health()
+            yield gauge("replicas_up", "Replicas of the fleet taking requests",
+                        sum(r["status"] == "up" for r in replicas))
+            yield counter("replica_restarts", "Times a replica was started again after it died",
+                          sum(r["restarts"] for r in replicas))
         jit = state.jit_compilations
         yield counter("jit_compilations", "Triton kernel specialisations compiled by the engine", jit)
         yield counter("jit_compilations_while_serving", "Of those, compiled after the server became ready "
