@@ -170,6 +170,28 @@ def _check_logs(trace: Path) -> None:
     routed = [r for r in fleet.routes if r.request_id is not None]
     assert routed and all(r.request_id in arrived[r.replica] for r in routed)
     assert any(r.replica == 2 for r in routed)  # the restarted replica served, in its new log
+    from analysis.outages import outage_lines
+
+    (line,) = outage_lines(trace)
+    assert line.startswith("outage: replica 1 down at") and f"{STREAMS // 2} requests in flight failed" in line
+
+
+def test_analyze_shows_each_outage_on_a_line(fleet, capsys):
+    from runtime.cli import main
+
+    os.kill(fleet.pid(0), signal.SIGKILL)
+    wait_until(lambda: fleet.health().json()["replicas"][0]["restarts"] == 1
+               and fleet.health().json()["status"] == "ok", 60, "the replica to come back")
+    for i in range(4):
+        r = httpx.post(fleet.url + "/v1/completions", json={"model": "m", "prompt": f"q{i}", "max_tokens": 3},
+                       timeout=60)
+        assert r.status_code == 200, r.text
+    wait_until(lambda: fleet.engine.settled, 30, "the fleet to go idle")
+    fleet.close()
+    assert main(["analyze", str(fleet.trace)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("outage:")]
+    assert len(lines) == 1 and "replica 0 down at" in lines[0] and "back with fleet.replica0.restart1.jsonl" in lines[0]
+    assert "0 requests in flight failed (replica 0: engine process exited (status -9))" in lines[0]
 
 
 def test_with_no_restart_left_the_fleet_answers_503_then_stops(smollm2_tokenizer, tmp_path):

@@ -86,6 +86,11 @@ def run(args: argparse.Namespace) -> int:
         spec = acceptance_summary(path)
         if spec is not None:
             print(render_acceptance(spec, title=label))
+    from analysis.outages import outage_lines
+
+    for label, path in zip(labels, args.logs):
+        for line in outage_lines(path):
+            print(f"{label}: {line}" if len(runs) > 1 else line)
     for w in warnings:
         print(w)
     if len(runs) > 1:  # what differs between the runs, before the numbers that compare them
