@@ -34,6 +34,7 @@ from simulator.cost.ranges import track_ranges
 from simulator.fidelity.config_diff import config_changes, what_if
 from simulator.fleet.device import place, placement_of
 from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
+from simulator.fleet.outages import outages_of
 from simulator.fleet.replica import SimResult
 from simulator.fleet.speculation import Speculation
 from simulator.replay.replay import log_config, own_speculation, resimulate, timing_replay
@@ -90,28 +91,36 @@ def fleet_placement(fleet: FleetLog, devices: int | None = None) -> list[int] | 
     else as its log says (the fleet Header's ``devices``, or the device each replica's Header names:
     ``serve --data-parallel-size 2`` on one GPU puts both on cuda:0); None: one device each."""
     if devices is not None:
-        return place(len(fleet.replica_logs), devices)
+        return place(fleet.replicas, devices)
     recorded = fleet.header.extra.get(FLEET_KEY, {}).get("devices")
     if recorded is not None:
         return [int(d) for d in recorded]
-    return placement_of([read_header(p).extra.get("device") for p in fleet.replica_logs])
+    return placement_of([read_header(p).extra.get("device") for p in fleet.replica_logs[:fleet.replicas]])
 
 
 def resimulate_fleet(log: str | Path, model: CostModel, config: EngineConfig, speculation: Speculation | None = None,
                      devices: int | None = None) -> tuple[RequestTimes, Any]:
     """A fleet log's requests (every replica's, by arrival) through as many simulated replicas and
     its router, on the devices they ran on (``fleet_placement``): each replica under its own logged
-    config, or every one under ``config`` when that is not the fleet log's own (a what-if)."""
+    config, or every one under ``config`` when that is not the fleet log's own (a what-if); a replica
+    that went down live goes down at the same times."""
     fleet = FleetLog.read(log)
-    placed = fleet_placement(fleet, devices) or [None] * len(fleet.replica_logs)
+    first_logs = fleet.replica_logs[:fleet.replicas]  # (a replica started again has later logs too)
+    placed = fleet_placement(fleet, devices) or [None] * len(first_logs)
     _, own = log_config(log)
-    configs = [log_config(p)[1] if config == own else config for p in fleet.replica_logs]
+    configs = [log_config(p)[1] if config == own else config for p in first_logs]
     workload = Workload([r for p in fleet.replica_logs for r in read_log_workload(p)], source=str(log))
     if speculation is None and any(parse_speculative(c.speculative) for c in configs):
         speculation = own_speculation(list(fleet.replica_logs), config.seed)
     parts = [RequestTimes() for _ in configs]
+
+    def restarted(replica: int, restart: int) -> tuple[RequestTimes, None]:
+        parts.append(RequestTimes())  # its request ids start afresh: times of their own
+        return parts[-1], None
+
     results = simulate_fleet(workload, [ReplicaSpec(c, model, t, d) for c, t, d in zip(configs, parts, placed)],
-                             fleet.router, speculation=speculation)
+                             fleet.router, speculation=speculation, outages=outages_of(fleet),
+                             restart_sink=restarted)
     result = SimResult(sum(r.num_requests for r in results), sum(r.num_steps for r in results),
                        max(r.end_time for r in results), [x for r in results for x in r.rejected])
     return RequestTimes.merged(parts), result

@@ -82,6 +82,7 @@ class Replica:
         self.result = SimResult()
         self.progress, self.progress_every, self._reported = progress, progress_every, 0
         self._closed = False  # no request will come any more
+        self.dead = False  # killed (a fleet's outage): its process ends at its next wake-up, nothing more logged
         self._wake = None  # the event an idle replica sleeps on
         # (a shared device's other replicas launch steps between those of a run: every step one at a time)
         runs = (plain_runs and token_fn is None and timing.decode_durations is not None and drafter is None
@@ -114,6 +115,12 @@ class Replica:
         self._closed = True
         self._notify()
 
+    def kill(self) -> None:
+        """Stop now, as a killed engine process does: the step in flight never ends, its requests stay
+        unfinished in its log (a fleet's outage, simulator/fleet/outages.py)."""
+        self.dead = True
+        self._notify()
+
     def _notify(self) -> None:
         wake = self._wake
         if wake is not None and not wake.triggered:
@@ -136,19 +143,27 @@ class Replica:
                     return
                 self._wake = env.event()
                 yield self._wake
+                if self.dead:
+                    return
                 self._wake = None
                 previous = None
                 if not requests:
                     continue
                 if plans_ahead and host_gap is not None and (gap := host_gap(None)) > 0:
                     yield at(env.now + gap)
+                    if self.dead:
+                        return
             if not plans_ahead and (host_gap is not None or gap_before is not None):
                 gap = host_gap(previous, previous_drafts) if host_gap is not None else gap_before(result.num_steps)
                 if gap > 0:  # engine time before the step (arrivals meanwhile join it)
                     yield at(env.now + gap)
+                    if self.dead:
+                        return
             flight = loop.in_flight
             if runs and flight is not None and flight.overlappable and self._land_run(flight):
                 yield at(self._run_ends[-1])
+                if self.dead:
+                    return
                 self._finish_run()
                 continue
             done = loop.begin()
@@ -164,11 +179,15 @@ class Replica:
                 previous_drafts = sum(map(len, plan.drafts.values())) if plan.drafts else 0
                 if runs and self._land_run(waiting):
                     yield at(self._run_ends[-1])
+                    if self.dead:
+                        return
                     self._finish_run()
                     continue
             end = waiting.handle.ready
             if end > env.now:
                 yield at(end)
+                if self.dead:
+                    return
             loop.end()
             result.num_steps += 1
             result.end_time = end
