@@ -108,3 +108,19 @@ def _model_file(tmp_path):
     path = tmp_path / "model.json"
     MODEL.save(path)
     return path
+
+
+def test_routers_never_choose_a_replica_that_is_down():
+    from runtime.engine.routers import PrefixAffinity, ReplicaLoad, RouteRequest, make_router, prefix_key
+
+    loads = [ReplicaLoad(queued_tokens=t) for t in (0, 5, 9)]
+    up = [False, True, True]
+    rr = make_router("round-robin", 3)
+    assert [rr.route(RouteRequest(i, 10), loads, up) for i in range(6)] == [1, 1, 2, 1, 1, 2]
+    assert make_router("least-loaded", 3).route(RouteRequest(0, 10), loads, up) == 1
+    pa = PrefixAffinity(3)
+    keys = [prefix_key([k, k + 1]) for k in range(40)]
+    homes = [pa.home(k) for k in keys]
+    assert all(pa.home(k, up) != 0 for k in keys)
+    # rendezvous hashing: only the down replica's prefixes move
+    assert all(pa.home(k, up) == h for k, h in zip(keys, homes) if h != 0)
