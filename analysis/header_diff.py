@@ -8,7 +8,8 @@ model) is a different experiment; the report lists each such difference before i
 
 Keys: the engine config's dotted fields (``scheduler.…``, ``cache.…``, ``seed``), then the
 Header's own (``clock``, ``model``, ``eos_token_id``), ``extra.…`` (device, dtype, model path, KV
-geometry, what a simulation used) and ``versions.…``.
+geometry, what a simulation used; not the run's name, ``extra.run_id``, which every run has its
+own of) and ``versions.…``.
 
 A field only some runs record (a live run's device and KV geometry, a simulation's cost model) is
 not a row of "(absent)": the render names such fields once per set of runs that has them, a
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from traces.events import Header
+from traces.request_names import RUN_ID_KEY
 
 ABSENT = "(absent)"
 
@@ -52,7 +54,8 @@ def header_fields(header: Header | None) -> dict[str, Any]:
     if header.config.get("seed") != header.seed:
         own["header_seed"] = header.seed
     out.update(own)
-    _flatten(header.extra, "extra", out)
+    # the run's name (traces/request_names.py) differs between any two runs: it is no difference of setup
+    _flatten({k: v for k, v in header.extra.items() if k != RUN_ID_KEY}, "extra", out)
     _flatten(header.versions, "versions", out)
     return out
 

@@ -24,6 +24,7 @@ from tests.proc_helpers import engine_child, running
 from tests.test_server_fakes import Exploding, exploding_llm_engine
 from tests.test_server_harness import serve, wait_until
 from traces.log import read_log
+from traces.request_names import RUN_ID_KEY
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -89,8 +90,13 @@ def _joined(events: list[list[dict]]) -> list[dict]:
 
 
 def _untimed(path: Path) -> list[dict]:
-    return [{f: getattr(e, f) for f in e.__struct_fields__ if f not in ("time", "start", "end")}
-            for e in read_log(path)]
+    """The log's events, less their times and the run's name (every run has its own)."""
+    return [{f: _unnamed(getattr(e, f)) if f == "extra" else getattr(e, f) for f in e.__struct_fields__
+             if f not in ("time", "start", "end")} for e in read_log(path)]
+
+
+def _unnamed(extra: dict) -> dict:
+    return {k: v for k, v in extra.items() if k != RUN_ID_KEY}
 
 
 def test_the_engine_process_writes_the_log_the_engine_thread_does(tiny, tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ from runtime.engine.types import StepResult
 from runtime.serving.llm_engine import LLMEngine
 from traces.events import make_header
 from traces.log import LogWriter
+from traces.request_names import RUN_ID_KEY, new_run_id
 
 EOS = 2
 
@@ -50,11 +51,12 @@ def fake_llm_engine(tokenizer, gate=None, delay: float = 0.0, logprobs: bool = F
     cfg = EngineConfig(cache=CacheConfig(block_size=16, num_blocks=num_blocks),
                        scheduler=SchedulerConfig(max_num_batched_tokens=256, max_model_len=max_model_len))
     writer = LogWriter(log) if log else None
-    if writer is not None:
-        writer(make_header(cfg, clock="wall", eos_token_id=EOS))
+    run_id = new_run_id()
+    if writer is not None:  # (with the run's name, as a served engine's log has it)
+        writer(make_header(cfg, clock="wall", eos_token_id=EOS, extra={RUN_ID_KEY: run_id}))
     core = EngineCore(cfg, eos_token_id=EOS, sink=writer)
     executor = PromptSeededExecutor(len(tokenizer), gate, delay, logprobs)
-    return LLMEngine.from_core(core, executor, tokenizer, overlap=True, writer=writer)
+    return LLMEngine.from_core(core, executor, tokenizer, overlap=True, writer=writer, run_id=run_id)
 
 
 class Exploding(PromptSeededExecutor):
@@ -72,4 +74,4 @@ class Exploding(PromptSeededExecutor):
 
 def exploding_llm_engine(tokenizer) -> LLMEngine:
     engine = fake_llm_engine(tokenizer)
-    return LLMEngine.from_core(engine.core, Exploding(len(tokenizer)), tokenizer, overlap=True)
+    return LLMEngine.from_core(engine.core, Exploding(len(tokenizer)), tokenizer, overlap=True, run_id=engine.run_id)

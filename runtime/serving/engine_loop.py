@@ -54,7 +54,7 @@ IDLE_POLL_S = 0.2  # an idle loop still looks at its stop flag this often
 def describe(engine: LLMEngine, tokenizer: bytes | None = None) -> EngineStarted:
     """What the front end needs of a built engine: its config (to check requests), its clock."""
     return EngineStarted(engine.core.config, engine.clock_origin, engine.core.config.model_identity,
-                         list(engine.extra_eos), tokenizer)
+                         list(engine.extra_eos), tokenizer, engine.run_id)
 
 
 class EngineLoop:

@@ -5,9 +5,10 @@ thread (the same bytes both ways, so the tests of the one cover the other's prot
 Front end -> engine: ``AddRequest`` (its own key for the request, prompt ids, params, arrival time
 on the engine clock), ``AbortRequest``, ``Shutdown``.
 Engine -> front end: ``EngineStarted`` once the engine is built (its config and clock origin, the
-tokenizer), ``EngineReady`` after the warm-up, ``StepOutputs`` after every loop iteration that
-did something (the deltas by key, the step timings for the latency histograms, a snapshot of the
-engine's counters and gauges), ``EngineFailed`` before the engine stops on an error.
+tokenizer, its run's name), ``EngineReady`` after the warm-up, ``StepOutputs`` after every loop
+iteration that did something (the deltas by key, the log ids of the requests it took in, the step
+timings for the latency histograms, a snapshot of the engine's counters and gauges),
+``EngineFailed`` before the engine stops on an error.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class EngineStarted(msgspec.Struct, tag="started", array_like=True, gc=False):
     model_identity: str
     extra_eos: list[int]
     tokenizer: bytes | None = None  # pickled (a spawned child of ours: trusted); None: none or in-process
+    run_id: str = ""  # what its log's Header calls this run: part of every response id (traces/request_names.py)
 
 
 class EngineReady(msgspec.Struct, tag="ready", array_like=True, gc=False):

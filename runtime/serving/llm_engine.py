@@ -42,6 +42,7 @@ from traces.events import TRACE_PROMPTS_KEY
 from traces.log import LogWriter
 from traces.params import InvalidRequest, SamplingParams
 from traces.prompt import TRACE_PROMPTS
+from traces.request_names import RUN_ID_KEY, new_run_id
 
 __all__ = ["EngineStats", "LLMEngine", "OutputDelta", "PromptInput", "RequestRecord", "StepTimings",
            "with_extra_eos"]
@@ -61,42 +62,47 @@ class LLMEngine:
     """``model``: None (default SmolLM2), an HF folder, a .gguf file or ``random:<shape>``;
     ``trace``: write the run's event log there (``if_exists``: what to do with a file already
     there, ``traces.log.IF_EXISTS``; ``trace_prompts``: what the log keeps of each prompt, token
-    ids, block hashes or its length only, ``traces.prompt.TRACE_PROMPTS``); ``options``: engine
+    ids, block hashes or its length only, ``traces.prompt.TRACE_PROMPTS``); ``run_id``: this run's
+    name in the log's Header (traces/request_names.py; default: a fresh one); ``options``: engine
     config fields by name (runtime/executor/setup.py), e.g. ``max_num_seqs=8, policy="priority"``."""
 
     def __init__(self, model: str | None = None, *, trace: str | None = None, trace_prompts: str = "ids",
                  if_exists: str = "overwrite", clock: Callable[[], float] = time.monotonic,
-                 clock_origin: float | None = None, **options: Any) -> None:
+                 clock_origin: float | None = None, run_id: str | None = None, **options: Any) -> None:
         from runtime.executor.setup import build_engine  # the real executor: torch
 
         if trace_prompts not in TRACE_PROMPTS:  # before a log is opened (and an older one rotated)
             raise ValueError(f"trace_prompts must be one of {', '.join(TRACE_PROMPTS)}; got {trace_prompts!r}")
         parts = build_engine(model, **options)
+        run_id = run_id or new_run_id()
         writer = LogWriter(trace, if_exists=if_exists) if trace else None
         if writer is not None:
             header = parts.header("wall")
+            header = msgspec.structs.replace(header, extra={**header.extra, RUN_ID_KEY: run_id})
             if trace_prompts != "ids":  # the default is not written: an ids log reads as it always did
                 header = msgspec.structs.replace(header, extra={**header.extra, TRACE_PROMPTS_KEY: trace_prompts})
             writer(header)
         self._setup(parts.core(writer, trace_prompts=trace_prompts), parts.runner, parts.loaded.tokenizer,
                     overlap=parts.overlap, clock=clock, extra_eos=parts.loaded.spec.eos_token_ids[1:], writer=writer,
-                    clock_origin=clock_origin)
+                    clock_origin=clock_origin, run_id=run_id)
         self.parts = parts
         self.vocab_size = parts.loaded.spec.vocab_size
 
     @classmethod
     def from_core(cls, core: EngineCore, executor: Executor, tokenizer: Any = None, *, overlap: bool = False,
                   clock: Callable[[], float] = time.monotonic, extra_eos: Sequence[int] = (),
-                  writer: LogWriter | None = None) -> LLMEngine:
-        """An engine over parts built elsewhere (any executor: tests, the simulator's cost model)."""
+                  writer: LogWriter | None = None, run_id: str | None = None) -> LLMEngine:
+        """An engine over parts built elsewhere (any executor: tests, the simulator's cost model);
+        ``run_id``: the run its log's Header names, when the caller wrote one (default: a fresh one)."""
         self = cls.__new__(cls)
-        self._setup(core, executor, tokenizer, overlap=overlap, clock=clock, extra_eos=extra_eos, writer=writer)
+        self._setup(core, executor, tokenizer, overlap=overlap, clock=clock, extra_eos=extra_eos, writer=writer,
+                    run_id=run_id)
         self.parts = None
         return self
 
     def _setup(self, core: EngineCore, executor: Executor, tokenizer: Any, *, overlap: bool,
                clock: Callable[[], float], extra_eos: Sequence[int], writer: LogWriter | None,
-               clock_origin: float | None = None) -> None:
+               clock_origin: float | None = None, run_id: str | None = None) -> None:
         """``clock_origin``: the clock reading the log's time counts from (default: now; the
         replicas of a data-parallel server share the front door's, so their logs share a time axis)."""
         self.core = core
@@ -107,6 +113,7 @@ class LLMEngine:
         self.stats = EngineStats()
         self._clock = clock
         self._t0 = clock() if clock_origin is None else clock_origin
+        self.run_id = run_id or new_run_id()  # what the log's Header calls this run (traces/request_names.py)
         self._extra_eos = tuple(extra_eos)  # more end-of-turn ids (e.g. Qwen's <|endoftext|>)
         self.output = OutputProcessor(tokenizer, self.stats)  # every unfinished request's state
         self._ready: list[OutputDelta] = []  # deltas of a step completed outside ``step`` (abort)
