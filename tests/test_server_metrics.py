@@ -1,11 +1,15 @@
 """/metrics exports the vLLM names dashboards read, with vLLM's meaning and a
 ``model_name`` label, next to the minivllm_* ones; abort counters agree with the log's Aborted
-events, even for streams cut before the engine took them in."""
+events, even for streams cut before the engine took them in (before their answer could start: it
+names the request in the log, so it waits for the engine to take the request in)."""
 
 from __future__ import annotations
 
+import json
+import socket
 import threading
 import time
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -95,19 +99,22 @@ def test_abort_counts_agree_with_the_log_after_a_disconnect_storm(smollm2_tokeni
         holder.start()
         wait_until(lambda: s.engine.state.adds_taken == 1, what="the holder taken in")  # now stuck in its step
 
-        def cut(path: str, body: dict) -> None:
-            with httpx.stream("POST", s.url + path, json={**body, "stream": True}, timeout=30) as r:
-                assert r.status_code == 200
-                next(r.iter_lines())  # the stream started (chat's role chunk needs no engine): hang up
+        def send(i: int) -> socket.socket:
+            """A stream whose answer (headers, the role chunk) waits for the engine to take it in."""
+            body = json.dumps({"messages": [{"role": "user", "content": f"question {i}"}], "max_tokens": 50,
+                               "stream": True}).encode()
+            address = urlsplit(s.url)
+            sock = socket.create_connection((address.hostname, address.port))
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            return sock
 
-        storm = [threading.Thread(target=cut, args=("/v1/chat/completions", {
-                     "messages": [{"role": "user", "content": f"question {i}"}], "max_tokens": 50}))
-                 for i in range(12)]
-        for t in storm:
-            t.start()
-        for t in storm:
-            t.join()
-        time.sleep(0.5)  # the server has seen every hang-up (cancelled before the engine took them in)
+        storm = [send(i) for i in range(12)]
+        wait_until(lambda: s.engine.load().outstanding == 13, what="the storm sent to the engine")
+        for sock in storm:  # hang up
+            sock.close()
+        # the server has seen every hang-up (cancelled before the engine took them in)
+        wait_until(lambda: s.engine.load().outstanding == 1, what="the storm cancelled")
         s.gate.set()
         holder.join()
         wait_idle(s.engine)

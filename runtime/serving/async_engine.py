@@ -23,6 +23,10 @@ Both speak runtime/serving/engine_protocol.py. The front end owns:
   first. An event loop runs the streams in the order their items arrive: a first token queued
   behind every running stream's next one would wait for all of them to be sent (TTFT the engine
   did not spend), while a running stream's token waits only for the few new ones.
+- Each request's name in the log: the engine reports the id its log gives a request when it takes
+  the request in, before any output of it (``StepOutputs.added``); ``RequestStream.name()`` waits
+  for it and says it with the run (``EngineStarted.run_id``) and, in a fleet, the replica
+  (traces/request_names.py): what the server's response ids are made of.
 - A request the engine aborted on its own (its logits went non-finite): its stream ends with
   ``RequestAborted`` naming why; the other streams go on.
 - Engine death: every open stream ends with ``EngineDead``; ``alive`` turns False (/health 503)
@@ -61,9 +65,13 @@ from runtime.serving.llm_engine import EngineStats, LLMEngine, OutputDelta, Step
 from runtime.serving.output_queue import OutputQueue
 from runtime.serving.warmup import WarmupReport
 from traces.params import InvalidRequest, SamplingParams
+from traces.request_names import RequestName
 
 __all__ = ["CLIENT_DISCONNECTED", "CLIENT_TOO_SLOW", "AsyncLLMEngine", "EngineConnection", "EngineDead",
            "EngineOverloaded", "RequestAborted", "RequestStream", "SlowClient", "merge_deltas"]
+
+
+_CANCELLED = "the request was cancelled before the engine took it in"
 
 
 class EngineOverloaded(RuntimeError):
@@ -103,6 +111,9 @@ class _Handle:
     out: OutputQueue
     waiting_tokens: int = 0  # its prompt's tokens until its first token comes (what a router reads)
     done: bool = False  # its last item is queued, or it was cancelled: nothing more goes in
+    log_id: int | None = None  # the id the engine's log gives it, once reported (event loop)
+    error: BaseException | None = None  # what ended it, if something did
+    waiter: asyncio.Future | None = None  # someone waits for ``log_id``
 
 
 class AsyncLLMEngine:
@@ -122,6 +133,8 @@ class AsyncLLMEngine:
         self.config = started.config
         self.model_identity = started.model_identity
         self.extra_eos = tuple(started.extra_eos)
+        self.run_id = started.run_id  # the engine's log's name for this run
+        self.replica: int | None = None  # its place in a data-parallel fleet (the fleet sets it)
         self.output_queue_size = output_queue_size
         self._max_pending = max_pending
         self.on_ready = on_ready
@@ -234,6 +247,9 @@ class AsyncLLMEngine:
             return
         handle.done = True
         self._handles.pop(handle.key, None)
+        if handle.waiter is not None and handle.error is None:  # (a waiter for its log id gives up)
+            handle.error = RuntimeError(_CANCELLED)
+            _wake(handle)
         with self._lock, contextlib.suppress(EngineDead):  # a dead engine has nothing to abort
             self._send(AbortRequest(handle.key, reason))
 
@@ -268,6 +284,10 @@ class AsyncLLMEngine:
         batches: dict[asyncio.AbstractEventLoop, list] = {}
         firsts: dict[asyncio.AbstractEventLoop, list] = {}  # requests' first tokens: their streams go first
         handles = self._handles
+        for key, log_id in msg.added.items():  # (before any output of theirs: the engine reports an add at once)
+            handle = handles.get(key)
+            if handle is not None:
+                firsts.setdefault(handle.loop, []).append((handle, log_id))
         for key, delta in zip(msg.keys, msg.deltas):
             handle = handles.get(key)
             if handle is None:  # cancelled
@@ -293,13 +313,21 @@ class AsyncLLMEngine:
         for handle, item in items:
             if handle.done:
                 continue
+            if type(item) is int:  # the id the log gives it
+                handle.log_id = item
+                _wake(handle)
+                continue
             try:
                 handle.out.put_nowait(item)
             except asyncio.QueueFull:  # output_queue_size items behind: drop it, free its KV
                 self._cancel(handle, CLIENT_TOO_SLOW)
                 _replace_all(handle, SlowClient("client fell too far behind; request aborted"))
                 continue
-            if isinstance(item, BaseException) or item.finish_reason is not None:
+            if isinstance(item, BaseException):
+                handle.done = True
+                handle.error = item
+                _wake(handle)
+            elif item.finish_reason is not None:
                 handle.done = True
 
     def _lost(self, reason: str) -> None:
@@ -327,6 +355,19 @@ def _replace_all(handle: _Handle, error: BaseException) -> None:
     while not handle.out.empty():
         handle.out.get_nowait()
     handle.out.put_nowait(error)
+    handle.error = error
+    _wake(handle)
+
+
+def _wake(handle: _Handle) -> None:
+    """Whoever waits for the request's log id: it is known, or the request ended without one (event loop)."""
+    waiter = handle.waiter
+    if waiter is None or waiter.done():
+        return
+    if handle.log_id is not None:
+        waiter.set_result(handle.log_id)
+    elif handle.error is not None:
+        waiter.set_exception(handle.error)
 
 
 class RequestStream:
@@ -368,6 +409,26 @@ class RequestStream:
                 break
             deltas.append(item)
         return merge_deltas(deltas)
+
+    async def log_id(self) -> int:
+        """The id the engine's log gives this request (``Arrived.request_id``), as soon as the engine
+        took it in (before its first output). Raises what ended the request if it ended without one
+        (refused, the engine gone)."""
+        handle = self._handle
+        if handle.log_id is None:
+            if handle.error is not None:
+                raise handle.error
+            if handle.done:
+                raise RuntimeError(_CANCELLED)
+            if handle.waiter is None:
+                handle.waiter = handle.loop.create_future()
+            await asyncio.shield(handle.waiter)
+        return handle.log_id
+
+    async def name(self) -> RequestName:
+        """The request's name in the log: the run, the replica (in a fleet) and the log's id."""
+        log_id = await self.log_id()
+        return RequestName(self._engine.run_id, self._engine.replica, log_id)
 
     def cancel(self) -> None:
         """Abort the request unless it already finished. Idempotent."""

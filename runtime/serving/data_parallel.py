@@ -118,6 +118,7 @@ class DataParallelEngine:
 
     def _attach(self, i: int, replica: AsyncLLMEngine) -> None:
         replica.on_added = lambda added, rejected: self._added(i, added, rejected)
+        replica.replica = i  # its requests' names carry it (traces/request_names.py)
         replica.on_dead = lambda reason: self._died(i, replica, reason)
         replica.observer = self._observer
 

@@ -4,8 +4,9 @@
 A request's path: ``StampArrival`` notes when it came in (engine clock) -> ``ApiKeyGuard`` and
 ``BodyLimit`` (guards.py) -> pydantic body (protocol.py) -> prompt ids, off the event loop
 (prompts.py) -> ``AsyncLLMEngine.submit`` with that arrival time (the engine runs in its own
-process, runtime/serving/engine_process.py) -> a whole response or SSE (responses.py). Every
-failure is an OpenAI error body (errors.py).
+process, runtime/serving/engine_process.py) -> a whole response or SSE (responses.py), whose id
+names the request in the engine's log (request_ids.py). Every failure is an OpenAI error body
+(errors.py).
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ import asyncio
 import contextlib
 import inspect
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
@@ -35,10 +35,12 @@ from runtime.serving.server.health import health as health_of
 from runtime.serving.server.metrics import ServerMetrics
 from runtime.serving.server.prompts import Prompts
 from runtime.serving.server.protocol import ChatCompletionRequest, CompletionRequest
-from runtime.serving.server.responses import Collected, Render, build, collect, sse_events, usage
+from runtime.serving.server.request_ids import id_header, response_ids
+from runtime.serving.server.responses import Render, build, collect, sse_events, usage
 from traces.params import SamplingParams
 
 DEFAULT_MAX_REQUEST_BYTES = 8 << 20
+T = TypeVar("T")
 
 
 class StampArrival:
@@ -97,23 +99,27 @@ async def _until_disconnected(raw: Request) -> None:
         await asyncio.Event().wait()
 
 
-async def collect_or_abort(raw: Request, streams: Sequence[RequestStream]) -> list[Collected] | None:
-    """The collected outputs, or None when the client left first (its requests are then aborted,
-    as a stream's are, instead of running to the end for nobody)."""
-    work = asyncio.ensure_future(collect(streams))
+async def unless_gone(raw: Request, streams: Sequence[RequestStream], work: Awaitable[T]) -> T | None:
+    """``work``'s result, or None when the client left first (its requests are then aborted, as a
+    stream's are, instead of running to the end for nobody)."""
+    task = asyncio.ensure_future(work)
     gone = asyncio.ensure_future(_until_disconnected(raw))
     try:
-        done, _ = await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
     except BaseException:
-        work.cancel()
+        task.cancel()
+        for s in streams:
+            s.cancel()
         raise
     finally:
         gone.cancel()
-    if work in done:
-        return work.result()
-    work.cancel()  # merge_streams cancels every stream: the engine aborts them
+    if task in done:
+        return task.result()
+    task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
-        await work
+        await task
+    for s in streams:
+        s.cancel()
     return None
 
 
@@ -179,16 +185,18 @@ def handler(server: OpenAIServer, endpoint: Any) -> Callable:
         if isinstance(body, dict):
             endpoint.precheck(server.prompts, body)
 
-    async def handle(req: Any, raw: Request, _counts: None = None) -> Any:
+    async def handle(req: Any, raw: Request, response: Response, _counts: None = None) -> Any:
         server.check_model(req.model)
         prompts = await endpoint.prompts(server.prompts, req)
         streams = server.submit_all(prompts, req, endpoint.sampling_params(req), raw, endpoint.prompt_param)
-        base = {"id": f"{endpoint.id_prefix}-{uuid.uuid4().hex}", "object": endpoint.object,
-                "created": int(time.time()), "model": server.model_name}
+        created = int(time.time())
         prompt_tokens = sum(len(p) for p in prompts)
         render = server.render
-        if req.stream:
-            base = {**base, "object": endpoint.chunk_object}
+        if req.stream:  # the headers and the first chunk say the ids: the engine reports them first
+            ids = await unless_gone(raw, streams, response_ids(endpoint.id_prefix, streams))
+            if ids is None:
+                return _client_gone()
+            base = {"id": ids[0], "object": endpoint.chunk_object, "created": created, "model": server.model_name}
             tokens = [render.choice() for _ in streams]
 
             def chunk(i: int, d: OutputDelta) -> dict:
@@ -198,10 +206,13 @@ def handler(server: OpenAIServer, endpoint: Any) -> Callable:
             first = endpoint.first_chunks(base, len(streams))
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return _event_stream(lambda stop: sse_events(streams, base, prompt_tokens, include_usage, chunk, first,
-                                                         shutdown=stop))
-        outs = await collect_or_abort(raw, streams)
+                                                         shutdown=stop), id_header(ids))
+        outs = await unless_gone(raw, streams, collect(streams))
         if outs is None:
             return _client_gone()
+        ids = await response_ids(endpoint.id_prefix, streams)  # (known: reported before any output)
+        response.headers.update(id_header(ids))
+        base = {"id": ids[0], "object": endpoint.object, "created": created, "model": server.model_name}
 
         def make() -> dict:
             choices = [endpoint.choice(i, "".join(c.text), c.finish_reason,
@@ -216,16 +227,17 @@ def handler(server: OpenAIServer, endpoint: Any) -> Callable:
     handle.__signature__ = inspect.Signature([
         inspect.Parameter("req", param, annotation=endpoint.body),
         inspect.Parameter("raw", param, annotation=Request),
+        inspect.Parameter("response", param, annotation=Response),  # (its headers go on a returned body)
         inspect.Parameter("_counts", param, annotation=None, default=Depends(precheck))])
     handle.__name__ = type(endpoint).__name__.lower()
     return handle
 
 
-def _event_stream(events: Callable[[anyio.Event], AsyncIterator[bytes]]) -> EventStream:
+def _event_stream(events: Callable[[anyio.Event], AsyncIterator[bytes]], headers: dict[str, str]) -> EventStream:
     """An SSE response whose events end with an error event and [DONE] when the server stops: the
     shutdown signal comes 5 s before sse-starlette cancels a stream, so clients get a clean end."""
     shutdown = anyio.Event()
-    return EventStream(events(shutdown), ping=15, shutdown_event=shutdown, shutdown_grace_period=5)
+    return EventStream(events(shutdown), headers=headers, ping=15, shutdown_event=shutdown, shutdown_grace_period=5)
 
 
 def _client_gone() -> Response:
