@@ -3,11 +3,13 @@
 Each request is sent at its arrival time (seconds after the run starts) as a streaming
 ``/v1/completions`` call; the client measures what a user sees: time to the first streamed token
 (TTFT), the gaps between streamed chunks (ITL), time per output token after the first (TPOT),
-end-to-end latency, and errors by kind. Prompts are token ids (exact lengths; our server and vLLM
-take them) or text decoded from those ids (``text_prompts``, for servers that want text). A stream
-ends at ``data: [DONE]`` or, for servers that send none (``transformers serve``), when it closes after
-a chunk with a ``finish_reason``. ``time_limit`` cancels what is still running after that many seconds
-(errors "time limit", and "not sent" for arrivals after it), so a slow server costs a bounded run.
+end-to-end latency, and errors by kind; and the response's id (ours names the request in the
+server's event log: runtime/bench/serve_join.py pairs by it). Prompts are token ids (exact
+lengths; our server and vLLM take them) or text decoded from those ids (``text_prompts``, for
+servers that want text). A stream ends at ``data: [DONE]`` or, for servers that send none
+(``transformers serve``), when it closes after a chunk with a ``finish_reason``. ``time_limit``
+cancels what is still running after that many seconds (errors "time limit", and "not sent" for
+arrivals after it), so a slow server costs a bounded run.
 
 A closed-loop workload (``workload sessions``: turns of conversations) is replayed closed loop, as the
 simulator runs it: a turn is sent no earlier than its arrival and its think time after the previous
@@ -58,6 +60,7 @@ class RequestRecord:
     after: int | None = None
     think: float = 0.0
     prompt_key: str | None = None  # the prompt's digest as sent (runtime/bench/serve_join.py), hex
+    response_id: str | None = None  # the first chunk's id (ours names the request in the server's log)
 
     @property
     def ok(self) -> bool:
@@ -161,6 +164,8 @@ async def _one(client: HttpStreamClient, headers: dict, body: bytes, record: Req
                     done = True
                     break
                 event = _decode_event(data)
+                if record.response_id is None:
+                    record.response_id = event.get("id")
                 if "error" in event:
                     record.error = "stream error"
                     record.detail = json.dumps(event["error"])[:300]

@@ -24,7 +24,7 @@ from analysis.frames import load_frames
 from analysis.metrics import latencies
 from analysis.stalls import median_decode_step
 from runtime.bench.serve_client import RequestRecord
-from runtime.bench.serve_join import NEVER_ARRIVED, engine_prompts, join
+from runtime.bench.serve_join import NEVER_ARRIVED, engine_names, engine_prompts, join, join_names
 
 METRICS = (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E"))
 COLUMNS = ("p50", "p90", "p99")
@@ -36,7 +36,23 @@ def _pct(values: Sequence[float]) -> dict[str, float | None]:
 
 
 def _reached(r: RequestRecord) -> bool:
-    return r.prompt_key is not None and r.error not in NEVER_ARRIVED and not (r.error or "").startswith("http ")
+    return r.error not in NEVER_ARRIVED and not (r.error or "").startswith("http ")
+
+
+def pair(records: Sequence[RequestRecord], log: str | Path,
+         decode: Callable[[list[int]], str] | None = None) -> tuple[dict[int, int], int]:
+    """(client index -> engine request id, how many of them the response id paired): by the id
+    where the server gave one that names a request of ``log``, by the prompt for the rest (which
+    raises serve_join.NoPromptIds when the log keeps no prompt ids)."""
+    reached = [r for r in records if _reached(r)]
+    pairs = join_names([(r.index, r.response_id) for r in reached], engine_names(log))
+    by_id = len(pairs)
+    rest = [(r.index, r.sent, bytes.fromhex(r.prompt_key)) for r in reached
+            if r.index not in pairs and r.prompt_key is not None]
+    if rest:
+        taken = set(pairs.values())
+        pairs.update(join(rest, [e for e in engine_prompts(log, decode) if e[0] not in taken]))
+    return pairs, by_id
 
 
 def compare(records: Sequence[RequestRecord], log: str | Path,
@@ -44,13 +60,12 @@ def compare(records: Sequence[RequestRecord], log: str | Path,
     """The client's ``records`` against the server's ``log``: per metric and percentile, client,
     engine and gap in ms over the requests both completed; how many were paired; the engine's
     queueing (arrival to first admission) of the paired requests. Raises serve_join.NoPromptIds
-    when the log keeps no prompt ids to pair by."""
+    when a request must be paired by its prompt and the log keeps no prompt ids."""
     frames = load_frames(log)
     known = frames.requests[frames.requests["request_id"] >= 0]  # (a fleet's request no route names: -1)
     lat = latencies(known).set_index("request_id")
     req = known.set_index("request_id")
-    client = [(r.index, r.sent, bytes.fromhex(r.prompt_key)) for r in records if _reached(r)]
-    pairs = join(client, engine_prompts(log, decode))
+    pairs, by_id = pair(records, log, decode)
     by_index = {r.index: r for r in records}
     both = [(by_index[i], rid) for i, rid in sorted(pairs.items())
             if by_index[i].ok and rid in lat.index and req.at[rid, "status"] == "finished"]
@@ -68,7 +83,8 @@ def compare(records: Sequence[RequestRecord], log: str | Path,
     rows["itl"] = {p: {"client": cp[p], "engine": ep[p],
                        "gap": None if cp[p] is None or ep[p] is None else cp[p] - ep[p]} for p in COLUMNS}
     return {"metrics": rows, "decode_step_ms": median_decode_step(frames.steps) * 1e3,
-            "client_requests": len(client), "paired": len(pairs), "compared": len(both),
+            "client_requests": sum(map(_reached, records)), "paired": len(pairs), "paired_by_id": by_id,
+            "compared": len(both),
             "engine_requests": len(frames.requests),
             "engine_queue_ms": _pct(_queue(req, frames.steps, [pairs[i] for i in sorted(pairs)]))}
 
@@ -92,7 +108,8 @@ def render(gap: dict[str, Any]) -> str:
     head = f"{'ms':<6}" + "".join(f"{p + ' ' + side:>11}" for p in COLUMNS for side in ("client", "engine", "gap"))
     lines = [f"client vs engine (the server's log), request by request: {gap['compared']:,} answered on both sides "
              f"({gap['paired']:,} of the client's {gap['client_requests']:,} sent requests found among the "
-             f"engine's {gap['engine_requests']:,})", head]
+             f"engine's {gap['engine_requests']:,}, {gap.get('paired_by_id', 0):,} by the response id, the rest "
+             "by the prompt)", head]
     for key, label in METRICS:
         cells = ""
         for p in COLUMNS:
