@@ -136,7 +136,7 @@ def test_bench_serve_launch_and_bench_live_on_a_tiny_model(tmp_path, capsys):
     # the engine's side of the latencies, from that log, beside the client's
     assert "client vs engine" in out and "engine median decode step" in out
     doc = json.loads((tmp_path / "s.json").read_text())["engine_vs_client"]
-    assert doc["compared"] == doc["paired"] == 6  # every request paired with its own engine request
+    assert doc["compared"] == doc["paired"] == doc["paired_by_id"] == 6  # each with its own engine request, by its id
     gap = doc["metrics"]
     assert gap["itl"]["p50"]["gap"] == pytest.approx(gap["itl"]["p50"]["client"] - gap["itl"]["p50"]["engine"])
     # per request, the client waits for the engine's first token, then for its trip: never sooner
