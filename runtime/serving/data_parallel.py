@@ -279,11 +279,12 @@ class DataParallelEngine:
             self.down_reasons[i] = reason
             self._routed[i] = {}  # sent, never told an id: they failed with it, unlogged
         self._log(ReplicaDown(time=self.now(), replica=i, reason=reason, restarting=delay is not None))
+        named = reason if reason.startswith(f"replica {i}:") else f"replica {i}: {reason}"
         if delay is None:
-            self._say(f"replica {i}: {reason}; no restart left, it stays down")
+            self._say(f"{named}; no restart left, it stays down")
             self._maybe_all_dead()
             return
-        self._say(f"replica {i}: {reason}; starting it again in {delay:g} s "
+        self._say(f"{named}; starting it again in {delay:g} s "
                   f"(restart {self.restarts[i] + 1} of {self._policy.restarts})")
         t = threading.Thread(target=self._start_again, args=(i,), name=f"minivllm-restart-{i}", daemon=True)
         self._restarters.append(t)
