@@ -9,10 +9,10 @@ import time
 from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
 from runtime.engine.types import StepResult
-from runtime.serving.llm_engine import LLMEngine
+from runtime.serving.llm_engine import LLMEngine, new_run_id
 from traces.events import make_header
 from traces.log import LogWriter
-from traces.request_names import RUN_ID_KEY, new_run_id
+from traces.request_names import RUN_ID_KEY
 
 EOS = 2
 

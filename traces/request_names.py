@@ -1,7 +1,8 @@
 """The name a client sees for a request: the server's run, its replica in a data-parallel fleet,
 and the id its log gives it (``Arrived.request_id``).
 
-A run is one start of one engine, that is one log: a short random id written in the log's Header
+A run is one start of one engine, that is one log: a short random id (eight hex digits, drawn by
+the engine that starts: runtime/serving/llm_engine.py) written in the log's Header
 (``extra.run_id``). Request ids start at 0 again with every start, and a rotated log keeps the old
 ones, so the run is what tells ``cmpl-3f2a9c1e-17`` of today's log from request 17 of yesterday's.
 Each replica of a data-parallel fleet is an engine of its own (its own log, its own run; one
@@ -14,16 +15,10 @@ that run (for a fleet, among replica ``<replica>``'s logs) by its ``Arrived.requ
 from __future__ import annotations
 
 import re
-import secrets
 from typing import Any, NamedTuple
 
 RUN_ID_KEY = "run_id"  # the Header's extra entry
 _NAME = re.compile(r"(?:[A-Za-z]+-)?(?P<run>[0-9a-f]{8})-(?:(?P<replica>\d+)-)?(?P<request_id>\d+)")
-
-
-def new_run_id() -> str:
-    """Eight hex digits, fresh for every start."""
-    return secrets.token_hex(4)
 
 
 def header_run_id(header: Any) -> str | None:

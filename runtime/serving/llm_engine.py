@@ -27,6 +27,7 @@ Time is ``clock()`` since the engine started, passed into the core as ``now``.
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -42,7 +43,7 @@ from traces.events import TRACE_PROMPTS_KEY
 from traces.log import LogWriter
 from traces.params import InvalidRequest, SamplingParams
 from traces.prompt import TRACE_PROMPTS
-from traces.request_names import RUN_ID_KEY, new_run_id
+from traces.request_names import RUN_ID_KEY
 
 __all__ = ["EngineStats", "LLMEngine", "OutputDelta", "PromptInput", "RequestRecord", "StepTimings",
            "with_extra_eos"]
@@ -56,6 +57,12 @@ def with_extra_eos(params: SamplingParams, extra_eos: Sequence[int]) -> Sampling
     if extra and not params.ignore_eos:
         params = msgspec.structs.replace(params, stop_token_ids=params.stop_token_ids + extra)
     return params
+
+
+def new_run_id() -> str:
+    """What a start's log and response ids call it (traces/request_names.py): eight hex digits, fresh
+    for every start."""
+    return secrets.token_hex(4)
 
 
 class LLMEngine:
