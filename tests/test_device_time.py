@@ -1,6 +1,7 @@
 """Steps timed on the device as well as by the host: the log keeps each step's device time; a fit
-on such a log prices steps by what the device took, and the launch of a prefill step that held the
-decode step before it back is fitted apart (simulator/cost/launch.py)."""
+that models the launch (``eager_launch``) on such a log prices steps by what the device took, and
+the launch of a prefill step that held the decode step before it back is fitted from those times
+(simulator/cost/launch.py)."""
 
 from __future__ import annotations
 
@@ -76,8 +77,9 @@ def test_a_step_keeps_its_device_time_through_the_log(tmp_path):
 def test_a_fit_prices_steps_by_the_device_and_the_launch_apart(tmp_path):
     _run(tmp_path / "timed.jsonl", timed=True)
     _run(tmp_path / "untimed.jsonl", timed=False)
-    timed = fit_cost_model([tmp_path / "timed.jsonl"], kind="linear-absolute")
+    timed = fit_cost_model([tmp_path / "timed.jsonl"], kind="linear-absolute", eager_launch=True)
     untimed = fit_cost_model([tmp_path / "untimed.jsonl"], kind="linear-absolute")
+    assert "device_timed" not in fit_cost_model([tmp_path / "timed.jsonl"], kind="linear-absolute").meta
     batch = [Span(i, 200, 1, True) for i in range(8)]
     assert timed.meta["device_timed"] and "device_timed" not in untimed.meta
     assert timed.step_time(0, batch) == pytest.approx(DECODE_DEVICE, rel=0.05)

@@ -247,9 +247,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "steps an engine change made stale, still covering the large batches) (default: none)")
     f.add_argument("--eager-launch", action="store_true",
                    help="with overlapped logs: also fit the host time to launch a step that carries prefill, which "
-                        "holds back the step before it; the step model then leaves out the steps a launch moves "
-                        "(simulator/cost/launch.py; on the H200 logs of docs/BENCHMARKS.md it fixes the TTFT p50 "
-                        "bias by load but not the cell count on an unseen machine) (default: off)")
+                        "holds back the step before it; the step model then learns the steps' device times where "
+                        "the logs carry them (a GPU profile sweep), else leaves out the steps a launch moves "
+                        "(simulator/cost/launch.py; docs/BENCHMARKS.md: it fixes the TTFT p50 bias by load on the "
+                        "H200 logs, but prices TPOT lower than live on long prompts) (default: off)")
     f.add_argument("--front-door", metavar="LOG",
                    help="a front-door probe's log (what `minivllm profile` writes beside its sweep): the intake delay "
                         "(arrival stamp to the engine's first step, by prompt length) is fitted on it (default: "

@@ -182,8 +182,8 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
     ``decode_steps_of``: logs of which only the pure-decode steps join the training data (a
     profile whose prefill steps an engine change made stale, still covering large batches).
     ``eager_launch``: with overlapped logs, fit the host time to launch a step that carries prefill
-    too (simulator/cost/launch.py); logs whose steps carry their device times (a GPU profile sweep)
-    always have it fitted, from those times, and the step model learns the device times.
+    too (simulator/cost/launch.py): from the steps' device times where the logs carry them (a GPU
+    profile sweep), the step model then learning those; else from the step model's predictions.
     ``weights``: a log of ``logs`` → how many times its training steps
     count (a profile sweep's few steps against many live ones); its held-out steps count once.
     ``front_door``: a front-door probe's log (runtime/bench/front_door_probe.py) the intake delay is
@@ -195,9 +195,9 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
     if decode_steps_of:
         data = StepData.concat([data, decode_steps(read_runs(decode_steps_of, cache))])
     host = fit_host_timing(runs)
-    # steps timed on the device too (a GPU profile sweep) while the host planned ahead: the step
-    # model learns the device's times, the launch that held some of them back is fitted apart
-    timed = host.overlap and data.device_timed
+    # with the launch modelled, steps timed on the device too (a GPU profile sweep) while the host
+    # planned ahead: the step model learns the device's times, the launch is fitted from them
+    timed = eager_launch and host.overlap and data.device_timed
     wall, data = data, data.on_device() if timed else data
     # with the launch modelled from logged times alone, the step model learns GPU times only: not
     # the steps it moves
@@ -233,7 +233,7 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
     if host.overlap:
         device = wall.device if timed else model.predict_steps(data)
         report["before_prefill"] = held_back_excess(wall, device)
-        if eager_launch or timed:
+        if eager_launch:
             host, launch = with_eager_launch(host, wall, device)
             if launch is not None:
                 report["launch"] = launch
