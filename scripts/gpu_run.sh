@@ -37,7 +37,8 @@
 #   hfserve    scripts/gpu_hf_serve.sh: HF transformers' own server (continuous batching) under bench serve
 #   mcprofile  minivllm profile --for the Mooncake synthetic trace (.gpu/mooncake_40k.jsonl: its requests that
 #              fit Qwen3-0.6B's 40,960 positions; scripts/gpu_wheels.sh makes it): step shapes to 40k-token
-#              prompts, PROFILE_S seconds (default 150); the sweep log gzipped into $OUT (fit it on any machine)
+#              prompts, PROFILE_S seconds (default 150); the sweep and front-door logs gzipped into $OUT (fit them
+#              on any machine)
 #   mcserve    bench serve --launch of that trace's first LIMIT (default 120) requests at RATE_SCALE (default
 #              0.7), MC_RUNS times (default 2: the live spread), --max-model-len 40960; served logs into $OUT
 #   stream     the front end under heavy streaming (SmolLM2-135M shapes): STREAM_N (default 1500) requests of
@@ -167,9 +168,11 @@ for pc in ('off', 'on'):
            done
            tar czf "$OUT/fleet_runs.tgz" -C /tmp/fleet .; ls -la /tmp/fleet ;;
     hfserve) OUT="$OUT" bash scripts/gpu_hf_serve.sh ;;
-    mcprofile) minivllm profile --model random:qwen3-0.6b --device cuda --dtype bfloat16 --max-model-len 40960 \
-                 --for .gpu/mooncake_40k.jsonl --time-limit "${PROFILE_S:-150}" --no-progress --out /tmp/profile_mooncake.jsonl
-               gzip -c /tmp/profile_mooncake.jsonl > "$OUT/profile_mooncake.jsonl.gz" ;;
+    mcprofile) minivllm profile --model random:qwen3-0.6b --tokenizer .gpu/tokenizer_152k --device cuda --dtype bfloat16 \
+                 --max-model-len 40960 --for .gpu/mooncake_40k.jsonl --time-limit "${PROFILE_S:-150}" --no-progress \
+                 --out /tmp/profile_mooncake.jsonl
+               gzip -c /tmp/profile_mooncake.jsonl > "$OUT/profile_mooncake.jsonl.gz"
+               gzip -c /tmp/profile_mooncake.front_door.jsonl > "$OUT/profile_mooncake.front_door.jsonl.gz" ;;
     mcserve) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer_152k --device cuda --dtype bfloat16 --max-model-len 40960
                   ${ENGINE_FLAGS:-})
              for i in $(seq "${MC_RUNS:-2}"); do
