@@ -17,6 +17,7 @@ class ServerProcess:
     def __init__(self, flags: Sequence[str], *, host: str = "127.0.0.1", port: int = 8000,
                  trace: str | None = None, log_file: str | None = None) -> None:
         self.url = f"http://{host}:{port}"
+        self.log_file = log_file
         cmd = [sys.executable, "-m", "runtime", "serve", "--host", host, "--port", str(port), *flags]
         if trace:
             cmd += ["--trace", trace]
@@ -31,8 +32,8 @@ class ServerProcess:
         start = time.monotonic()
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited with status {self.proc.returncode} before it was ready "
-                                   f"(command: {' '.join(self.cmd)})")
+                raise RuntimeError(f"the server exited with status {self.proc.returncode} before it was ready"
+                                   f"{self._last_words()} (command: {' '.join(self.cmd)})")
             try:
                 if httpx.get(self.url + "/ready", timeout=2.0).status_code == 200:
                     return
@@ -45,6 +46,17 @@ class ServerProcess:
             if on_wait is not None:
                 on_wait(waited)
             time.sleep(0.5)
+
+    def _last_words(self) -> str:
+        """The server's last line of output (its one-line error), when it went to a file."""
+        if not self.log_file:
+            return ""
+        try:
+            with open(self.log_file, "rb") as f:
+                lines = f.read()[-2000:].decode(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return f": {lines[-1]}" if lines else ""
 
     def stop(self, timeout: float = 30.0) -> int:
         if self.proc.poll() is None:
