@@ -171,8 +171,8 @@ class LogWriter:
                      last: list[Span], token: int) -> bool:
         """Take ``len(ends)`` steps after the last one, which left out its spans (``StepCodec.carried``),
         each decoding the same requests one token further right after the one before, each drawing
-        ``token``; step i's block events ``blocks.get(i)`` (EngineCore.land_decode_run: the spans of
-        the last two given). Plain ones join the held run, the others are a line each, as ``carried``
+        ``token``; step i's block events ``blocks.get(i)`` (simulator/fleet/decode_run.py: the spans
+        of the last two given). Plain ones join the held run, the others are a line each, as ``carried``
         steps. False, taking nothing, when the last step did not leave out its spans."""
         codec = self._codec
         if codec._pending is None or not all(e.__class__ is float and e - e == 0.0 for e in (ends[0], ends[-1])):
