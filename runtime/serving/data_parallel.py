@@ -56,13 +56,13 @@ def summed_stats(stats: Sequence[EngineStats]) -> EngineStats:
     out = EngineStats()
     for name in EngineStats.__struct_fields__:
         values = [getattr(s, name) for s in stats]
-        if values and isinstance(values[0], dict):
+        if isinstance(values[0], dict):
             merged: dict[str, int] = {}
             for d in values:
                 for k, v in d.items():
                     merged[k] = merged.get(k, 0) + v
             setattr(out, name, merged)
-        elif values:
+        else:
             setattr(out, name, sum(values))
     return out
 
@@ -110,7 +110,7 @@ class DataParallelEngine:
         self._stopping = threading.Event()
         self._restarters: list[threading.Thread] = []
         self._observer = None
-        self._on_dead: Callable[[str], None] | None = None
+        self.on_dead: Callable[[str], None] | None = None  # once no replica is up and none will be (the server stops)
         # what the dead replicas had counted: the fleet's counters never go back
         self._retired_stats, self._retired_rejected, self._retired_jit = EngineStats(), 0, (0, 0)
         for i, replica in enumerate(replicas):
@@ -190,15 +190,6 @@ class DataParallelEngine:
         self._observer = fn
         for r in self.replicas:
             r.observer = fn
-
-    @property
-    def on_dead(self):
-        return self._on_dead
-
-    @on_dead.setter
-    def on_dead(self, fn) -> None:
-        """Called once no replica is up and none will be again (the server then stops)."""
-        self._on_dead = fn
 
     def validate(self, num_prompt_tokens: int, params: SamplingParams) -> None:
         self.replicas[0].validate(num_prompt_tokens, params)
@@ -323,8 +314,8 @@ class DataParallelEngine:
             self._maybe_all_dead()
 
     def _maybe_all_dead(self) -> None:
-        if all(s == FAILED for s in self.status) and self._on_dead is not None and not self._stopping.is_set():
-            self._on_dead(self._why_none())
+        if all(s == FAILED for s in self.status) and self.on_dead is not None and not self._stopping.is_set():
+            self.on_dead(self._why_none())
 
 
 def replica_engine(replica: int, replicas: int, **options: Any):
