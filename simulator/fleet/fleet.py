@@ -94,7 +94,6 @@ class Fleet:
         self.up = [True] * len(replicas)
         self.restarts = [0] * len(replicas)
         self.gone: list[list[Replica]] = [[] for _ in replicas]  # each replica's dead ones
-        self.unserved: list[tuple[int, str]] = []  # (workload index, why): no replica was up
         self._closed = False
         self.on_route = on_route
         # per replica: (its steps and requests taken, its load then): recomputed once it has changed
@@ -148,7 +147,6 @@ class Fleet:
     def _dispatch(self, spec: RequestSpec, index: int) -> None:
         replicas = self.replicas
         if not any(self.up):  # (live: a 503, in no replica's log)
-            self.unserved.append((index, "no replica is running"))
             if isinstance(self.arrivals, SessionArrivals):
                 self.arrivals.finished(index, self.env.now)
             return
