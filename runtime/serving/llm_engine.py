@@ -38,15 +38,14 @@ from runtime.engine.core import EngineCore
 from runtime.engine.step_loop import StepLoop
 from runtime.engine.types import Executor, StepOutput
 from runtime.serving.output_processor import OutputProcessor
-from runtime.serving.outputs import EngineStats, OutputDelta, RequestRecord, StepTimings
+from runtime.serving.outputs import EngineStats, OutputDelta, StepTimings
 from traces.events import TRACE_PROMPTS_KEY
 from traces.log import LogWriter
 from traces.params import InvalidRequest, SamplingParams
 from traces.prompt import TRACE_PROMPTS
 from traces.request_names import RUN_ID_KEY
 
-__all__ = ["EngineStats", "LLMEngine", "OutputDelta", "PromptInput", "RequestRecord", "StepTimings",
-           "with_extra_eos"]
+__all__ = ["EngineStats", "LLMEngine", "OutputDelta", "PromptInput", "StepTimings", "with_extra_eos"]
 
 PromptInput = str | Sequence[int]
 
