@@ -6,7 +6,7 @@ delay (parsing, the hop to the engine process, waking the engine loop) and nothi
 
 Prompts are token ids (as ``bench serve`` sends them) of lengths from 16 tokens to the longest the
 engine takes (its model card's max_model_len), so the delay is fitted against the prompt's length
-(simulator/cost/host_timing.py, ``fit_front_door``); the simulator's front door charges it to each
+(simulator/cost/front_door_fit.py, ``fit_front_door``); the simulator's front door charges it to each
 request (simulator/fleet/front_door.py).
 """
 
