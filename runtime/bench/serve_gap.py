@@ -70,7 +70,7 @@ def compare(records: Sequence[RequestRecord], log: str | Path,
     both = [(by_index[i], rid) for i, rid in sorted(pairs.items())
             if by_index[i].ok and rid in lat.index and req.at[rid, "status"] == "finished"]
     rows: dict[str, dict[str, dict[str, float | None]]] = {}
-    for key, _ in (("ttft", ""), ("tpot", ""), ("e2e", "")):
+    for key in ("ttft", "tpot", "e2e"):
         c = [getattr(r, key) for r, _ in both]
         e = [float(lat.at[rid, key]) for _, rid in both]
         diff = [None if a is None or b != b else a - b for a, b in zip(c, e)]
@@ -108,7 +108,7 @@ def render(gap: dict[str, Any]) -> str:
     head = f"{'ms':<6}" + "".join(f"{p + ' ' + side:>11}" for p in COLUMNS for side in ("client", "engine", "gap"))
     lines = [f"client vs engine (the server's log), request by request: {gap['compared']:,} answered on both sides "
              f"({gap['paired']:,} of the client's {gap['client_requests']:,} sent requests found among the "
-             f"engine's {gap['engine_requests']:,}, {gap.get('paired_by_id', 0):,} by the response id, the rest "
+             f"engine's {gap['engine_requests']:,}, {gap['paired_by_id']:,} by the response id, the rest "
              "by the prompt)", head]
     for key, label in METRICS:
         cells = ""
