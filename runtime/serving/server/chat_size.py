@@ -17,9 +17,11 @@ counts 0: the bound stays a bound, only weaker.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, get_args
 
-ROLES = ("system", "user", "assistant", "tool", "developer")
+from runtime.serving.server.protocol import Role
+
+ROLES: tuple[str, ...] = get_args(Role)
 
 
 class ChatSize:

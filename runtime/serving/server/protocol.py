@@ -30,6 +30,7 @@ Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
 TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
 StopString = Annotated[str, Field(max_length=STOP_STRING_CHARS_MAX)]
 StopList = Annotated[list[StopString], Field(max_length=STOP_STRINGS_MAX)]
+Role = Literal["system", "user", "assistant", "tool", "developer"]  # a chat message's
 
 
 class FieldError(InvalidRequest):
@@ -145,7 +146,7 @@ class CompletionRequest(_SamplingFields):
 class ChatMessage(BaseModel):
     model_config = STRICT
 
-    role: Literal["system", "user", "assistant", "tool", "developer"]
+    role: Role
     content: str | list[dict[str, Any]] | None = None
     # OpenAI's other message fields: accepted, not rendered (the template gets role and content)
     name: str | None = None
