@@ -81,9 +81,21 @@ def _serve(tiny, tmp_path: Path, count: int):  # noqa: F811 (the fixture's value
     return server
 
 
-def _processes(pid: int) -> tuple[int, list[int]]:
-    """(the engine, the other front ends) among the server's spawned children."""
-    spawned = [c for c in children(pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+def _processes(pid: int, front_ends: int) -> tuple[int, list[int]]:
+    """(the engine, the other front ends) among the server's spawned children; its intake workers
+    (runtime/serving/server/intake.py) are told apart by the name they give themselves once started."""
+    def comm(c: int) -> str:
+        try:
+            return Path(f"/proc/{c}/comm").read_text().strip()
+        except OSError:
+            return ""
+
+    def others() -> list[int]:
+        return [c for c in children(pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()
+                and comm(c) != "minivllm-intake"]
+
+    wait_until(lambda: len(others()) == front_ends, 60, "the intake workers to start")
+    spawned = others()
     engines = [c for c in spawned if _maps_torch(c)]
     assert len(engines) == 1, spawned
     return engines[0], [c for c in spawned if c != engines[0]]
@@ -92,7 +104,7 @@ def _processes(pid: int) -> tuple[int, list[int]]:
 def test_serve_runs_its_front_ends_on_one_port(tiny, tmp_path):  # noqa: F811
     server = _serve(tiny, tmp_path, 3)
     try:
-        engine, front_ends = _processes(server.proc.pid)
+        engine, front_ends = _processes(server.proc.pid, 3)
         assert len(front_ends) == 2 and not any(_maps_torch(p) for p in [server.proc.pid, *front_ends])
         body = {"prompt": "The quick brown fox", "max_tokens": 6, "temperature": 0}
         texts = set()
@@ -119,7 +131,7 @@ def test_a_dead_front_end_takes_the_server_down(tiny, tmp_path):  # noqa: F811
 
     server = _serve(tiny, tmp_path, 2)
     try:
-        engine, (front_end,) = _processes(server.proc.pid)
+        engine, (front_end,) = _processes(server.proc.pid, 2)
         os.kill(front_end, signal.SIGKILL)
         assert server.proc.wait(60) == ENGINE_DIED_STATUS
         wait_until(lambda: not running(engine), 20, "the engine to exit")

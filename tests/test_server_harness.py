@@ -73,6 +73,7 @@ def serve(tokenizer, name: str = "m", api_key: str | None = None, max_request_by
     engine = make_engine(tokenizer, mode, gate=the_gate, log=str(log) if log else None, **engine_kwargs)
     engine.start()
     limits = {} if max_request_bytes is None else {"max_request_bytes": max_request_bytes}
+    app = None
     try:
         app = create_app(engine, app_tokenizer or tokenizer, name, api_key=api_key, **limits)
         with ServerThread(app) as http:
@@ -81,6 +82,8 @@ def serve(tokenizer, name: str = "m", api_key: str | None = None, max_request_by
     finally:
         if the_gate is not None:
             the_gate.set()
+        if app is not None:
+            app.state.server.close()
         engine.shutdown()
 
 
@@ -124,6 +127,8 @@ class TokenizerProxy:
         return len(self._tok)
 
     def __getattr__(self, name):
+        if name.startswith("__"):  # (pickle's look-ups on a bare copy: an intake worker gets one)
+            raise AttributeError(name)
         return getattr(self._tok, name)
 
     def __call__(self, text, *args, **kwargs):

@@ -44,3 +44,17 @@ def check_number(flag: str, value: float, *, at_least: float | None = None, abov
         raise CLIError(f"{flag}: must be > {above:g}, got {value:g}")
     if below is not None and not value < below:
         raise CLIError(f"{flag}: must be < {below:g}, got {value:g}")
+
+
+class BoundedOrAuto(Bounded):
+    """``Bounded``, or the word ``auto`` (stored as it is, for the command to resolve)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if values == "auto":
+            setattr(namespace, self.dest, values)
+            return
+        super().__call__(parser, namespace, values, option_string)
+
+
+def int_or_auto(value: str) -> int | str:
+    return value if value == "auto" else int(value)

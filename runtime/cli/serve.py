@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 
-from runtime.cli.checks import Bounded
+from runtime.cli.checks import Bounded, BoundedOrAuto, int_or_auto
 from runtime.cli.config_flags import add_engine_args, announce_load, engine_options, flag_error
 from runtime.cli.errors import CLIError
 from runtime.engine.routers import ROUTERS
@@ -84,10 +84,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--replica-restart-backoff", type=float, default=DEFAULT_BACKOFF_S, action=Bounded, above=0,
                    metavar="S", help="seconds before a replica's first restart; each next one waits twice as long "
                                      "(default: %(default)s)")
-    g.add_argument("--api-server-count", type=int, default=1, action=Bounded, at_least=1, metavar="N",
+    g.add_argument("--api-server-count", type=int_or_auto, default="auto", action=BoundedOrAuto, at_least=1,
+                   metavar="N|auto",
                    help="HTTP front-end processes on the port, over one engine process: one process's event loop "
                         "falls behind at thousands of streamed tokens a second (each front end's /metrics shows "
-                        "the whole engine; its 429 count is its own) (default: %(default)s)")
+                        "the whole engine; its 429 count is its own); auto: one per 4 cores, 1 to 4 (1 with "
+                        "--no-engine-process or --data-parallel-size) (default: %(default)s)")
     g.add_argument("--router", choices=list(ROUTERS), default="round-robin",
                    help="which replica takes a request (the simulator's routers) (default: %(default)s)")
     g.add_argument("--max-pending", type=int, default=1024, action=Bounded, at_least=1, metavar="N",
@@ -123,11 +125,33 @@ def resolve_api_key(flag: str | None) -> str | None:
     return flag or os.environ.get(API_KEY_ENV) or None
 
 
+def resolve_api_server_count(args: argparse.Namespace, cores: int | None = None) -> int:
+    """``--api-server-count``, ``auto`` resolved (runtime/serving/server/front_ends.py, ``auto_count``):
+    1 where front ends cannot share the engine (no engine process, or a fleet behind the door)."""
+    if args.api_server_count != "auto":
+        return args.api_server_count
+    if not args.engine_process or args.data_parallel_size > 1:
+        return 1
+    from runtime.serving.server.front_ends import auto_count, machine_cores
+
+    return auto_count(machine_cores() if cores is None else cores)
+
+
+def intake_workers(args: argparse.Namespace) -> int:
+    from runtime.serving.server.front_ends import machine_cores
+    from runtime.serving.server.intake import worker_count
+
+    return worker_count(machine_cores(), args.api_server_count)
+
+
 def build_app(args: argparse.Namespace, on_dead=None):
     """Start the engine and build the app; returns (app, engine, close) — close() stops the engine
     and flushes its log. ``on_dead(reason)``: called once if the engine stops on its own."""
     from runtime.engine.config import ConfigError
     from runtime.serving.server.app import create_app
+
+    if args.api_server_count == "auto":  # (``run`` resolves it: other callers start no more front ends)
+        args.api_server_count = 1
 
     if args.data_parallel_size > 1 and not args.engine_process:
         raise CLIError("--data-parallel-size: the replicas run in engine processes (drop --no-engine-process)")
@@ -150,10 +174,15 @@ def build_app(args: argparse.Namespace, on_dead=None):
         raise flag_error(ValueError("--model: this model has no tokenizer; the server needs one"))
     name = args.served_model_name or engine.model_identity.split("@")[0].removesuffix(".gguf")
     app = create_app(engine, tokenizer, name, api_key=resolve_api_key(args.api_key),
-                     max_request_bytes=args.max_request_bytes)
+                     max_request_bytes=args.max_request_bytes, intake_workers=intake_workers(args))
     engine.on_dead = on_dead
     engine.start()
-    return app, engine, close
+
+    def close_all() -> None:
+        app.state.server.close()
+        close()
+
+    return app, engine, close_all
 
 
 def _engine_process(args: argparse.Namespace, options: dict):
@@ -260,6 +289,7 @@ def run(args: argparse.Namespace) -> int:
     from runtime.serving.server.launch import http_server
 
     args.model = resolve_model(args)
+    args.api_server_count = resolve_api_server_count(args)
     # before the model loads: a taken port is an error at once
     sock = bind(args.host, args.port, reuse_port=args.api_server_count > 1)
     died = EngineDeath()
@@ -270,6 +300,7 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         sock.close()
         raise
+    app.state.server.intake.start()
     freeze_heap()  # the start-up heap (tokenizer, FastAPI, pydantic): exempt from collections while serving
     port = sock.getsockname()[1]
     # the model name and the log's path only: never a prompt
@@ -309,7 +340,8 @@ def _more_front_ends(args: argparse.Namespace, app, engine, port: int, died):
     from runtime.serving.server.front_ends import FrontEnds, FrontEndSpec
 
     spec = FrontEndSpec(args.host, port, app.state.server.model_name, resolve_api_key(args.api_key),
-                        args.max_request_bytes, args.max_pending, SHUTDOWN_GRACE_S, timeouts=timeouts(args))
+                        args.max_request_bytes, args.max_pending, SHUTDOWN_GRACE_S, timeouts=timeouts(args),
+                        intake_workers=intake_workers(args))
     return FrontEnds(engine.connection, spec, died)
 
 

@@ -2,25 +2,24 @@
 /v1/models, /health, /ready, /metrics.
 
 A request's path: ``StampArrival`` notes when it came in (engine clock) -> ``ApiKeyGuard`` and
-``BodyLimit`` (guards.py) -> pydantic body (protocol.py) -> prompt ids, off the event loop
-(prompts.py) -> ``AsyncLLMEngine.submit`` with that arrival time (the engine runs in its own
-process, runtime/serving/engine_process.py) -> a whole response or SSE (responses.py), whose id
-names the request in the engine's log (request_ids.py). Every failure is an OpenAI error body
-(errors.py).
+``BodyLimit`` (guards.py) -> the body model (protocol.py, body.py) and prompt ids (prompts.py),
+a large body's in an intake process (intake.py) -> ``AsyncLLMEngine.submit`` with that arrival
+time (the engine runs in its own process, runtime/serving/engine_process.py) -> a whole response
+or SSE (responses.py), whose id names the request in the engine's log (request_ids.py). Every
+failure is an OpenAI error body (errors.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import anyio
 import msgspec
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -32,6 +31,7 @@ from runtime.serving.server.endpoints import ENDPOINTS
 from runtime.serving.server.event_stream import EventStream
 from runtime.serving.server.guards import ApiKeyGuard, BodyLimit
 from runtime.serving.server.health import health as health_of
+from runtime.serving.server.intake import Intake
 from runtime.serving.server.metrics import ServerMetrics
 from runtime.serving.server.prompts import Prompts
 from runtime.serving.server.protocol import ChatCompletionRequest, CompletionRequest
@@ -57,17 +57,21 @@ class StampArrival:
 
 
 class OpenAIServer:
-    def __init__(self, engine: AsyncLLMEngine, tokenizer: Any, model_name: str) -> None:
+    def __init__(self, engine: AsyncLLMEngine, tokenizer: Any, model_name: str, intake_workers: int = 1) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.model_name = model_name
         self.prompts = Prompts(tokenizer, engine)
+        self.intake = Intake(self.prompts, tokenizer, model_name, intake_workers)
         self.render = Render(tokenizer)
         self.metrics = ServerMetrics(engine, model_name)
 
     def check_model(self, name: str | None) -> None:
-        if name is not None and name != self.model_name:
-            raise errors.ModelNotFound(self.model_name)
+        self.intake.check_model(name)
+
+    def close(self) -> None:
+        """Stop what the app started besides the engine (the intake workers)."""
+        self.intake.close()
 
     def submit_all(self, prompts: list[list[int]], req: CompletionRequest | ChatCompletionRequest,
                    params: SamplingParams, raw: Request, prompt_param: str) -> list[RequestStream]:
@@ -124,8 +128,9 @@ async def unless_gone(raw: Request, streams: Sequence[RequestStream], work: Awai
 
 
 def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str, *, api_key: str | None = None,
-               max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> FastAPI:
-    server = OpenAIServer(engine, tokenizer, model_name)
+               max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, intake_workers: int = 1) -> FastAPI:
+    """``intake_workers``: processes that take large requests in (runtime/serving/server/intake.py)."""
+    server = OpenAIServer(engine, tokenizer, model_name, intake_workers)
     app = FastAPI(title="minivllm", version="0.1.0")
     app.state.server = server
     app.state.api_key_required = bool(api_key)
@@ -166,8 +171,10 @@ def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str, *, api_k
         server.check_model(model_id)
         return card
 
-    for endpoint in ENDPOINTS:
-        app.post(endpoint.path)(handler(server, endpoint))
+    for endpoint in ENDPOINTS:  # (the body is read by the handler: its schema, for /docs, given here)
+        schema = {"requestBody": {"required": True,
+                                  "content": {"application/json": {"schema": endpoint.body.model_json_schema()}}}}
+        app.post(endpoint.path, openapi_extra=schema)(handler(server, endpoint))
 
     return app
 
@@ -176,18 +183,8 @@ def handler(server: OpenAIServer, endpoint: Any) -> Callable:
     """The route of one endpoint (runtime/serving/server/endpoints.py): prompt ids, one engine
     request per prompt and choice, then a whole response or SSE chunks."""
 
-    async def precheck(raw: Request) -> None:
-        """Counts on the raw body (parsed already, and cached), before the body model reads it all."""
-        try:
-            body = await raw.json()
-        except ValueError:  # not JSON (a content type FastAPI did not parse): the body model says so
-            return
-        if isinstance(body, dict):
-            endpoint.precheck(server.prompts, body)
-
-    async def handle(req: Any, raw: Request, response: Response, _counts: None = None) -> Any:
-        server.check_model(req.model)
-        prompts = await endpoint.prompts(server.prompts, req)
+    async def handle(raw: Request, response: Response) -> Any:
+        req, prompts = await server.intake.take(endpoint, raw)
         streams = server.submit_all(prompts, req, endpoint.sampling_params(req), raw, endpoint.prompt_param)
         created = int(time.time())
         prompt_tokens = sum(len(p) for p in prompts)
@@ -222,13 +219,6 @@ def handler(server: OpenAIServer, endpoint: Any) -> Callable:
 
         return await build(make, heavy=endpoint.has_logprobs(req))
 
-    # FastAPI reads the body's model from the signature (and runs dependencies before validating it)
-    param = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    handle.__signature__ = inspect.Signature([
-        inspect.Parameter("req", param, annotation=endpoint.body),
-        inspect.Parameter("raw", param, annotation=Request),
-        inspect.Parameter("response", param, annotation=Response),  # (its headers go on a returned body)
-        inspect.Parameter("_counts", param, annotation=None, default=Depends(precheck))])
     handle.__name__ = type(endpoint).__name__.lower()
     return handle
 

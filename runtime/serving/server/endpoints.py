@@ -26,6 +26,12 @@ class Completions:
     async def prompts(self, prompts: Prompts, req: CompletionRequest) -> list[list[int]]:
         return await prompts.completion(req.prompt, req.n)
 
+    def prompts_now(self, prompts: Prompts, req: CompletionRequest) -> list[list[int]]:
+        return prompts.completion_now(req.prompt, req.n)
+
+    def without_prompt(self, req: CompletionRequest) -> CompletionRequest:
+        return req.model_copy(update={"prompt": ""})
+
     def sampling_params(self, req: CompletionRequest) -> SamplingParams:
         return req.sampling_params(req.requested_max_tokens, req.logprobs)
 
@@ -57,6 +63,13 @@ class Chat:
     async def prompts(self, prompts: Prompts, req: ChatCompletionRequest) -> list[list[int]]:
         req.check()
         return [await prompts.chat(req)]
+
+    def prompts_now(self, prompts: Prompts, req: ChatCompletionRequest) -> list[list[int]]:
+        req.check()
+        return [prompts.chat_now(req)]
+
+    def without_prompt(self, req: ChatCompletionRequest) -> ChatCompletionRequest:
+        return req.model_copy(update={"messages": []})
 
     def sampling_params(self, req: ChatCompletionRequest) -> SamplingParams:
         top = req.top_logprobs or 0

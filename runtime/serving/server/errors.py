@@ -40,6 +40,14 @@ class ModelNotFound(LookupError):
         super().__init__(f"no such model; this server serves {served!r}")
 
 
+class Classified(Exception):
+    """An error already answered elsewhere (an intake worker): its status and body as they are."""
+
+    def __init__(self, status: int, body: dict) -> None:
+        super().__init__(status)
+        self.status, self.body = status, body
+
+
 class ErrorResponse(JSONResponse):
     """ASCII JSON: a client string with a lone surrogate (valid JSON escape) still encodes."""
 
@@ -83,6 +91,8 @@ def _validation_error(exc: RequestValidationError) -> tuple[str, str | None]:
 
 def classify(exc: BaseException) -> tuple[int, dict]:
     """HTTP status and OpenAI error body for an exception (500 for anything unexpected)."""
+    if isinstance(exc, Classified):
+        return exc.status, exc.body
     if isinstance(exc, FieldError):
         return 400, error_body(str(exc), param=exc.param)
     if isinstance(exc, InvalidRequest):
@@ -119,8 +129,8 @@ def install(app: FastAPI) -> None:
         status, body = classify(exc)
         return ErrorResponse(body, status_code=status)
 
-    for cls in (RequestValidationError, InvalidRequest, EngineOverloaded, EngineDead, SlowClient, RequestAborted,
-                ModelNotFound, HTTPException):
+    for cls in (Classified, RequestValidationError, InvalidRequest, EngineOverloaded, EngineDead, SlowClient,
+                RequestAborted, ModelNotFound, HTTPException):
         app.add_exception_handler(cls, handle)
 
 

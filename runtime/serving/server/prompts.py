@@ -7,7 +7,9 @@ before paying for it.
   being tokenized and 240,000 tiny messages without being templated. The counts (prompts, messages)
   are checked on the raw body too, before the body model reads every item (``precheck_*``).
 - Tokenizing and chat templating run in a worker thread (``asyncio.to_thread``; HF tokenizers
-  release the GIL): /health answers while a big prompt is encoded.
+  release the GIL): /health answers while a big prompt is encoded. A large body's whole intake,
+  templating included (Jinja holds the GIL), runs in an intake process instead (``*_now``,
+  runtime/serving/server/intake.py).
 - A prompt too long by itself names ``prompt`` (completions) or ``messages`` (chat); one that fits
   but not with its output budget names ``max_tokens`` (or ``max_completion_tokens``).
 """
@@ -78,6 +80,17 @@ class Prompts:
     # --- completions ------------------------------------------------------------------------------
 
     async def completion(self, prompt: str | list, n: int) -> list[list[int]]:
+        texts, ids = self._completion_items(prompt, n)
+        if texts is not None:
+            return await asyncio.to_thread(self._encode_all, texts)
+        return self._check_ids(ids)  # min/max run at C speed: no worker thread needed
+
+    def completion_now(self, prompt: str | list, n: int) -> list[list[int]]:
+        """``completion`` on this thread (an intake worker's)."""
+        texts, ids = self._completion_items(prompt, n)
+        return self._encode_all(texts) if texts is not None else self._check_ids(ids)
+
+    def _completion_items(self, prompt: str | list, n: int) -> tuple[list[str] | None, list[list[int]] | None]:
         # the request model validated ``prompt`` as one of str | list[str] | list[int] | list[list[int]]:
         # a list's first item tells which (no pass over a 40k-token prompt here)
         if isinstance(prompt, str):
@@ -95,10 +108,10 @@ class Prompts:
         if texts is not None:
             for text in texts:
                 self._check_length(self._lower_bound(len(text)), "prompt", f"{len(text)} characters")
-            return await asyncio.to_thread(self._encode_all, texts)
-        for p in ids:
-            self._check_length(len(p), "prompt", "")
-        return self._check_ids(ids)  # min/max run at C speed: no worker thread needed
+        else:
+            for p in ids:
+                self._check_length(len(p), "prompt", "")
+        return texts, ids
 
     def _encode_all(self, texts: list[str]) -> list[list[int]]:
         out = []
@@ -116,6 +129,13 @@ class Prompts:
     # --- chat -------------------------------------------------------------------------------------
 
     async def chat(self, req: ChatCompletionRequest) -> list[int]:
+        return await asyncio.to_thread(self._template, self._chat_messages(req))
+
+    def chat_now(self, req: ChatCompletionRequest) -> list[int]:
+        """``chat`` on this thread (an intake worker's)."""
+        return self._template(self._chat_messages(req))
+
+    def _chat_messages(self, req: ChatCompletionRequest) -> list[dict]:
         self._check_batch(1, req.n)
         messages = [{"role": m.role, "content": message_text(m, i)} for i, m in enumerate(req.messages)]
         # the template may drop earlier assistant text (reasoning); every message's markers, and every
@@ -123,7 +143,7 @@ class Prompts:
         kept = [(m["role"], 0 if m["role"] == "assistant" else len(m["content"])) for m in messages]
         self._check_length(self.chat_size.of(kept), "messages",
                            f"{len(messages)} messages, {sum(n for _, n in kept)} characters of content,")
-        return await asyncio.to_thread(self._template, messages)
+        return messages
 
     def _template(self, messages: list[dict]) -> list[int]:
         for i, m in enumerate(messages):

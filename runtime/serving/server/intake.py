@@ -1,0 +1,182 @@
+"""A request's intake (body -> validated request + prompt ids) off the event loop that streams
+other requests' tokens.
+
+A large body is taken in whole by a worker process (parse, validate, template, tokenize): Jinja
+templating, JSON parsing and pydantic validation hold the GIL, so a thread would still stall the
+loop; a process does not share it. The worker returns the request without its prompt, and the ids
+as a packed array (unpickled in µs). A small body stays on the loop, its tokenizing in a thread
+(HF tokenizers release the GIL), since a process round trip costs more than it saves (``INLINE_BYTES``).
+
+The pool starts with the first large request (a process spawned, the tokenizer sent once), or
+at start-up under ``minivllm serve`` (``start``). A worker that dies (killed, out of memory) fails
+its request with a 503 and the pool is made afresh; a worker whose server is gone exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import ctypes
+import dataclasses
+import logging
+import multiprocessing
+import os
+import pickle
+import threading
+import time
+from array import array
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from fastapi import Request
+
+from runtime.engine.admission import validate_request
+from runtime.engine.config import EngineConfig
+from runtime.serving.server import body as body_parser
+from runtime.serving.server.errors import Classified, ModelNotFound, classify, error_body, log_unexpected
+from runtime.serving.server.prompts import Prompts
+from traces.params import SamplingParams
+
+log = logging.getLogger("minivllm.server")
+
+# Bodies below this stay on the loop. Measured on a 2-core CPU with SmolLM2's tokenizer: parse +
+# validate + template cost ~0.1 µs a byte on the loop (a 16 KiB chat ~1.5 ms, a 600 KB one 55 ms);
+# a worker round trip costs ~1 ms (pickles, two pipe hops, a wake-up), so below 16 KiB the
+# round trip would cost the loop as much as the work it spares it.
+INLINE_BYTES = 16 << 10
+
+
+def worker_count(cores: int, front_ends: int) -> int:
+    """Intake processes per front end: a share of half the cores (the rest run the engine, the
+    event loops and their tokenizer threads), 1 to 4: each worker holds a tokenizer (~100 MB)."""
+    return min(4, max(1, cores // (2 * front_ends)))
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineLimits:
+    """What checking a prompt needs of the engine, in a worker (``Prompts``' ``engine``)."""
+
+    config: EngineConfig
+    max_pending: int
+
+    def validate(self, num_prompt_tokens: int, params: SamplingParams) -> None:
+        validate_request(self.config, num_prompt_tokens, params)
+
+
+class Intake:
+    def __init__(self, prompts: Prompts, tokenizer: Any, model_name: str, workers: int = 1) -> None:
+        self.prompts, self.tokenizer, self.model_name, self.workers = prompts, tokenizer, model_name, workers
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self.taken_in_pool = 0  # large requests taken in by a worker (tests, /metrics later)
+
+    async def take(self, endpoint: Any, raw: Request) -> tuple[Any, list[list[int]]]:
+        """(the request, its prompts' ids), or an exception the error handlers answer (a 400 naming
+        the field, 404 for another model, 503 if the worker died)."""
+        data = await raw.body()
+        content_type = raw.headers.get("content-type")
+        if len(data) < INLINE_BYTES:
+            req = body_parser.parse(endpoint.body, data, content_type, lambda b: endpoint.precheck(self.prompts, b))
+            self.check_model(req.model)
+            return req, await endpoint.prompts(self.prompts, req)
+        try:
+            # submitted from a thread: a submit may spawn a worker, and the spawn's write of the
+            # tokenizer to the child blocks until the child has imported its modules (seconds)
+            pool = await asyncio.to_thread(self._get_pool)
+            job = await asyncio.to_thread(pool.submit, _take_in, _index(endpoint), data, content_type)
+            status, req, ids = await asyncio.wrap_future(job)
+        except BrokenProcessPool:
+            self._drop(pool)
+            raise Classified(503, error_body("the process taking this request in died; retry", "server_error",
+                                             code="intake_worker_died")) from None
+        if status != 200:
+            raise Classified(status, req)
+        self.taken_in_pool += 1
+        return req, [a.tolist() for a in ids]
+
+    def check_model(self, name: str | None) -> None:
+        if name is not None and name != self.model_name:
+            raise ModelNotFound(self.model_name)
+
+    def start(self) -> None:
+        """Start a worker now, in the background (``minivllm serve``): the first large request then
+        finds it ready instead of waiting seconds for a process to import its modules."""
+        def start() -> None:
+            try:
+                self._get_pool().submit(int)
+            except Exception as exc:  # (a request then says so too, with a 500)
+                log.warning("intake workers did not start: %s", type(exc).__name__)
+
+        threading.Thread(target=start, name="minivllm-intake-start", daemon=True).start()
+
+    def _get_pool(self) -> concurrent.futures.ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                limits = EngineLimits(self.prompts.engine.config, self.prompts.engine.max_pending)
+                self._pool = concurrent.futures.ProcessPoolExecutor(
+                    self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start,
+                    initargs=(pickle.dumps(self.tokenizer), limits, self.model_name, os.getpid()))
+            return self._pool
+
+    def _drop(self, pool: concurrent.futures.ProcessPoolExecutor) -> None:
+        with self._lock:
+            if self._pool is pool:
+                self._pool = None
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        """Stop the workers (they finish nothing queued: the server is going)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _index(endpoint: Any) -> int:
+    from runtime.serving.server.endpoints import ENDPOINTS
+
+    return ENDPOINTS.index(endpoint)
+
+
+# --- in the worker process -------------------------------------------------------------------------
+
+_worker: Intake | None = None
+
+
+def _start(tokenizer: bytes, limits: EngineLimits, model_name: str, parent: int) -> None:
+    global _worker
+    _name_process(b"minivllm-intake")
+    tok = pickle.loads(tokenizer)  # noqa: S301 (our own server's)
+    _worker = Intake(Prompts(tok, limits), tok, model_name)
+    threading.Thread(target=_exit_with, args=(parent,), name="minivllm-intake-parent", daemon=True).start()
+
+
+def _name_process(name: bytes) -> None:
+    """The name ps and /proc/PID/comm show (Linux; elsewhere nothing)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(15, name, 0, 0, 0)  # PR_SET_NAME
+
+
+def _exit_with(parent: int) -> None:
+    """A server killed outright (SIGKILL) shuts no pool down: its workers must not outlive it."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
+
+
+def _take_in(endpoint_index: int, data: bytes, content_type: str | None) -> tuple[int, Any, list[array]]:
+    """(200, the request less its prompt, each prompt's ids) or (status, error body, [])."""
+    from runtime.serving.server.endpoints import ENDPOINTS
+
+    endpoint, worker = ENDPOINTS[endpoint_index], _worker
+    try:
+        req = body_parser.parse(endpoint.body, data, content_type, lambda b: endpoint.precheck(worker.prompts, b))
+        worker.check_model(req.model)
+        ids = endpoint.prompts_now(worker.prompts, req)
+        return 200, endpoint.without_prompt(req), [array("i", p) for p in ids]
+    except Exception as exc:  # every answer a plain (status, body): an exception may not unpickle
+        status, body = classify(exc)
+        if status >= 500:
+            log_unexpected(exc, "request intake")
+        return status, body, []
