@@ -188,3 +188,16 @@ def test_no_worker_outlives_its_server(smollm2_tokenizer):
         pids = list(s.app.state.server.intake._pool._processes)
         assert pids
     wait_until(lambda: not any(running(p) for p in pids), 30, "the intake workers to exit")
+
+
+def test_a_body_cut_off_mid_way_is_no_server_error(served, caplog):
+    import socket
+
+    host, port = served.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100000\r\n\r\n" + b'{"prompt": "' + b"a" * 20000)
+        time.sleep(0.2)
+    time.sleep(0.5)
+    assert_still_serving(served)
+    assert not [r for r in caplog.records if "unhandled" in r.getMessage()]
