@@ -3,6 +3,7 @@ the GPU machine may lack)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import httpx
@@ -22,11 +23,25 @@ def children(pid: int) -> list[int]:
     return out
 
 
-def engine_child(pid: int) -> int:
-    """The spawned engine (not multiprocessing's resource tracker)."""
-    engines = [c for c in children(pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
-    assert len(engines) == 1, engines
-    return engines[0]
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def engine_child(pid: int, timeout: float = 60.0) -> int:
+    """The spawned engine (not multiprocessing's resource tracker, nor an intake worker of
+    runtime/serving/server/intake.py, which names itself once started: waited for)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        spawned = [c for c in children(pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()
+                   and _read(f"/proc/{c}/comm").strip() != "minivllm-intake"]
+        if len(spawned) == 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert len(spawned) == 1, spawned
+    return spawned[0]
 
 
 def running(pid: int) -> bool:
