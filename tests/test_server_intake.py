@@ -201,3 +201,20 @@ def test_a_body_cut_off_mid_way_is_no_server_error(served, caplog):
     time.sleep(0.5)
     assert_still_serving(served)
     assert not [r for r in caplog.records if "unhandled" in r.getMessage()]
+
+
+def test_large_requests_past_the_pending_bound_are_refused_at_once(served):
+    """As many large requests as the workers may hold are pending: the next gets a 429 naming the
+    cause, without waiting; once one is answered, large requests are taken in again."""
+    intake: Intake = served.app.state.server.intake
+    body = {"model": "m", "prompt": "hi", "max_tokens": 1}
+    held, intake.pending = intake.pending, intake.max_pending  # (as if that many were being taken in)
+    try:
+        refused = _post(served, "/v1/completions", body, pad=INLINE_BYTES)
+    finally:
+        intake.pending = held
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "intake_busy"
+    assert intake.refused_busy >= 1
+    assert _post(served, "/v1/completions", body, pad=INLINE_BYTES).status_code == 200
+    assert intake.pending == held
+    assert_still_serving(served)

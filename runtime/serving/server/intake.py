@@ -66,12 +66,21 @@ class EngineLimits:
         validate_request(self.config, num_prompt_tokens, params)
 
 
+# Large requests a front end's workers may be taking in or holding queued, per worker; past that a
+# large request is refused at once (429, as a full engine queue is) instead of waiting behind
+# seconds of other requests' templating: its intake wait stays bounded.
+PENDING_PER_WORKER = 8
+
+
 class Intake:
     def __init__(self, prompts: Prompts, tokenizer: Any, model_name: str, workers: int = 1) -> None:
         self.prompts, self.tokenizer, self.model_name, self.workers = prompts, tokenizer, model_name, workers
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
         self.taken_in_pool = 0  # large requests taken in by a worker (tests, /metrics later)
+        self.max_pending = PENDING_PER_WORKER * workers
+        self.pending = 0  # large requests given to the workers and not answered yet
+        self.refused_busy = 0  # large requests refused because that many were pending
 
     async def take(self, endpoint: Any, raw: Request) -> tuple[Any, list[list[int]]]:
         """(the request, its prompts' ids), or an exception the error handlers answer (a 400 naming
@@ -85,6 +94,11 @@ class Intake:
             req = body_parser.parse(endpoint.body, data, content_type, lambda b: endpoint.precheck(self.prompts, b))
             self.check_model(req.model)
             return req, await endpoint.prompts(self.prompts, req)
+        if self.pending >= self.max_pending:
+            self.refused_busy += 1
+            raise Classified(429, error_body(f"{self.pending} large requests are being taken in; retry",
+                                             "rate_limit_error", code="intake_busy"))
+        self.pending += 1
         try:
             # submitted from a thread: a submit may spawn a worker, and the spawn's write of the
             # tokenizer to the child blocks until the child has imported its modules (seconds)
@@ -95,6 +109,8 @@ class Intake:
             self._drop(pool)
             raise Classified(503, error_body("the process taking this request in died; retry", "server_error",
                                              code="intake_worker_died")) from None
+        finally:
+            self.pending -= 1
         if status != 200:
             raise Classified(status, req)
         self.taken_in_pool += 1
