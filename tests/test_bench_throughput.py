@@ -79,3 +79,23 @@ def test_bad_sampling_flags_name_the_flag(tiny, capsys):
         with pytest.raises(SystemExit):
             main(["bench", "throughput", "--model", str(tiny.folder), "--peer", "none", *flags])
         assert named in capsys.readouterr().err
+
+
+def test_prefill_flops_against_the_measured_peak(tiny, tmp_path, capsys):
+    """One output token each: every step is a prefill, so the count is the prompts' own, whatever
+    the chunking."""
+    from runtime.bench.flops import FlopCounter
+
+    out = tmp_path / "f.json"
+    rc = main(["bench", "throughput", "--model", str(tiny.folder), "--device", "cpu", "--num-prompts", "5",
+               "--input-len", "4", "20", "--output-len", "1", "1", "--peer", "none", "--block-size", "4",
+               "--num-blocks", "64", "--no-progress", "--json", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    doc = json.loads(out.read_text())["results"][0]["prefill_compute"]
+    per = FlopCounter.of(tiny.loaded.spec)
+    lengths = [len(p) for p in Workload.random(5, (4, 20), (1, 1), 320, 0).prompts]
+    expected = sum(n * per.per_token + per.per_sample + n * (n + 1) // 2 * per.per_context for n in lengths)
+    assert doc["flops"] == expected
+    assert doc["peak_tflops"] > 0 and doc["fraction"] > 0
+    assert "prefill compute:" in text and "measured dense matmul peak" in text

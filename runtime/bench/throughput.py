@@ -7,7 +7,9 @@ With ``sampling`` (``temperature``, ``top_p``, ``top_k``, ``min_p``) the engine 
 workload a second time, sampled, and the report puts it beside greedy (real traffic samples).
 Figures: output tokens per second (requested tokens only, for every peer), ratios to the best HF
 peer, and the engine overhead = share of step wall time outside the model forward (scheduling,
-input staging, sampling, commit), overall and over the steps with about 32 running requests.
+input staging, sampling, commit), overall and over the steps with about 32 running requests; the
+bandwidth limit (runtime/bench/roofline.py) and the prefill-bearing steps' FLOP/s against the measured
+dense matmul peak (runtime/bench/flops.py, runtime/bench/gemm_peak.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from runtime.bench.flops import FlopCounter, PrefillCompute, prefill_compute
+from runtime.bench.gemm_peak import measure_gemm_peak
 from runtime.bench.hf_peers import PeerResult
 from runtime.bench.roofline import ByteCounter, Roofline, kv_bytes_per_token, measure_bandwidth, roofline, weight_bytes
 
@@ -54,6 +58,7 @@ class EngineResult:
     cpu_seconds: float = 0.0  # process CPU time (all threads): a check on a shared machine
     load_avg: float = 0.0  # 1-minute load average at the end
     bytes_read: ByteCounter | None = None  # what the steps had to read (roofline)
+    prefill_flops: FlopCounter | None = None  # what the prefill-bearing steps computed
 
     @property
     def output_tok_s(self) -> float:
@@ -104,6 +109,7 @@ def run_engine(parts, workload: Workload, progress: bool = True, sampling: dict 
     spec = parts.loaded.spec
     counter = ByteCounter(weight_bytes(runner.model),
                           kv_bytes_per_token(spec.num_layers, spec.num_kv_heads, spec.head_dim, runner.dtype))
+    flops = FlopCounter.of(spec)
     walls: list[float] = []
     gc.collect()
     c0 = time.process_time()
@@ -113,6 +119,7 @@ def run_engine(parts, workload: Workload, progress: bool = True, sampling: dict 
         for out in loop.step():
             walls.append(out.result.duration)
             counter.add_step(out.plan.spans)
+            flops.add_step(out.plan.spans, out.result.duration)
             bar.update(sum(1 for d in out.deltas if d.finished))
     seconds = time.perf_counter() - t0
     cpu_seconds = time.process_time() - c0
@@ -130,7 +137,7 @@ def run_engine(parts, workload: Workload, progress: bool = True, sampling: dict 
         float(1 - fwd.sum() / wall.sum()),
         float(1 - fwd[at32].sum() / wall[at32].sum()) if at32.any() else None,
         int(at32.sum()), float(wall[at32].mean() * 1e3) if at32.any() else None, breakdown, cpu_seconds,
-        os.getloadavg()[0], counter)
+        os.getloadavg()[0], counter, flops)
 
 
 @dataclass
@@ -140,6 +147,7 @@ class ThroughputReport:
     peers: list[PeerResult]
     roofline: Roofline | None = None
     sampled: EngineResult | None = None  # the same workload sampled with ``setup["sampling"]``
+    compute: PrefillCompute | None = None  # prefill FLOPs against the measured matmul peak
 
     def sampled_vs_greedy(self) -> float | None:
         return self.sampled.output_tok_s / self.engine.output_tok_s if self.sampled is not None else None
@@ -178,6 +186,8 @@ class ThroughputReport:
                       + ", ".join(f"{k} {v:.2f}" for k, v in self.sampled.breakdown_ms.items()) + "\n")
         if self.roofline is not None:
             out.write(self.roofline.describe() + "\n")
+        if self.compute is not None:
+            out.write(self.compute.describe() + "\n")
         for p in self.peers:
             if p.note:
                 out.write(f"  {p.name}: {p.note}\n")
@@ -194,6 +204,7 @@ class ThroughputReport:
             "peers": [{**asdict(p), "output_tok_s": p.output_tok_s} for p in self.peers],
             "speedup_vs_best_hf": self.engine.output_tok_s / best.output_tok_s if best else None,
             "roofline": self.roofline.as_dict() if self.roofline is not None else None,
+            "prefill_compute": self.compute.as_dict() if self.compute is not None else None,
         }
 
 
@@ -254,6 +265,10 @@ def run(model: str | None, *, peers: list[str], num_prompts: int = 64, input_len
     setup["copy_bandwidth_gbs"] = limit.bandwidth_gbs
     print(f"minivllm: {engine.output_tok_s:,.1f} output tok/s ({engine.seconds:.2f} s); {limit.describe()}",
           flush=True)
+    stage(f"measuring the dense matmul peak of {device} ({setup['dtype']})")
+    compute = prefill_compute(engine.prefill_flops, measure_gemm_peak(device, dtype))
+    setup["gemm_peak_tflops"] = compute.peak_tflops
+    print(f"minivllm: {compute.describe()}", flush=True)
     results: list[PeerResult] = []
     if peers:
         import transformers
@@ -273,4 +288,4 @@ def run(model: str | None, *, peers: list[str], num_prompts: int = 64, input_len
                 continue
             if result is not None:
                 results.append(result)
-    return ThroughputReport(setup, engine, results, limit, sampled)
+    return ThroughputReport(setup, engine, results, limit, sampled, compute)
