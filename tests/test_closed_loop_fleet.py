@@ -70,9 +70,9 @@ def test_the_front_door_serves_turns_in_the_order_they_are_sent():
     door = FrontDoor(latency=0.001, service=0.0005)
     arrivals = SessionArrivals(env, specs, door, lambda spec, i: handed.__setitem__(i, env.now), lambda: None)
     env.run(until=0.01)
-    arrivals.finished(0, 0.01)  # session 0's next turn is sent at 10.01
+    arrivals.finished(0, 0.01)  # conversation 0's next turn is sent at 10.01
     env.run(until=0.02)
-    arrivals.finished(1, 0.02)  # session 1's at 0.02: served at once, not after 10.01
+    arrivals.finished(1, 0.02)  # conversation 1's at 0.02: served at once, not after 10.01
     env.run()
     assert math.isclose(handed[3], 0.02 + 0.001)
     assert math.isclose(handed[2], 10.01 + 0.001)

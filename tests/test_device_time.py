@@ -1,4 +1,4 @@
-"""Steps timed on the device as well as by the host: the log keeps each step's device time; a fit
+"""Steps timed on the device as well as by the host: the log keeps each step's time on the device; a fit
 that models the launch (``eager_launch``) on such a log prices steps by what the device took, and
 the launch of a prefill step that held the decode step before it back is fitted from those times
 (simulator/cost/launch.py)."""

@@ -7,7 +7,7 @@ both schemas. An ``Upgrader``, fed a log's events in order, turns the per-block 
 (or Finished, Aborted) into the operations today's block manager emits for the same calls:
 consecutive allocations (hits) of one request → one ``alloc`` (``hit``) with runs, consecutive
 registrations of one request's blocks → one ``cache`` with runs of their positions in its table
-(it remembers where each allocated block went), a request's frees and the release of its
+(it remembers where each allocated block went), a request's frees and the freeing of its
 reservation → one ``free``; evictions and hashes are left out (``fold`` derives the first; the
 second is a function of the tokens). ``fold`` of the result equals schema 1's ``fold`` of the
 original, block for block.

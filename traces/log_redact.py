@@ -70,10 +70,10 @@ def redact_log(src: str | Path, dst: str | Path, mode: str, recorder_for: Callab
     next(originals)
     written = read_log(dst)
     if next(written) != new_header:
-        raise LogError(f"{dst}: its header reads back otherwise (please report this)")
+        raise LogError(f"{dst}: its header reads back otherwise (report this as a bug)")
     prompts_seen = prompts
     prompts = 0
     for i, (a, b) in enumerate(zip_longest(originals, written)):
         if a is None or b is None or rewrite(a) != b:
-            raise LogError(f"{dst}: event {i + 2} reads back as {b!r} (please report this)")
+            raise LogError(f"{dst}: event {i + 2} reads back as {b!r} (report this as a bug)")
     return Redacted(mode, count, prompts_seen, src.stat().st_size, dst.stat().st_size)

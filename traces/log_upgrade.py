@@ -35,7 +35,7 @@ def upgrade_log(src: str | Path, dst: str | Path, *, if_exists: str = "error") -
         count = out.count
     for i, (a, b) in enumerate(zip_longest(read_log(src), read_log(dst))):
         if a != b:
-            raise LogError(f"{dst}: event {i + 1} reads back as {b!r}, not {a!r} (please report this)")
+            raise LogError(f"{dst}: event {i + 1} reads back as {b!r}, not {a!r} (report this as a bug)")
     header = next(read_log(dst))
     return Upgraded(reader.file_schema_version, header.schema_version, count,  # type: ignore[union-attr]
                     src.stat().st_size, dst.stat().st_size)

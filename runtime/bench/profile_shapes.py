@@ -348,7 +348,7 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
              "profile": {"quick": quick, **asdict(limits), "cases": plan_summary(plan), "passes": passes,
                          "warmup_steps": warm.steps, "git_commit": git_commit()}}
     retries_before = cuda_alloc_retries(parts.runner.device)
-    # no full collection over the start-up heap inside a measured step; each step's device time
+    # no full collection over the start-up heap inside a measured step; each step's time on the device
     # logged beside the host's view of it (a launch of the next step can hold a step back)
     with frozen_heap(), LogWriter(out) as writer, device_timed(parts.runner):
         writer(msgspec.structs.replace(header, extra=extra))

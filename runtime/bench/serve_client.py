@@ -13,7 +13,7 @@ arrivals after it), so a slow server costs a bounded run.
 
 A closed-loop workload (``workload sessions``: turns of conversations) is replayed closed loop, as the
 simulator runs it: a turn is sent no earlier than its arrival and its think time after the previous
-turn of its session has ended (answered or failed); its record's ``arrival`` becomes that release time.
+turn of its session has ended (answered or failed); its record's ``arrival`` becomes the time of that release.
 
 ``run`` returns one ``RequestRecord`` per request; ``summarize`` turns them into percentiles,
 throughput and goodput under SLOs (the share of requests that meet every SLO, per second).

@@ -39,7 +39,7 @@ class Scheduler:
         self.waiting.push(req)
 
     def remove(self, req: Request) -> None:
-        """Take a request out of the queues and release its KV (abort or finish)."""
+        """Take a request out of the queues and free its KV (abort or finish)."""
         if self.running.pop(req.request_id, None) is None:
             self.waiting.remove(req)
         self.bm.free(req)

@@ -116,7 +116,7 @@ class IncrementalDetokenizer:
         return DetokenizerDelta(out, self.stopped)
 
     def finish(self) -> DetokenizerDelta:
-        """The request ended without a stop string: release held text (partial characters decode
+        """The request ended without a stop string: flush held text (partial characters decode
         to "\\ufffd", as tokenizer.decode would give them)."""
         if self.stopped or self.finished:
             return DetokenizerDelta("", self.stopped)

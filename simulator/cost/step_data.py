@@ -43,16 +43,16 @@ class StepData:
     # steps tile): its tokens beyond one per span (0: none, or a decode-only step; simulator/cost/launch.py)
     next_extra: np.ndarray | None = None
     step_padding: StepPadding | None = None  # the first padded log's (each log's steps padded as its header says)
-    # per step, the device's own time for it (Step.device_time; NaN where the log has none)
+    # per step, its time on the device (Step.device_time; NaN where the log has none)
     device: np.ndarray | None = None
 
     @property
     def device_timed(self) -> bool:
-        """Every step carries its device time (a profile sweep on a GPU)."""
+        """Every step carries its time on the device (a profile sweep on a GPU)."""
         return self.device is not None and len(self.device) > 0 and bool(np.isfinite(self.device).all())
 
     def on_device(self) -> StepData:
-        """These steps with their device times as durations: what the step model learns when the
+        """These steps with their times on the device as durations: what the step model learns when the
         host's view of a step (a launch of the next one holding it back) is logged apart."""
         return replace(self, durations=self.device)
 

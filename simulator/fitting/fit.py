@@ -182,7 +182,7 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
     ``decode_steps_of``: logs of which only the pure-decode steps join the training data (a
     profile whose prefill steps an engine change made stale, still covering large batches).
     ``eager_launch``: with overlapped logs, fit the host time to launch a step that carries prefill
-    too (simulator/cost/launch.py): from the steps' device times where the logs carry them (a GPU
+    too (simulator/cost/launch.py): from the steps' times on the device where the logs carry them (a GPU
     profile sweep), the step model then learning those; else from the step model's predictions.
     ``weights``: a log of ``logs`` → how many times its training steps
     count (a profile sweep's few steps against many live ones); its held-out steps count once.

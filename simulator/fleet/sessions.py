@@ -57,7 +57,7 @@ class SessionArrivals:
         yield
 
     def finished(self, index: int, time: float) -> None:
-        """Request ``index`` finished (or was refused) at ``time``: release its session's next turn."""
+        """Request ``index`` finished (or was refused) at ``time``: let its session's next turn go."""
         nxt = self.next_turn.get(index)
         if nxt is not None:
             spec = self.specs[nxt]

@@ -5,7 +5,7 @@ A large body is taken in whole by a worker process (parse, validate, template, t
 templating, JSON parsing and pydantic validation hold the GIL, so a thread would still stall the
 loop; a process does not share it. The worker returns the request without its prompt, and the ids
 as a packed array (unpickled in µs). A small body stays on the loop, its tokenizing in a thread
-(HF tokenizers release the GIL), since a process round trip costs more than it saves (``INLINE_BYTES``).
+(HF tokenizers drop the GIL), since a process round trip costs more than it saves (``INLINE_BYTES``).
 
 The pool starts with the first large request (a process spawned, the tokenizer sent once), or
 at start-up under ``minivllm serve`` (``start``). A worker that dies (killed, out of memory) fails

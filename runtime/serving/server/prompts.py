@@ -7,7 +7,7 @@ before paying for it.
   being tokenized and 240,000 tiny messages without being templated. The counts (prompts, messages)
   are checked on the raw body too, before the body model reads every item (``precheck_*``).
 - Tokenizing and chat templating run in a worker thread (``asyncio.to_thread``; HF tokenizers
-  release the GIL): /health answers while a big prompt is encoded. A large body's whole intake,
+  drop the GIL): /health answers while a big prompt is encoded. A large body's whole intake,
   templating included (Jinja holds the GIL), runs in an intake process instead (``*_now``,
   runtime/serving/server/intake.py).
 - A prompt too long by itself names ``prompt`` (completions) or ``messages`` (chat); one that fits
