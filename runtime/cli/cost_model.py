@@ -247,8 +247,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "steps an engine change made stale, still covering the large batches) (default: none)")
     f.add_argument("--eager-launch", action="store_true",
                    help="with overlapped logs: also fit the host time to launch a step that carries prefill, which "
-                        "holds back the step before it; the step model then learns the steps' times on the device where "
-                        "the logs carry them (a GPU profile sweep), else leaves out the steps a launch moves "
+                        "holds back the step before it; the step model then learns the steps' times on the device "
+                        "where the logs carry them (a GPU profile sweep), else leaves out the steps a launch moves "
                         "(simulator/cost/launch.py; docs/BENCHMARKS.md: it fixes the TTFT p50 bias by load on the "
                         "H200 logs, but prices TPOT lower than live on long prompts) (default: off)")
     f.add_argument("--front-door", metavar="LOG",
