@@ -102,7 +102,7 @@ class Fleet:
     def run(self) -> list[SimResult]:
         env = self.env
         for replica in self.replicas:
-            env.process(replica.run())
+            replica.start()
         env.process(self.arrivals.run())
         for outage in self.outages:
             env.process(self._outage(outage))
@@ -138,7 +138,7 @@ class Fleet:
         self.up[i] = True
         if self._closed:
             fresh.close()
-        env.process(fresh.run())
+        fresh.start()
 
     def _emit(self, event: Event) -> None:
         if self.on_outage is not None:

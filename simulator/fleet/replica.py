@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
+import simpy
+
 from runtime.engine.config import EngineConfig
 from runtime.engine.core import EngineCore
 from runtime.engine.drafters import parse_speculative
@@ -82,7 +84,8 @@ class Replica:
         self.result = SimResult()
         self.progress, self.progress_every, self._reported = progress, progress_every, 0
         self._closed = False  # no request will come any more
-        self.dead = False  # killed (a fleet's outage): its process ends at its next wake-up, nothing more logged
+        self.dead = False  # killed (a fleet's outage): its process ended where it waited, nothing more logged
+        self.process: simpy.Process | None = None
         self._wake = None  # the event an idle replica sleeps on
         # (a shared device's other replicas launch steps between those of a run: every step one at a time)
         runs = (plain_runs and token_fn is None and timing.decode_durations is not None and drafter is None
@@ -115,11 +118,17 @@ class Replica:
         self._closed = True
         self._notify()
 
+    def start(self) -> None:
+        """Start its SimPy process."""
+        self.process = self.env.process(self.run())
+
     def kill(self) -> None:
-        """Stop now, as a killed engine process does: the step in flight never ends, its requests stay
-        unfinished in its log (a fleet's outage, simulator/fleet/outages.py)."""
+        """Stop now, as a killed engine process does: its process is interrupted where it waits, the
+        step in flight never ends, its requests stay unfinished in its log (a fleet's outage,
+        simulator/fleet/outages.py)."""
         self.dead = True
-        self._notify()
+        if self.process is not None and self.process.is_alive:
+            self.process.interrupt()
 
     def _notify(self) -> None:
         wake = self._wake
@@ -136,63 +145,54 @@ class Replica:
         runs, every = self._runs, self.progress_every
         previous: int | None = None  # spans of the step before, None after idle (sequential host gaps)
         previous_drafts = 0  # drafts it verified
-        while True:
-            if not requests and not loop.busy:  # idle: sleep until a request comes
-                if self._closed:
-                    self._report_progress()
-                    return
-                self._wake = env.event()
-                yield self._wake
-                if self.dead:
-                    return
-                self._wake = None
-                previous = None
-                if not requests:
-                    continue
-                if plans_ahead and host_gap is not None and (gap := host_gap(None)) > 0:
-                    yield at(env.now + gap)
-                    if self.dead:
+        try:
+            while True:
+                if not requests and not loop.busy:  # idle: sleep until a request comes
+                    if self._closed:
+                        self._report_progress()
                         return
-            if not plans_ahead and (host_gap is not None or gap_before is not None):
-                gap = host_gap(previous, previous_drafts) if host_gap is not None else gap_before(result.num_steps)
-                if gap > 0:  # engine time before the step (arrivals meanwhile join it)
-                    yield at(env.now + gap)
-                    if self.dead:
-                        return
-            flight = loop.in_flight
-            if runs and flight is not None and flight.overlappable and self._land_run(flight):
-                yield at(self._run_ends[-1])
-                if self.dead:
-                    return
-                self._finish_run()
-                continue
-            done = loop.begin()
-            waiting = loop.waiting
-            if waiting is None:
-                if done and done[0].plan.empty and not loop.busy and requests:
-                    raise SimulationError(f"engine stalled at t={env.now}: {core.num_waiting} waiting, "
-                                          f"{core.num_running} running")
-                continue
-            if not plans_ahead:
-                plan = waiting.plan
-                previous = len(plan.spans)
-                previous_drafts = sum(map(len, plan.drafts.values())) if plan.drafts else 0
-                if runs and self._land_run(waiting):
+                    self._wake = env.event()
+                    yield self._wake
+                    self._wake = None
+                    previous = None
+                    if not requests:
+                        continue
+                    if plans_ahead and host_gap is not None and (gap := host_gap(None)) > 0:
+                        yield at(env.now + gap)
+                if not plans_ahead and (host_gap is not None or gap_before is not None):
+                    gap = host_gap(previous, previous_drafts) if host_gap is not None else gap_before(result.num_steps)
+                    if gap > 0:  # engine time before the step (arrivals meanwhile join it)
+                        yield at(env.now + gap)
+                flight = loop.in_flight
+                if runs and flight is not None and flight.overlappable and self._land_run(flight):
                     yield at(self._run_ends[-1])
-                    if self.dead:
-                        return
                     self._finish_run()
                     continue
-            end = waiting.handle.ready
-            if end > env.now:
-                yield at(end)
-                if self.dead:
-                    return
-            loop.end()
-            result.num_steps += 1
-            result.end_time = end
-            if result.num_steps % every == 0:
-                self._report_progress()
+                done = loop.begin()
+                waiting = loop.waiting
+                if waiting is None:
+                    if done and done[0].plan.empty and not loop.busy and requests:
+                        raise SimulationError(f"engine stalled at t={env.now}: {core.num_waiting} waiting, "
+                                              f"{core.num_running} running")
+                    continue
+                if not plans_ahead:
+                    plan = waiting.plan
+                    previous = len(plan.spans)
+                    previous_drafts = sum(map(len, plan.drafts.values())) if plan.drafts else 0
+                    if runs and self._land_run(waiting):
+                        yield at(self._run_ends[-1])
+                        self._finish_run()
+                        continue
+                end = waiting.handle.ready
+                if end > env.now:
+                    yield at(end)
+                loop.end()
+                result.num_steps += 1
+                result.end_time = end
+                if result.num_steps % every == 0:
+                    self._report_progress()
+        except simpy.Interrupt:  # killed (``kill``): nothing more happens to it
+            return
 
     def _land_run(self, launched) -> bool:
         """Whether ``launched`` (a step not yet completed) and the plain decode steps after it can be
