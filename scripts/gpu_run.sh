@@ -58,6 +58,10 @@
 #              the profile's own defaults otherwise, its front-door probe included), its logs and fitted model
 #              into $OUT; then run the stage
 #              matrix (SKIP_LIVE=1) on the same machine and minivllm fidelity-table the served logs with that model
+#   sessions   closed-loop conversations (minivllm workload sessions: SESSIONS_N, default 400, starting at
+#              SESSIONS_RATE, default 8, a second; think time 2 s; prompts extend the last turn) served by bench
+#              serve --launch, which sends a turn when the previous answer has arrived; SESSIONS_RUNS times (default
+#              2: the spread); the workload, the served logs and the client JSON into $OUT
 #   machine    which machine this is (GPU UUID, host), for runs compared across machines
 # The packages the machine lacks travel as wheels in .whl/: run scripts/gpu_wheels.sh here first and
 # copy .whl to the GPU machine with the tree.
@@ -210,6 +214,15 @@ for pc in ('off', 'on'):
                --fit "$OUT/model_profile.json" --no-progress 2>&1 | tail -n 30
              gzip -c /tmp/profile.jsonl > "$OUT/profile.jsonl.gz"
              gzip -c /tmp/profile.front_door.jsonl > "$OUT/profile.front_door.jsonl.gz" ;;
+    sessions) minivllm workload sessions -n "${SESSIONS_N:-400}" --rate "${SESSIONS_RATE:-8}" --think-time 2 --seed 1 \
+                --out "$OUT/sessions_workload.jsonl"
+              for i in $(seq "${SESSIONS_RUNS:-2}"); do
+                minivllm bench serve "$OUT/sessions_workload.jsonl" --client-processes 4 --no-progress \
+                  --json "$OUT/sessions_serve_$i.json" --server-trace /tmp/sessions_$i.jsonl \
+                  --server-log "$OUT/sessions_server_$i.log" --launch --model random:qwen3-0.6b \
+                  --tokenizer .gpu/tokenizer_152k --device cuda --dtype bfloat16 --max-model-len 8192 ${ENGINE_FLAGS:-} | tail -n 14
+                gzip -c /tmp/sessions_$i.jsonl > "$OUT/sessions_serve_$i.jsonl.gz"
+              done ;;
     machine) nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader; hostname; nproc ;;
     modeltests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_model_gpu.py tests/test_fused_norm_rope_gpu.py 2>&1 | tail -n 30 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
