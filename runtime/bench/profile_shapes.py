@@ -327,11 +327,13 @@ def device_timed(runner):
 
 def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str | Path, *,
             limits: SweepLimits, quick: bool = False, deadline: float | None = None, seed: int = 0,
-            quiet_wait: float = 0.0, progress: bool = True, passes: int = 1) -> ProfileResult:
+            quiet_wait: float = 0.0, progress: bool = True, passes: int = 1,
+            before_sweep: Callable[[], float | None] | None = None) -> ProfileResult:
     """Warm up on a scratch core (same runner and KV pool, nothing logged), then run ``plan``
     ``passes`` times on a fresh core whose events go to ``out``. The Header's ``extra`` adds
     ``hardware`` and the sweep. ``quiet_wait`` (CPU devices): before each case wait up to that long
-    for other processes to leave the CPU."""
+    for other processes to leave the CPU. ``before_sweep``: runs after the warm-up, just before the
+    sweep's clock starts (a co-located member's barrier); a time it returns is the sweep's deadline."""
     from runtime.bench.cpu_quiet import wait_until_quiet
     from runtime.bench.hardware import cuda_alloc_retries, describe_device
 
@@ -348,6 +350,8 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
              "profile": {"quick": quick, **asdict(limits), "cases": plan_summary(plan), "passes": passes,
                          "warmup_steps": warm.steps, "git_commit": git_commit()}}
     retries_before = cuda_alloc_retries(parts.runner.device)
+    if before_sweep is not None:
+        deadline = before_sweep() or deadline
     # no full collection over the start-up heap inside a measured step; each step's time on the device
     # logged beside the host's view of it (a launch of the next step can hold a step back)
     with frozen_heap(), LogWriter(out) as writer, device_timed(parts.runner):

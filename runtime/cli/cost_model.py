@@ -33,11 +33,14 @@ def fit_logs(logs: Sequence[str | LoggedRun], *, holdout: list[str] | None = Non
              model_identity: str | None = None, hardware: str | None = None, dtype: str | None = None,
              command: str | None = None, calibrate_on: list[str] | None = None,
              decode_steps_of: list[str] | None = None, eager_launch: bool = False,
-             weights: dict[str, int] | None = None, front_door: str | None = None):
+             weights: dict[str, int] | None = None, front_door: str | None = None,
+             co_located: Sequence[str | LoggedRun] | None = None):
     """Fit a cost model on ``logs`` (paths, or logs already read: simulator.cost.logged_run;
     simulator.fitting.fit.fit_cost_model); its error on ``holdout`` logs, or on every
     ``holdout_every``-th step held out of the fit, goes to ``meta["heldout"]``. ``weighting``
-    (relative | absolute) is the older way to ask for one linear fit."""
+    (relative | absolute) is the older way to ask for one linear fit. ``co_located``: the logs of a
+    co-located profile (engines sweeping one device together): what sharing a device costs a step
+    (simulator/fitting/co_located.py)."""
     from simulator.cost.cost_model import CostModelError
     from simulator.cost.logged_run import read_runs
     from simulator.fitting.fit import fit_cost_model
@@ -59,9 +62,16 @@ def fit_logs(logs: Sequence[str | LoggedRun], *, holdout: list[str] | None = Non
     if not holdout and holdout_every < 2:
         raise CLIError(f"--holdout-every: must be >= 2, got {holdout_every}")
     try:
-        return fit_cost_model(runs, holdout=holdout, holdout_every=holdout_every, holdout_block=holdout_block,
-                              kind=kind, meta=meta, calibrate_on=calibrate_on, decode_steps_of=decode_steps_of,
-                              eager_launch=eager_launch, weights=weights, front_door=front_door)
+        model = fit_cost_model(runs, holdout=holdout, holdout_every=holdout_every, holdout_block=holdout_block,
+                               kind=kind, meta=meta, calibrate_on=calibrate_on, decode_steps_of=decode_steps_of,
+                               eager_launch=eager_launch, weights=weights, front_door=front_door)
+        if co_located:
+            from simulator.fitting.co_located import fit_shared_device
+
+            members = read_runs(co_located)
+            model = model.with_shared_device(fit_shared_device(members, model)).with_meta(
+                co_located=[m.path for m in members])
+        return model
     except CostModelError as e:
         raise CLIError(str(e)) from None
 
@@ -99,6 +109,11 @@ def print_fit(model, out: str) -> None:
             print(f"  note: the {held['steps']:,} steps followed by a prefill step are logged "
                   f"{(held['excess_s'] - held['others_excess_s']) * 1e3:.2f} ms longer than the others, beyond the "
                   "model: the host launching that step holds them back (--eager-launch models it)")
+    if (shared := getattr(model, "shared_device", None)) is not None:
+        print(f"  shared device: a step behind another engine's work runs × {shared.slowdown:.3f} ({shared.replicas} "
+              f"engines swept it together, {shared.steps:,} steps; priced each alone: "
+              f"{shared.error_unshared_pct:+.1f}%, one after another at the speed alone: "
+              f"{shared.error_serial_pct:+.1f}%)")
     print_calibration(model.meta.get("calibration"))
     if model.meta["unfitted_features"]:
         print(f"warning: no training step exercised {', '.join(model.meta['unfitted_features'])}: "
@@ -138,14 +153,14 @@ def _weights(specs: list[str] | None, logs: list[str]) -> dict[str, int] | None:
 
 def _fit(args: argparse.Namespace) -> int:
     for path in [*args.logs, *(args.holdout or []), *(args.calibrate or []), *(args.decode_steps_of or []),
-                 *([args.front_door] if args.front_door else [])]:
+                 *([args.front_door] if args.front_door else []), *(args.co_located or [])]:
         require_file(path, "log")
     weights = _weights(args.weight, args.logs)
     model = fit_logs(args.logs, holdout=args.holdout, holdout_every=args.holdout_every,
                      holdout_block=args.holdout_block, kind=args.kind, calibrate_on=args.calibrate,
                      decode_steps_of=args.decode_steps_of, eager_launch=args.eager_launch, weights=weights,
                      weighting=args.weighting, model_identity=args.model_identity, hardware=args.hardware,
-                     dtype=args.dtype, front_door=args.front_door)
+                     dtype=args.dtype, front_door=args.front_door, co_located=args.co_located)
     model.save(args.out)
     print_fit(model, args.out)
     return 0
@@ -255,6 +270,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a front-door probe's log (what `minivllm profile` writes beside its sweep): the intake delay "
                         "(arrival stamp to the engine's first step, by prompt length) is fitted on it (default: "
                         "from the fitted logs' gaps)")
+    f.add_argument("--co-located", nargs="+", metavar="LOG",
+                   help="the logs of a co-located profile (`minivllm profile --co-located K` writes them beside its "
+                        "sweep): how much longer a step runs behind another engine's work on a shared device, for "
+                        "simulations of replicas placed on one device")
     f.add_argument("--weight", action="append", metavar="LOG=N",
                    help="count the training steps of LOG (one of the fitted logs) N times: a profile sweep's few "
                         "steps of every shape against many live ones; its held-out steps count once (repeatable) "

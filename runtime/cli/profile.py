@@ -8,6 +8,9 @@ The sweep (simulator/fitting/profile_plan.py) covers the cost model's features: 
 chunks on cached context, decode at batch sizes × contexts, decode + prefill mixed. A short
 unlogged warm-up runs first. With ``--fit`` the log is fitted at once (every Nth step held out).
 ``--passes N`` runs the sweep N times and reports how far the later passes moved from the first.
+``--co-located K`` first runs K engines' sweeps on the device at once (runtime/bench/co_located.py):
+the fit then knows how much longer a step runs behind another engine's work, for simulated replicas
+that share a device.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ QUICK_LIMITS = (128, 4)
 QUIET_WAIT = 60.0  # s per case at most (a shared CPU; see runtime/bench/cpu_quiet.py)
 NOISY_PASSES = 0.05  # a sweep whose passes disagree by more on the median decode case says so
 CUDA_TIME_LIMIT = 240.0  # s since start; a guard so a slower GPU still finishes (and fits) within 5 minutes
+CO_LOCATED_TIME = 60.0  # s of sweeping together (with --quick 10)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -70,6 +74,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "0 = none)")
     g.add_argument("--front-door-log", metavar="LOG",
                    help="the probe server's event log (default: beside --out, .front_door.jsonl)")
+    g.add_argument("--co-located", type=int, metavar="K", action=Bounded, at_least=2,
+                   help="before the sweep, run K engines of these flags on the device at once (each a 1/K share of a "
+                        "GPU's memory, as serve --data-parallel-size K), sweeping together for --co-located-time; "
+                        "their logs (beside --out, .co_located<i>.jsonl) go into the fit: how much longer a step "
+                        "runs behind another engine's work, for replicas simulated on one device (default: off)")
+    g.add_argument("--co-located-time", type=float, metavar="S", action=Bounded, above=0,
+                   help=f"with --co-located: seconds the engines sweep together (default: {CO_LOCATED_TIME:.0f}, "
+                        "with --quick 10)")
+    g.add_argument("--co-located-member", help=argparse.SUPPRESS)  # i/K/BARRIER_DIR: one of those engines
     g.add_argument("--fit", metavar="M.json", help="fit a cost model from the log right away")
     g.add_argument("--holdout-every", type=int, default=5, action=Bounded, at_least=2,
                    help="with --fit: hold out every Nth step (default: %(default)s)")
@@ -106,6 +119,7 @@ def _engine(args: argparse.Namespace):
     from simulator.fitting.profile_plan import DECODE_HEADROOM, derive_limits
 
     opts = engine_options(args)
+    member = _member(args)
     announce_load(args.model)
     try:
         loaded = load_model(args.model, device=opts.get("device", "auto"), dtype=opts.get("dtype", "auto"),
@@ -113,6 +127,10 @@ def _engine(args: argparse.Namespace):
     except (ModelLoadError, ValueError) as e:
         raise CLIError(str(e)) from None
     cpu = loaded.device.type == "cpu"
+    if member is not None and not cpu and opts.get("kv_cache_gb") is None and opts.get("num_blocks") is None:
+        from runtime.bench.co_located import memory_share
+
+        opts["kv_cache_gb"] = memory_share(loaded.device, member.of, opts.get("gpu_memory_utilization", 0.9))
     default_ctx, default_batch = QUICK_LIMITS if args.quick else CPU_LIMITS if cpu else (None, None)
     if args.for_workload:
         from runtime.cli.profile_for import workload_shape
@@ -180,14 +198,52 @@ def _probe_front_door(args: argparse.Namespace) -> str | None:
     return log
 
 
-def _fit(args: argparse.Namespace, result, plan, spread, front_door: str | None) -> None:
+def _member(args: argparse.Namespace):
+    from runtime.bench.co_located import Member
+
+    return Member.parse(args.co_located_member) if args.co_located_member else None
+
+
+def _co_located_time(args: argparse.Namespace) -> float:
+    if args.co_located_time is not None:
+        return args.co_located_time
+    return 10.0 if args.quick else CO_LOCATED_TIME
+
+
+def _co_located(args: argparse.Namespace) -> list[str] | None:
+    """Run ``--co-located K`` engines' sweeps together (before this process takes the device); their logs."""
+    from runtime.bench.co_located import python_command, run_members
+    from runtime.cli.config_flags import engine_flags
+    from traces.log_files import beside
+
+    k = args.co_located
+    if not k or args.plan:
+        return None
+    sweep = [w for flag, value in (("--for", args.for_workload), ("--max-context", args.max_context),
+                                   ("--max-batch", args.max_batch), ("--max-prefill", args.max_prefill))
+             if value is not None for w in (flag, str(value))]
+    seconds = _co_located_time(args)
+    command = [*python_command(), "profile", *engine_flags(args), *sweep, *(["--quick"] if args.quick else []),
+               "--front-door", "0", "--quiet-wait", "0", "--time-limit", str(seconds), "--no-progress"]
+    logs = [beside(args.out, f"co_located{i}") for i in range(k)]
+    print(f"co-located: {k} engines sweeping the device together for {seconds:.0f} s …", file=sys.stderr, flush=True)
+    try:
+        run_members(command, logs, timeout=seconds + 900)
+    except RuntimeError as e:
+        raise CLIError(f"--co-located: {e}") from None
+    print(f"co-located: logs {', '.join(map(str, logs))}", file=sys.stderr)
+    return [str(log) for log in logs]
+
+
+def _fit(args: argparse.Namespace, result, plan, spread, front_door: str | None,
+         co_located: list[str] | None) -> None:
     from runtime.cli.cost_model import fit_logs, print_fit
     from simulator.cost.logged_run import LoggedRun
     from simulator.fitting.profile_plan import plan_summary
 
     sweep = LoggedRun.read(args.out)  # read once: its header here, its steps and gaps in the fit
     model = fit_logs([sweep], holdout_every=args.holdout_every, command=command_line(args.profile_parser, args),
-                     front_door=front_door)
+                     front_door=front_door, co_located=co_located)
     model = model.with_meta(profile={"steps": result.steps, "cases": plan_summary(plan),
                                      "skipped_cases": len(result.skipped), "seconds": round(result.seconds, 1),
                                      "git_commit": sweep.header.extra["profile"]["git_commit"],
@@ -224,11 +280,19 @@ def run(args: argparse.Namespace) -> int:
     from runtime.bench.profile_shapes import pass_spread, profile
     from simulator.fitting.profile_plan import plan_summary, sweep_plan, warmup_plan
 
+    member = _member(args)
+    if member is not None:
+        args.front_door = 0
     front_door = _probe_front_door(args)  # before this process takes the device: the server needs it
+    co_located = _co_located(args)  # (so do those engines)
     started = time.monotonic()  # (the time limit is the sweep's: the model's load, its warm-up and cases)
     parts, limits = _engine(args)
     runner = parts.runner
     plan = sweep_plan(limits, quick=args.quick)
+    if member is not None:
+        from runtime.bench.co_located import member_plan
+
+        plan = member_plan(plan)
     time_limit = args.time_limit
     if time_limit is None:
         time_limit = CUDA_TIME_LIMIT if runner.device.type == "cuda" else 0
@@ -240,7 +304,8 @@ def run(args: argparse.Namespace) -> int:
           f"{limits.max_batch}, budget {limits.budget}, whole prompts up to {limits.max_prefill}", file=sys.stderr)
     result = profile(parts, plan, warmup_plan(plan, limits), args.out, limits=limits, quick=args.quick,
                      deadline=started + time_limit if time_limit > 0 else None, quiet_wait=_quiet_wait(args),
-                     progress=not args.no_progress, passes=args.passes)
+                     progress=not args.no_progress, passes=args.passes,
+                     before_sweep=None if member is None else lambda: member.wait_for_the_others() + time_limit)
     waited = f", {result.waited:.0f} s of it waiting for a quiet CPU" if result.waited >= 1 else ""
     print(f"{result.steps:,} steps in {result.seconds:.1f} s{waited} (+ {result.warmup_steps} warm-up steps, "
           f"{result.warmup_seconds:.1f} s, not logged); event log: {args.out}")
@@ -263,5 +328,7 @@ def run(args: argparse.Namespace) -> int:
                   "moved during the sweep; a fit averages the passes, one pass alone is that uncertain (more "
                   "--passes, --quiet-wait, a quieter machine)", file=sys.stderr)
     if args.fit:
-        _fit(args, result, plan, spread, front_door)
+        _fit(args, result, plan, spread, front_door, co_located)
+    elif co_located:
+        print(f"fit both: minivllm cost-model fit {args.out} --co-located {' '.join(co_located)} --out M.json")
     return 0

@@ -3,8 +3,9 @@
 A model prices a step (``step_time``) and may time the engine around it: host time before a
 step (``host_gap`` of fitted host timing, or a recording's own ``gap_before``), the front door's
 ``intake_delay``, planning ahead (``plans_ahead``: the async engine) with an eager ``launch_time``,
-and a run of plain decode steps priced in one call (``decode_durations``, counted by a range
-tracker's ``note_decodes``). What a model lacks is None, so a replica's loop never asks.
+a run of plain decode steps priced in one call (``decode_durations``, counted by a range
+tracker's ``note_decodes``), and how much slower a step runs behind another replica's work on a
+shared device (``shared_slowdown``). What a model lacks is None, so a replica's loop never asks.
 """
 
 from __future__ import annotations
@@ -31,3 +32,5 @@ class EngineTiming:
     launch_time: Callable[[int], float] | None = None  # host time to launch a step with prefill (extra tokens)
     decode_durations: DecodeDurations | None = None  # a run of plain decode steps in one call
     note_decodes: Callable[[int, int, int, list[float]], None] | None = None  # a range tracker counts those
+    shared_slowdown: float = 1.0  # device work queued behind another replica's on a shared device runs
+    # this many times as long as alone (a co-located profile's fit: simulator/fitting/co_located.py)

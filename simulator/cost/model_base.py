@@ -24,6 +24,7 @@ from simulator.cost.cost_model import CostModel, CostModelError
 from simulator.cost.engine_timing import EngineTiming
 from simulator.cost.host_timing import HostTiming
 from simulator.cost.ranges import FeatureRanges
+from simulator.cost.shared_device import SharedDevice
 from traces.decode_splits import DecodeSplits
 from traces.step_padding import StepPadding
 
@@ -61,6 +62,7 @@ class TimedModel(CostModel):
     step_padding: StepPadding | None = None
     padding: StepPadding | None = None
     intake_delay: float = 0.0
+    shared_device: SharedDevice | None = None  # a co-located profile's fit (None: sharing costs no more)
     _overlap: tuple[float, float, float] | None = None  # host const, host per span, launch
 
     def _derive(self) -> None:
@@ -111,6 +113,10 @@ class TimedModel(CostModel):
         budget is taken: ``with_step_budget``)."""
         return self._evolve(step_padding=padding, padding=padding)
 
+    def with_shared_device(self, shared: SharedDevice | None) -> Self:
+        """This model with what sharing a device costs a step (a co-located profile's fit)."""
+        return self._evolve(shared_device=shared)
+
     def with_meta(self, **entries: Any) -> Self:
         """This model with these metadata entries added or replaced (an existing key keeps its place)."""
         return self._evolve(meta={**self.meta, **entries})
@@ -143,7 +149,8 @@ class TimedModel(CostModel):
                             intake_service=view.host.intake_service if view.host is not None else 0.0,
                             intake_per_token=view.host.intake_per_token if view.host is not None else 0.0,
                             plans_ahead=view.plans_ahead,
-                            launch_time=view.launch_time, decode_durations=view.decode_durations)
+                            launch_time=view.launch_time, decode_durations=view.decode_durations,
+                            shared_slowdown=1.0 if view.shared_device is None else view.shared_device.slowdown)
 
     def decode_durations(self, n: int, context: int, longest: int, end: float, count: int,
                          due: float) -> list[float]:
@@ -176,6 +183,8 @@ class TimedModel(CostModel):
             out["decode_splits"] = self.decode_splits.to_dict()
         if self.step_padding is not None:
             out["step_padding"] = {"max_tokens": self.step_padding.max_tokens}
+        if self.shared_device is not None:
+            out["shared_device"] = self.shared_device.to_dict()
         return out
 
     def with_timed_parts(self, doc: dict[str, Any], path: str | Path) -> Self:
@@ -186,10 +195,12 @@ class TimedModel(CostModel):
             splits = DecodeSplits.from_dict(doc.get("decode_splits"))
             padding = doc.get("step_padding")
             padding = StepPadding(int(padding["max_tokens"])) if padding else None
+            shared = doc.get("shared_device")
+            shared = SharedDevice.from_dict(shared) if shared is not None else None
         except (TypeError, ValueError, KeyError, IndexError) as e:
-            raise CostModelError(f"{path}: host, ranges, decode_splits or step_padding: {e}") from None
+            raise CostModelError(f"{path}: host, ranges, decode_splits, step_padding or shared_device: {e}") from None
         return self._evolve(**self._host_parts(host), ranges=ranges, decode_splits=splits, step_padding=padding,
-                            padding=padding)
+                            padding=padding, shared_device=shared)
 
     def with_step_budget(self, max_tokens: int) -> Self:
         """This model as an engine of that step budget runs: a model fitted on padded steps pads

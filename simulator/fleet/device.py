@@ -3,10 +3,13 @@
 A step's device work holds its device for the step's duration; the steps of the replicas placed on
 one device run one after another, in the order they are launched, as two engines' CUDA work
 time-slices one GPU (live, two replicas sharing an H200 ran their steps about twice as long as one
-engine alone: docs/BENCHMARKS.md, "Fleets"). A device is the SimPy notion of a resource of capacity
-one served first come first served, kept as the time it is next free: a step's end is then known
-when it is launched, which the step loop's executor contract needs (simulator/fleet/executor.py).
-By default every replica has a device of its own (``place``), and a simulation is what it was.
+engine alone: docs/BENCHMARKS.md, "Fleets"). Work launched while another replica's is still on the
+device runs ``slowdown`` times as long as alone: what switching between the engines costs, fitted
+from a co-located profile (``minivllm profile --co-located K``: simulator/fitting/co_located.py).
+A device is the SimPy notion of a resource of capacity one served first come first served, kept as
+the time it is next free: a step's end is then known when it is launched, which the step loop's
+executor contract needs (simulator/fleet/executor.py). By default every replica has a device of its
+own (``place``), and a simulation is what it was.
 """
 
 from __future__ import annotations
@@ -26,10 +29,13 @@ class Device:
     def shared(self) -> bool:
         return self.replicas > 1
 
-    def run(self, start: float, duration: float) -> float:
-        """Device work of ``duration`` that can begin at ``start``, after what was launched on the
-        device before it: its end."""
-        begin = start if start >= self.free_at else self.free_at
+    def run(self, start: float, duration: float, slowdown: float = 1.0) -> float:
+        """Device work of ``duration`` alone that can begin at ``start``, after what was launched on
+        the device before it (``slowdown`` times as long when there is some): its end."""
+        if start >= self.free_at:
+            begin = start
+        else:
+            begin, duration = self.free_at, duration * slowdown
         self.free_at = end = begin + duration
         return end
 

@@ -7,8 +7,8 @@ flight, runs on the device after k; with an eager ``launch_time`` the host launc
 earlier than its launch.
 
 A replica whose device it shares with other replicas (simulator/fleet/device.py) runs a step's
-device work after what the others launched on it before; the step's duration then includes that
-wait, as a live engine's measured step does.
+device work after what the others launched on it before (longer by the model's ``shared_slowdown``
+when it waited); the step's duration then includes that wait, as a live engine's measured step does.
 
 Speculative decoding (simulator/fleet/speculation.py): a span that verifies drafts commits the
 drafts ``draws`` accepts and one token of its own; the step is priced by its spans, a verify span
@@ -38,6 +38,7 @@ class CostModelExecutor:
         """``draws``: the acceptances of speculative rounds (needed when a plan carries drafts);
         ``device``: the device it shares with other replicas (None: one of its own)."""
         self.step_time, self.launch_time = timing.step_time, timing.launch_time
+        self.shared_slowdown = timing.shared_slowdown
         self.clock, self.token_fn, self.draws = clock, token_fn, draws
         self.device = device if device is not None and device.shared else None
         self.in_flight: KnownStep | None = None  # launched, not collected
@@ -57,7 +58,7 @@ class CostModelExecutor:
         if self.device is None:
             end = start + duration  # its device work follows the step in flight
         else:  # ... and what the other replicas launched on the device before it
-            end = self.device.run(start, duration)
+            end = self.device.run(start, duration, self.shared_slowdown)
             duration = end - start
         if self.launch_time is not None:
             ready = now + self.launch_time(plan.num_scheduled_tokens - len(plan.spans))
