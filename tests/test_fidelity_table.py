@@ -164,7 +164,8 @@ def test_command_counts_the_signs_beyond_the_repeats(logs, tmp_path, capsys):
             (["--run", str(on)], f"--run: expected ROLE:LOG, got '{on}'"),
             (["--pair", f"w:{on}"], f"--pair: expected ROLE:ON_LOG:OFF_LOG, got 'w:{on}'"),
             (["--run", f"fit:{tmp_path}/none.jsonl"], f"{tmp_path}/none.jsonl: no such log"),
-            (["--repeat", f"{on}:{on}"], "--run: give at least one --run ROLE:LOG or --pair ROLE:ON_LOG:OFF_LOG")):
+            (["--repeat", f"{on}:{on}"], "--run: give at least one --run ROLE:LOG, --pair ROLE:ON_LOG:OFF_LOG or "
+                                              "--closed-loop ROLE:LOG:WORKLOAD")):
         with pytest.raises(SystemExit) as exc:
             main(["fidelity-table", "--cost-model", "recorded:" + str(on), *argv])
         err = capsys.readouterr().err

@@ -4,11 +4,14 @@ and a trace's chained block ids become conversations."""
 
 from __future__ import annotations
 
+import json
+
 import msgspec
 import pytest
 
 from runtime.cli import main
 from simulator.cost.host_timing import HostTiming
+from simulator.cost.loading import load_cost_model
 from simulator.cost.linear_model import LinearCostModel
 from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
 from simulator.sim import simulate
@@ -115,3 +118,37 @@ def test_open_loop_workloads_are_not_closed():
     wl = Workload([RequestSpec(arrival=0.0, prompt=PromptSynthetic(num_tokens=8), params=trace_params(2))])
     assert not wl.closed_loop
     assert msgspec.structs.replace(wl.requests[0], session=0).session == 0
+
+
+def test_fidelity_closed_loop_simulates_the_workload_a_run_replayed(tmp_path, capsys):
+    """A closed-loop run judged against its own workload: a run simulated from it is matched exactly;
+    with every step twice as long, the closed loop's turns are released later than the log's
+    arrivals, so its makespan moves further than an open-loop re-simulation's."""
+    wl, log = tmp_path / "s.jsonl", tmp_path / "live.jsonl"
+    assert main(["workload", "sessions", "-n", "12", "--rate", "4", "--think-time", "0.5", "--seed", "3",
+                 "--out", str(wl)]) == 0
+    assert main(["simulate", str(wl), "--cost-model", "qwen3-0.6b-h200", "--out", str(log), "--no-progress"]) == 0
+    same = tmp_path / "same.json"
+    assert main(["fidelity", str(log), "--cost-model", "qwen3-0.6b-h200", "--closed-loop", str(wl), "--no-replay",
+                 "--json", str(same), "--plot", str(tmp_path / "a.png")]) == 0
+    report = json.loads(same.read_text())
+    assert report["makespan"]["error_pct"] == pytest.approx(0, abs=1e-6)
+    assert all(report["metrics"][m]["p50"]["error_pct"] == pytest.approx(0, abs=1e-6) for m in ("ttft", "e2e"))
+    load_cost_model("qwen3-0.6b-h200").scaled(2.0).save(tmp_path / "slow.json")
+    errors = {}
+    for closed in (True, False):
+        out = tmp_path / f"slow_{closed}.json"
+        assert main(["fidelity", str(log), "--cost-model", str(tmp_path / "slow.json"), "--no-replay", "--json",
+                     str(out), "--plot", str(tmp_path / "b.png"), *(["--closed-loop", str(wl)] if closed else [])]) == 0
+        errors[closed] = json.loads(out.read_text())["makespan"]["error_pct"]
+    assert errors[True] > errors[False] > 0
+
+
+def test_fidelity_closed_loop_needs_a_closed_loop_workload(tmp_path, capsys):
+    log, synthetic = tmp_path / "live.jsonl", tmp_path / "open.jsonl"
+    assert main(["workload", "generate", "-n", "5", "--rate", "2", "--out", str(synthetic)]) == 0
+    assert main(["simulate", str(synthetic), "--cost-model", "qwen3-0.6b-h200", "--out", str(log),
+                 "--no-progress"]) == 0
+    with pytest.raises(SystemExit):
+        main(["fidelity", str(log), "--cost-model", "qwen3-0.6b-h200", "--closed-loop", str(synthetic)])
+    assert "--closed-loop: " in capsys.readouterr().err

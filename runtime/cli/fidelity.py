@@ -12,7 +12,9 @@ checked latency moves per 1 % of step time, and so how close the step model must
 tolerance. ``--by-arrival N`` splits the requests by arrival time into N windows and prints TTFT
 and queueing per window, live and simulated: where in the run a tail comes from. A speculative
 log is re-simulated with its own acceptance rates, per request; ``--acceptance LOG|RATE`` replaces
-them (e.g. ``--what-if speculative=ngram:4 --acceptance 0.7`` on a plain log).
+them (e.g. ``--what-if speculative=ngram:4 --acceptance 0.7`` on a plain log). ``--closed-loop
+WORKLOAD``: the run replayed that closed-loop workload (``bench serve`` of a ``workload sessions``
+file): simulate it, its turns released by the simulation's own answers, instead of the log's arrivals.
 """
 
 from __future__ import annotations
@@ -142,6 +144,21 @@ def plot_cdfs(dists: dict, path: Path, title: str) -> Path:
     return path
 
 
+def closed_loop_workload(path: str, flag: str):
+    """The closed-loop workload at ``path`` (a ``workload sessions`` file); a CLI error names ``flag``."""
+    from traces.formats import load_workload
+    from traces.workload import WorkloadError
+
+    require_file(path, "workload")
+    try:
+        workload = load_workload(path)
+    except (WorkloadError, ValueError) as e:
+        raise CLIError(f"{flag}: {e}") from None
+    if not workload.closed_loop:
+        raise CLIError(f"{flag}: {path} is not a closed-loop workload (minivllm workload sessions, --chain-sessions)")
+    return workload
+
+
 def _run(args: argparse.Namespace) -> int:
     from simulator.fidelity.fidelity import check, fidelity
 
@@ -163,6 +180,7 @@ def _run(args: argparse.Namespace) -> int:
             place(int(header.extra[FLEET_KEY]["replicas"]), args.devices)
         except ValueError as e:
             raise CLIError(f"--devices: {e}") from None
+    workload = closed_loop_workload(args.closed_loop, "--closed-loop") if args.closed_loop else None
     model = cost_models.load(args.cost_model, log=args.log)
     speculation = None
     if args.acceptance is not None:
@@ -178,10 +196,13 @@ def _run(args: argparse.Namespace) -> int:
     try:
         report, dists = fidelity(args.log, model, overrides=args.what_if or [], what_if_live=args.what_if_live,
                                  replay=not args.no_replay, sensitivity_pct=args.sensitivity,
-                                 arrival_windows=args.by_arrival, speculation=speculation, devices=args.devices)
+                                 arrival_windows=args.by_arrival, speculation=speculation, devices=args.devices,
+                                 workload=workload)
     except ValueError as e:
         if str(e).startswith(("--what-if", "--acceptance")):
             raise CLIError(str(e)) from None
+        if workload is not None and "closed-loop" in str(e):
+            raise CLIError(f"--closed-loop: {e}") from None
         raise
     report["cost_model"] = str(args.cost_model)
     ids = report["model_identity"]
@@ -246,6 +267,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--devices", type=int, metavar="M", action=Bounded, at_least=1,
                    help="a fleet log: its replicas on M devices, replica i on device i mod M (default: as the log "
                         "says: the device each replica's Header names, so replicas that shared a GPU share one)")
+    p.add_argument("--closed-loop", metavar="WORKLOAD",
+                   help="the closed-loop workload the run replayed (bench serve of a workload sessions file): "
+                        "simulated, each turn released by the simulation's own answer, instead of the log's "
+                        "arrivals")
     p.add_argument("--json", metavar="PATH", help="write the report as JSON")
     p.add_argument("--plot", metavar="PNG", help="CDF plot path (default: next to LIVE_LOG, *_fidelity.png)")
     p.add_argument("--no-replay", action="store_true", help="skip the timing-replay (per-step MAPE)")

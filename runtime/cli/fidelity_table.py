@@ -6,8 +6,10 @@ ON_LOG's workload under OFF_LOG's config (the Headers' differences become ``--wh
 and checks it against OFF_LOG, signs of the differences included. The model is loaded afresh for
 each row (``fidelity`` adapts its overlap to the log). Prints the markdown tables. ``--sensitivity PCT``
 adds, per run, each metric's elasticity to the step time and the step-time error its error amounts to.
-``--repeat A_LOG:B_LOG`` (two live runs of one config; repeatable) measures the run-to-run spread per
-metric (the largest over the repeats) and counts, beside every sign, those of live differences beyond it.
+``--closed-loop ROLE:LOG:WORKLOAD`` re-simulates the closed-loop WORKLOAD that LOG's run replayed (turns
+released by the simulation's own answers) under LOG's config. ``--repeat A_LOG:B_LOG`` (two live runs
+of one config; repeatable) measures the run-to-run spread per metric (the largest over the repeats)
+and counts, beside every sign, those of live differences beyond it.
 The rows come from simulator/fidelity/fidelity_table.py.
 """
 
@@ -69,15 +71,21 @@ def _print_tables(rows: list[dict], spread: dict | None, sensitivity: float | No
 
 
 def _run(args: argparse.Namespace) -> int:
+    from runtime.cli.fidelity import closed_loop_workload
     from simulator.fidelity.fidelity_table import pair_row, repeat_spread, run_row
 
     runs = [_split("--run", spec, "ROLE:LOG") for spec in args.run]
+    closed = [_split("--closed-loop", spec, "ROLE:LOG:WORKLOAD") for spec in args.closed_loop]
+    closed = [(role, log, closed_loop_workload(w, "--closed-loop")) for role, log, w in closed]
     pairs = [_split("--pair", spec, "ROLE:ON_LOG:OFF_LOG") for spec in args.pair]
     repeats = [_split("--repeat", spec, "A_LOG:B_LOG") for spec in args.repeat]
-    if not runs and not pairs:
-        raise CLIError("--run: give at least one --run ROLE:LOG or --pair ROLE:ON_LOG:OFF_LOG")
+    if not runs and not pairs and not closed:
+        raise CLIError("--run: give at least one --run ROLE:LOG, --pair ROLE:ON_LOG:OFF_LOG or --closed-loop "
+                       "ROLE:LOG:WORKLOAD")
     cost_models.load(args.cost_model)  # a bad name is a flag error before any row is simulated
     rows = [run_row(log, cost_models.load(args.cost_model), role, args.sensitivity) for role, log in runs]
+    rows += [run_row(log, cost_models.load(args.cost_model), role, args.sensitivity, workload)
+             for role, log, workload in closed]
     rows += [pair_row(on, off, cost_models.load(args.cost_model), role) for role, on, off in pairs]
     spread = None
     if repeats:
@@ -102,6 +110,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(repeatable)")
     p.add_argument("--pair", action="append", default=[], metavar="ROLE:ON_LOG:OFF_LOG",
                    help="re-simulate ON_LOG's workload under OFF_LOG's config and check it against OFF_LOG "
+                        "(repeatable)")
+    p.add_argument("--closed-loop", action="append", default=[], metavar="ROLE:LOG:WORKLOAD",
+                   help="simulate the closed-loop WORKLOAD that LOG's run replayed (bench serve of a workload "
+                        "sessions file), its turns released by the simulation's own answers, under LOG's config "
                         "(repeatable)")
     p.add_argument("--sensitivity", type=float, metavar="PCT", action=Bounded, above=0, below=50,
                    help="per run, also re-simulate with every step PCT %% shorter and longer (elasticities) "

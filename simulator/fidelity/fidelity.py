@@ -39,6 +39,7 @@ from simulator.fleet.replica import SimResult
 from simulator.fleet.speculation import Speculation
 from simulator.replay.replay import log_config, own_speculation, resimulate, timing_replay
 from simulator.replay.request_times import METRICS, RequestTimes, times_of_log
+from simulator.sim import simulate
 from traces.fleet_log import FLEET_KEY, FleetLog, is_fleet
 from traces.importers.log import read_log_workload
 from traces.log import read_header
@@ -73,13 +74,22 @@ def compare(live: dict[str, np.ndarray], sim: dict[str, np.ndarray]) -> dict[str
 
 
 def simulate_times(log: str | Path, model: CostModel, config: EngineConfig, speculation: Speculation | None = None,
-                   devices: int | None = None) -> tuple[RequestTimes, Any, Any]:
+                   devices: int | None = None, workload: Workload | None = None) -> tuple[RequestTimes, Any, Any]:
     """Re-simulate ``log``'s workload under ``config``: the run's times, the SimResult, the range
     tracker. A fleet log's workload goes through a fleet of its replicas and its router, placed on
     devices as it ran (``fleet_placement``; ``devices``: on that many instead). A speculative
-    config draws from ``speculation`` (default: the log's own rates)."""
+    config draws from ``speculation`` (default: the log's own rates). ``workload``: simulate that
+    one instead of the log's arrivals (the closed-loop workload a run replayed: its turns released
+    by the simulation's own answers)."""
     tracker = track_ranges(model)
-    if is_fleet(read_header(log)):
+    fleet = is_fleet(read_header(log))
+    if workload is not None:
+        if fleet:
+            raise ValueError("a closed-loop workload is re-simulated on one replica's log, not a fleet log")
+        times = RequestTimes()
+        result = simulate(workload, config, tracker or model, sink=times)
+        return times, result, tracker
+    if fleet:
         return (*resimulate_fleet(log, tracker or model, config, speculation, devices), tracker)
     times = RequestTimes()
     result = resimulate(log, tracker or model, config, sink=times, speculation=speculation)
@@ -148,7 +158,8 @@ def check(report: dict[str, Any], tolerance: float) -> list[str]:
 
 
 def sensitivity(live_log: str | Path, model: CostModel, config: EngineConfig, pct: float,
-                speculation: Speculation | None = None, devices: int | None = None) -> dict[str, Any] | None:
+                speculation: Speculation | None = None, devices: int | None = None,
+                workload: Workload | None = None) -> dict[str, Any] | None:
     """How far the checked latencies move per 1 % of step time: the workload re-simulated with every
     step ``pct`` % shorter and ``pct`` % longer, the elasticity d ln(metric) / d ln(step time) per
     metric and percentile (and the makespan). The arrivals stay fixed, so a longer step also means
@@ -160,7 +171,7 @@ def sensitivity(live_log: str | Path, model: CostModel, config: EngineConfig, pc
         return None
     runs = []
     for factor in (1 - pct / 100, 1 + pct / 100):
-        runs.append(simulate_times(live_log, model.scaled(factor), config, speculation, devices)[0])
+        runs.append(simulate_times(live_log, model.scaled(factor), config, speculation, devices, workload)[0])
     span = math.log((1 + pct / 100) / (1 - pct / 100))
 
     def elasticity(lo: float, hi: float) -> float:
@@ -204,18 +215,20 @@ def by_arrival(live: RequestTimes, sim: RequestTimes, windows: int) -> list[dict
 def fidelity(live_log: str | Path, model: CostModel, *, config: EngineConfig | None = None, overrides: list[str] = (),
              what_if_live: str | Path | None = None, replay: bool = True,
              sensitivity_pct: float | None = None, arrival_windows: int | None = None,
-             speculation: Speculation | None = None, devices: int | None = None
+             speculation: Speculation | None = None, devices: int | None = None, workload: Workload | None = None
              ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(report, distributions): the JSON-ready report and, per run label, the raw metric values
     (for a CDF plot). ``sensitivity_pct``: also the latencies' elasticity to the step time
     (``sensitivity``); ``arrival_windows``: also TTFT and queueing by arrival time (``by_arrival``);
     ``speculation``: the rates speculative runs draw from (default: the log's own); ``devices``: a
-    fleet log's replicas on that many devices (default: as the log says)."""
+    fleet log's replicas on that many devices (default: as the log says); ``workload``: the
+    closed-loop workload the live run replayed, simulated in place of the log's arrivals
+    (``simulate_times``)."""
     header, log_cfg = log_config(live_log)
     config = config or log_cfg
     model, notes = _match_overlap(live_log, model)
     live = times_of_log(live_log)
-    sim, result, tracker = simulate_times(live_log, model, config, speculation, devices)
+    sim, result, tracker = simulate_times(live_log, model, config, speculation, devices, workload)
     live_v, sim_v = live.values(), sim.values()
     identity = getattr(model, "meta", {}).get("model_identity")
     report: dict[str, Any] = {
@@ -238,13 +251,13 @@ def fidelity(live_log: str | Path, model: CostModel, *, config: EngineConfig | N
                             "step_time_error_pct": rel_error(s["step_time_predicted_s"], s["step_time_recorded_s"]),
                             "by_kind": s["by_kind"]}
     if sensitivity_pct is not None:
-        report["sensitivity"] = sensitivity(live_log, model, config, sensitivity_pct, speculation, devices)
+        report["sensitivity"] = sensitivity(live_log, model, config, sensitivity_pct, speculation, devices, workload)
     if arrival_windows is not None:
         report["by_arrival"] = by_arrival(live, sim, arrival_windows)
     dists = {"live": live_v, "sim": sim_v}
     if overrides:
         report["what_if"], extra = _what_if(live_log, model, config, list(overrides), sim_v, live_v, what_if_live,
-                                            speculation, devices)
+                                            speculation, devices, workload)
         dists.update(extra)
     return report, dists
 
@@ -266,9 +279,10 @@ def _match_overlap(live_log: str | Path, model: CostModel) -> tuple[CostModel, l
         f"{'with' if overlaps else 'without'} overlap (the model was fitted {'without' if overlaps else 'with'} it)"]
 
 
-def _what_if(live_log, model, config, overrides, sim_v, live_v, what_if_live, speculation=None, devices=None):
+def _what_if(live_log, model, config, overrides, sim_v, live_v, what_if_live, speculation=None, devices=None,
+             workload=None):
     new = what_if(config, overrides)
-    sim2, result2, tracker2 = simulate_times(live_log, model, new, speculation, devices)
+    sim2, result2, tracker2 = simulate_times(live_log, model, new, speculation, devices, workload)
     sim2_v = sim2.values()
     out: dict[str, Any] = {"overrides": overrides, "config_changes": config_changes(config, new),
                            "sim": _run_summary(sim2, result2), "predicted_change": {}}

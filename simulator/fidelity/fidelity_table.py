@@ -26,6 +26,7 @@ from simulator.cost.cost_model import CostModel
 from simulator.fidelity.config_diff import flat
 from simulator.fidelity.fidelity import CHECKED, compare, fidelity, rel_error, times_of_log
 from simulator.replay.replay import log_config
+from traces.workload import Workload
 
 COLUMNS = tuple((m, p) for m, ps in CHECKED.items() for p in ps)  # (ttft, p50), (ttft, p90), ...
 # |error| % a cell may have, by kind of row and metric: a run re-simulated under its own config;
@@ -55,9 +56,12 @@ def overrides_between(base_log: str | Path, other_log: str | Path) -> list[str]:
     return out
 
 
-def run_row(log: str | Path, model: CostModel, role: str = "", sensitivity_pct: float | None = None) -> dict[str, Any]:
-    report, _ = fidelity(log, model, replay=True, sensitivity_pct=sensitivity_pct)
-    row = {"kind": "run", "run": _name(log), "role": role, "notes": report["notes"],
+def run_row(log: str | Path, model: CostModel, role: str = "", sensitivity_pct: float | None = None,
+            workload: Workload | None = None) -> dict[str, Any]:
+    """``workload``: the closed-loop workload the run replayed, simulated in place of its arrivals."""
+    report, _ = fidelity(log, model, replay=True, sensitivity_pct=sensitivity_pct, workload=workload)
+    name = _name(log) + (" (closed loop)" if workload is not None else "")
+    row = {"kind": "run", "run": name, "role": role, "notes": report["notes"],
            "errors": {f"{m}_{p}": report["metrics"][m][p]["error_pct"] for m, p in COLUMNS},
            "makespan": report["makespan"]["error_pct"], "step_mape": report["replay"]["step_mape"],
            "steps": report["steps"],
