@@ -59,7 +59,7 @@
 #              into $OUT; then run the stage
 #              matrix (SKIP_LIVE=1) on the same machine and minivllm fidelity-table the served logs with that model;
 #              CO_LOCATED=K: the profile also runs K engines on the GPU together (--co-located K: what sharing the
-#              device costs a step, for the fleet stage's replicas on one GPU)
+#              device costs a step, for the fleet stage's replicas on one GPU; CO_LOCATED_S: their seconds together)
 #   sessions   closed-loop conversations (minivllm workload sessions: SESSIONS_N, default 400, starting at
 #              SESSIONS_RATE, default 8, a second; think time 2 s; prompts extend the last turn) served by bench
 #              serve --launch, which sends a turn when the previous answer has arrived; SESSIONS_RUNS times (default
@@ -212,7 +212,8 @@ for pc in ('off', 'on'):
              gzip -f "$OUT/profile_smollm2.jsonl" ;;
     predict) minivllm profile --model "${PRED_MODEL:-random:qwen3-0.6b}" --tokenizer "$(tokenizer_for "${PRED_MODEL:-qwen3}")" \
                --device cuda --dtype bfloat16 --max-model-len "${PRED_LEN:-8192}" --passes "${PASSES:-1}" \
-               ${PROFILE_S:+--time-limit $PROFILE_S} ${CO_LOCATED:+--co-located $CO_LOCATED} --out /tmp/profile.jsonl \
+               ${PROFILE_S:+--time-limit $PROFILE_S} ${CO_LOCATED:+--co-located $CO_LOCATED} \
+               ${CO_LOCATED_S:+--co-located-time $CO_LOCATED_S} --out /tmp/profile.jsonl \
                --fit "$OUT/model_profile.json" --no-progress 2>&1 | tail -n 30
              gzip -c /tmp/profile.jsonl > "$OUT/profile.jsonl.gz"
              for f in /tmp/profile.co_located*.jsonl; do [ -e "$f" ] && gzip -c "$f" > "$OUT/$(basename "$f").gz"; done
