@@ -2,7 +2,10 @@
 
 Requests that reach an idle engine show the door alone: from the arrival stamp to the start of the
 request's first step nothing else happens (no queueing, no step in flight). The fit goes to a
-model's host timing (``HostTiming.intake_delay`` and ``intake_per_token``).
+model's host timing (``HostTiming.intake_delay`` and ``intake_per_token``). Each prompt length
+counts by its shortest delay: the first prompt of a new size can wait seconds for a kernel compiled
+or a graph captured for it (once, not a property of the door), and one such stall would otherwise
+pull the line to hundreds of microseconds a token.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ class FrontDoorFit:
 
 def fit_front_door(events: Iterable[Event]) -> FrontDoorFit | None:
     """The front door of a served log (its events): the requests that reached an idle engine (every
-    earlier request finished, no step running), their delay fitted as ``const + per_token · prompt
-    tokens`` (both >= 0, least squares). None: no such request."""
+    earlier request finished, no step running), the shortest delay of each prompt length fitted as
+    ``const + per_token · prompt tokens`` (both >= 0, least squares). None: no such request."""
     arrived: dict[int, tuple[float, int]] = {}
     open_requests: set[int] = set()
     idle_at_arrival: set[int] = set()
@@ -57,6 +60,10 @@ def fit_front_door(events: Iterable[Event]) -> FrontDoorFit | None:
             open_requests.discard(ev.request_id)
     if not delays:
         return None
-    y, x = np.maximum(np.asarray(delays), 0.0), np.asarray(tokens, dtype=float)
+    shortest: dict[int, float] = {}
+    for n, d in zip(tokens, delays):
+        shortest[n] = min(d, shortest.get(n, d))
+    x = np.asarray(list(shortest), dtype=float)
+    y = np.maximum(np.asarray(list(shortest.values())), 0.0)
     const, per_token = nnls(np.column_stack([np.ones_like(x), x]), y)
-    return FrontDoorFit(float(const), float(per_token), len(y), float(np.median(y)), int(x.max()))
+    return FrontDoorFit(float(const), float(per_token), len(delays), float(np.median(delays)), int(x.max()))
