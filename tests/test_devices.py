@@ -99,6 +99,13 @@ def test_fidelity_resimulates_a_fleet_on_the_devices_it_ran_on(tmp_path, capsys)
     with pytest.raises(SystemExit):
         main(["fidelity", str(log), "--cost-model", "qwen3-0.6b-h200", "--devices", "3"])
     assert "--devices: devices must be 1 to 2" in capsys.readouterr().err
+    # a row of the fidelity table, judged by a fleet's goals (15 / 10 / 10 / 5 %)
+    table = tmp_path / "t.json"
+    assert main(["fidelity-table", "--cost-model", "qwen3-0.6b-h200", "--run", f"held-out:{log}",
+                 "--repeat", f"{log}:{log}", "--json", str(table)]) == 0
+    row = json.loads(table.read_text())["rows"][0]
+    assert row["kind"] == "fleet" and row["errors"]["tpot_p50"] == pytest.approx(0.0, abs=1e-9)
+    assert "| met |" in capsys.readouterr().out
 
 
 def test_a_served_fleets_placement_is_the_device_each_replica_header_names(tmp_path):

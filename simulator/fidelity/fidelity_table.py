@@ -32,6 +32,7 @@ COLUMNS = tuple((m, p) for m, ps in CHECKED.items() for p in ps)  # (ttft, p50),
 # |error| % a cell may have, by kind of row and metric: a run re-simulated under its own config;
 # a what-if (another run's config on this run's workload), whose live sign matters most
 GOALS = {"run": {"ttft": 10.0, "tpot": 5.0, "e2e": 5.0, "makespan": 3.0},
+         "fleet": {"ttft": 15.0, "tpot": 10.0, "e2e": 10.0, "makespan": 5.0},  # replicas sharing a device
          "what-if": {"ttft": 10.0, "tpot": 10.0, "e2e": 10.0, "makespan": 10.0}}
 
 
@@ -61,11 +62,13 @@ def run_row(log: str | Path, model: CostModel, role: str = "", sensitivity_pct: 
     """``workload``: the closed-loop workload the run replayed, simulated in place of its arrivals."""
     report, _ = fidelity(log, model, replay=True, sensitivity_pct=sensitivity_pct, workload=workload)
     name = _name(log) + (" (closed loop)" if workload is not None else "")
-    row = {"kind": "run", "run": name, "role": role, "notes": report["notes"],
+    replay = report.get("replay")  # (none of a fleet log: its replicas replay one by one)
+    row = {"kind": "run" if replay is not None else "fleet", "run": name, "role": role, "notes": report["notes"],
            "errors": {f"{m}_{p}": report["metrics"][m][p]["error_pct"] for m, p in COLUMNS},
-           "makespan": report["makespan"]["error_pct"], "step_mape": report["replay"]["step_mape"],
-           "steps": report["steps"],
-           "step_time_by_kind": {k: v["error_pct"] for k, v in report["replay"]["by_kind"].items()}}
+           "makespan": report["makespan"]["error_pct"], "steps": report["steps"]}
+    if replay is not None:
+        row |= {"step_mape": replay["step_mape"],
+                "step_time_by_kind": {k: v["error_pct"] for k, v in replay["by_kind"].items()}}
     sens = report.get("sensitivity")
     if sens is not None:
         row["elasticity"] = {f"{m}_{p}": sens[m][p] for m, p in COLUMNS} | {"makespan": sens["makespan"]}
