@@ -9,6 +9,8 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from runtime.serving.process_name import ENGINE
+
 
 def children(pid: int) -> list[int]:
     out = []
@@ -30,18 +32,19 @@ def _read(path: str) -> str:
         return ""
 
 
+def named_children(pid: int, name: str) -> list[int]:
+    """``pid``'s children that gave themselves ``name`` (runtime/serving/process_name.py)."""
+    return [c for c in children(pid) if _read(f"/proc/{c}/comm").strip() == name]
+
+
 def engine_child(pid: int, timeout: float = 60.0) -> int:
-    """The spawned engine (not multiprocessing's resource tracker, nor an intake worker of
-    runtime/serving/server/intake.py, which names itself once started: waited for)."""
+    """The spawned engine, once it has named itself (not multiprocessing's resource tracker, the
+    other front ends or the intake workers, which name themselves too)."""
     deadline = time.monotonic() + timeout
-    while True:
-        spawned = [c for c in children(pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()
-                   and _read(f"/proc/{c}/comm").strip() != "minivllm-intake"]
-        if len(spawned) == 1 or time.monotonic() > deadline:
-            break
+    while not (engines := named_children(pid, ENGINE)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(spawned) == 1, spawned
-    return spawned[0]
+    assert len(engines) == 1, engines
+    return engines[0]
 
 
 def running(pid: int) -> bool:

@@ -18,8 +18,9 @@ import pytest
 from runtime.serving.async_engine import AsyncLLMEngine, EngineDead
 from runtime.serving.engine_main import EngineSpec
 from runtime.serving.engine_process import EnginePipes, EngineProcess
+from runtime.serving.process_name import FRONT_END
 from runtime.serving.server.launch import free_port
-from tests.proc_helpers import children, running
+from tests.proc_helpers import engine_child, named_children, running
 from tests.test_engine_process import TINY_FLAGS, _maps_torch, tiny  # noqa: F401 (a fixture)
 from tests.test_server_fakes import fake_llm_engine
 from tests.test_server_harness import wait_until
@@ -82,23 +83,10 @@ def _serve(tiny, tmp_path: Path, count: int):  # noqa: F811 (the fixture's value
 
 
 def _processes(pid: int, front_ends: int) -> tuple[int, list[int]]:
-    """(the engine, the other front ends) among the server's spawned children; its intake workers
-    (runtime/serving/server/intake.py) are told apart by the name they give themselves once started."""
-    def comm(c: int) -> str:
-        try:
-            return Path(f"/proc/{c}/comm").read_text().strip()
-        except OSError:
-            return ""
-
-    def others() -> list[int]:
-        return [c for c in children(pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()
-                and comm(c) != "minivllm-intake"]
-
-    wait_until(lambda: len(others()) == front_ends, 60, "the intake workers to start")
-    spawned = others()
-    engines = [c for c in spawned if _maps_torch(c)]
-    assert len(engines) == 1, spawned
-    return engines[0], [c for c in spawned if c != engines[0]]
+    """(the engine, the other front ends) among the server's children, by the names they give
+    themselves (runtime/serving/process_name.py); the intake workers have a name of their own."""
+    wait_until(lambda: len(named_children(pid, FRONT_END)) == front_ends - 1, 60, "the front ends to start")
+    return engine_child(pid), named_children(pid, FRONT_END)
 
 
 def test_serve_runs_its_front_ends_on_one_port(tiny, tmp_path):  # noqa: F811

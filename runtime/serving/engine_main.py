@@ -31,6 +31,7 @@ from runtime.serving.engine_loop import EngineLoop, describe
 from runtime.serving.engine_protocol import Command, EngineFailed, Shutdown, decode_command, encode
 from runtime.serving.llm_engine import LLMEngine
 from runtime.serving.pipe_writer import PipeWriter
+from runtime.serving.process_name import ENGINE, name_process
 
 GRACE_S = 30.0
 
@@ -132,6 +133,7 @@ class _EngineProcess:
 
 def run_engine_process(spec: EngineSpec, commands: list[Connection], outputs: list[Connection]) -> None:
     """The spawned process's target: a command pipe and an output pipe per front end."""
+    name_process(ENGINE)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         _EngineProcess(spec, commands, outputs).run()

@@ -29,6 +29,7 @@ from multiprocessing.connection import Connection, wait
 
 from runtime.executor.heap import freeze_heap
 from runtime.serving.engine_process import EngineProcess
+from runtime.serving.process_name import FRONT_END, name_process
 from runtime.serving.server.connections import DEFAULT_TIMEOUTS, Timeouts
 
 
@@ -107,6 +108,7 @@ class FrontEnds:
 
 def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection) -> None:
     """A front-end process: the app over its pipes to the engine, on its own SO_REUSEPORT socket."""
+    name_process(FRONT_END)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the group: front end 0 decides
     from runtime.serving.async_engine import AsyncLLMEngine
     from runtime.serving.engine_process import EnginePipes

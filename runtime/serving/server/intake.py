@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
-import ctypes
 import dataclasses
 import logging
 import multiprocessing
@@ -34,6 +32,7 @@ from starlette.requests import ClientDisconnect
 
 from runtime.engine.admission import validate_request
 from runtime.engine.config import EngineConfig
+from runtime.serving.process_name import INTAKE, name_process
 from runtime.serving.server import body as body_parser
 from runtime.serving.server.errors import Classified, ModelNotFound, classify, error_body, log_unexpected
 from runtime.serving.server.prompts import Prompts
@@ -167,16 +166,10 @@ _worker: Intake | None = None
 
 def _start(tokenizer: bytes, limits: EngineLimits, model_name: str, parent: int) -> None:
     global _worker
-    _name_process(b"minivllm-intake")
+    name_process(INTAKE)
     tok = pickle.loads(tokenizer)  # noqa: S301 (our own server's)
     _worker = Intake(Prompts(tok, limits), tok, model_name)
     threading.Thread(target=_exit_with, args=(parent,), name="minivllm-intake-parent", daemon=True).start()
-
-
-def _name_process(name: bytes) -> None:
-    """The name ps and /proc/PID/comm show (Linux; elsewhere nothing)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(15, name, 0, 0, 0)  # PR_SET_NAME
 
 
 def _exit_with(parent: int) -> None:
