@@ -112,3 +112,14 @@ def test_profile_co_located_runs_the_engines_together_and_fits_the_slowdown(tmp_
     refit = tmp_path / "r.json"
     assert main(["cost-model", "fit", str(log), "--co-located", *map(str, members), "--out", str(refit)]) == 0
     assert json.loads(refit.read_text())["shared_device"] == doc["shared_device"]
+
+
+def test_a_models_shared_device_is_a_part_of_its_file_not_metadata(tmp_path):
+    """Saved, loaded and taken away again: the file then has none (it is not carried as metadata)."""
+    model = LinearCostModel({"const": 0.01}).with_shared_device(SharedDevice(1.5, 2, 10, -40.0, -2.0))
+    model.save(tmp_path / "a.json")
+    loaded = load_cost_model(str(tmp_path / "a.json"))
+    assert loaded.shared_device == model.shared_device and "shared_device" not in loaded.meta
+    loaded.with_shared_device(None).save(tmp_path / "b.json")
+    assert "shared_device" not in json.loads((tmp_path / "b.json").read_text())
+    assert load_cost_model(str(tmp_path / "b.json")).timing(2048).shared_slowdown == 1.0

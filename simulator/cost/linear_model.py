@@ -18,7 +18,7 @@ import numpy as np
 from simulator.cost.accuracy import mape
 from simulator.cost.cost_model import CostModelError
 from simulator.cost.features import FEATURE_DOC, FEATURES, PADDED, current_names
-from simulator.cost.model_base import FORMAT, TimedModel, read_model_doc
+from simulator.cost.model_base import FORMAT, TIMED_PARTS, TimedModel, read_model_doc
 from simulator.cost.nnls import nnls
 from simulator.cost.padding_cost import padding_cost
 from simulator.cost.step_data import StepData
@@ -164,8 +164,7 @@ class LinearCostModel(TimedModel):
         if not isinstance(coefficients, dict):
             raise CostModelError(f"{path}: field 'coefficients' must be an object")
         meta = {k: v for k, v in doc.items()
-                if k not in ("format", "version", "kind", "features", "coefficients", "host", "ranges",
-                             "decode_splits", "step_padding")}
+                if k not in ("format", "version", "kind", "features", "coefficients", *TIMED_PARTS)}
         try:
             model = cls(current_names(coefficients), meta)
         except CostModelError as e:

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from simulator.cost.step_data import StepData
 
 FORMAT = "minivllm-cost-model"
+# the parts a model file keeps beside its step model (``timed_parts``): never metadata
+TIMED_PARTS = ("host", "ranges", "decode_splits", "step_padding", "shared_device")
 
 
 def read_model_doc(path: str | Path) -> dict[str, Any]:

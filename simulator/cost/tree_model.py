@@ -30,7 +30,7 @@ from simulator.cost.features import (
     decode_ext_features,
     ext_features,
 )
-from simulator.cost.model_base import FORMAT, TimedModel
+from simulator.cost.model_base import FORMAT, TIMED_PARTS, TimedModel
 from simulator.cost.trees import TreeEnsemble
 from traces.events import Span
 
@@ -203,8 +203,8 @@ class TreeCostModel(TimedModel):
             ensemble.renumber([EXT_FEATURES.index(name) for name in names])
             coefficients = current_names(doc.get("coefficients") or {})
             meta = {k: v for k, v in doc.items() if k not in (
-                "format", "version", "kind", "features", "tree_features", "coefficients", "floor", "host", "ranges",
-                "decode_splits", "step_padding", "trees")}
+                "format", "version", "kind", "features", "tree_features", "coefficients", "floor", "trees",
+                *TIMED_PARTS)}
             model = cls(coefficients, ensemble, meta, floor=float(doc.get("floor", 0.0)))
         except (KeyError, TypeError, ValueError) as e:
             raise CostModelError(f"{path}: malformed trees model: {e}") from None
