@@ -156,15 +156,19 @@ class ShapeSweep:
             self.drain([self.add(self.prompt(case.context + case.chunk, case.context), 1)])
 
     def _decode(self, case: DecodeCase) -> None:
-        max_tokens = max(1, self.max_len - case.context - 1)
         bs = self.core.config.cache.block_size
         # shared: all but the last block is one prefix, computed by the first request, hit by the rest
         prefix = (case.context - 1) // bs * bs if case.shared else 0
-        reqs = [self.add(self.prompt(case.context, prefix), max_tokens)]
+        first, *others = case.contexts
+
+        def request(context: int) -> Request:
+            return self.add(self.prompt(context, prefix), max(1, self.max_len - context - 1))
+
+        reqs = [request(first)]
         if prefix:  # its blocks must be computed before the others are admitted, or nobody hits them
             while reqs[0].request_id in self.core.requests and reqs[0].num_computed_tokens < reqs[0].num_prompt_tokens:
                 self.step()
-        reqs += [self.add(self.prompt(case.context, prefix), max_tokens) for _ in range(case.batch - 1)]
+        reqs += [request(context) for context in others]
         while any(r.num_computed_tokens < r.num_prompt_tokens for r in self.live(reqs)):
             self.step()  # prefill phase: chunks of the batch, with decodes of the early requests
         if case.drafts:

@@ -17,6 +17,11 @@ own scheduler produces the step shapes the cost model needs (simulator/cost/feat
                                   batch already holds max_num_seqs sequences; contexts a factor of
                                   4 apart, 1.5 and 2 for batches up to SMALL_BATCH (single streams
                                   and speculation, whose step time a model interpolates between them)
+  DecodeCase(..., spread=True)    the same with contexts as unequal as a served batch's: one request
+                                  at ``context``, the rest spread from 1/8 to 3/4 of it (a served
+                                  batch's longest context is 1.4-3.7 times its mean): the decode
+                                  kernel's longest program apart from the batch's whole context,
+                                  which equal contexts always tie together
   DecodeCase(..., shared=True)    the same with one shared prefix (computed once, then prefix-cache
                                   hits): decode batch × context up to the KV pool without paying
                                   for batch × context tokens of prefill
@@ -56,12 +61,24 @@ class DecodeCase:
     mixed_chunks: tuple[int, ...] = ()
     shared: bool = False  # prompts share all but their last block: cheap to prefill, full context to decode
     drafts: int = 0  # drafts each decode step verifies per request (0: plain decode)
+    spread: bool = False  # contexts unequal: one at ``context``, the rest from 1/8 to 3/4 of it
 
     @property
     def kind(self) -> str:
         if self.drafts:
             return "verify"
+        if self.spread:
+            return "decode (unequal contexts)"
         return "decode (shared prefix)" if self.shared else "decode"
+
+    @property
+    def contexts(self) -> list[int]:
+        """Each request's prompt: ``context`` tokens, or with ``spread`` one at ``context`` (the
+        longest) and the others evenly from 1/8 to 3/4 of it."""
+        if not self.spread or self.batch == 1:
+            return [self.context] * self.batch
+        lo, hi, rest = self.context / 8, self.context * 3 / 4, self.batch - 1
+        return [self.context] + [max(1, round(lo + (hi - lo) * i / max(rest - 1, 1))) for i in range(rest)]
 
 
 Case = PrefillCase | DecodeCase
@@ -83,6 +100,7 @@ class SweepLimits:
 VERIFY_DRAFTS = (1, 2, 4, 8, 16)
 VERIFY_MAX_BATCH = 32
 SMALL_BATCH = 8  # decode batches up to this size are profiled on a finer context grid
+SPREAD_MIN_BATCH, SPREAD_MIN_CONTEXT = 4, 512  # decode batches also profiled with unequal contexts
 
 
 def verify_steps(batch: int) -> int:
@@ -196,6 +214,12 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
             # the budget-filling chunk (the costliest step) once per batch size, at its longest context
             mixed = sorted({c for c in (16, 256) if c < fill} | ({fill} if ctx == contexts_b[-1] else set()))
             decode.append(DecodeCase(b, ctx, steps, tuple(c for c in mixed if c >= 2)[:2 if quick else 3]))
+        if b >= SPREAD_MIN_BATCH:  # unequal contexts as served, at each context of the grid where one is long
+            spread = [ctx for ctx in decode_ctx if ctx >= SPREAD_MIN_CONTEXT or quick]
+            for ctx in spread[-1:] if quick else spread:
+                case = DecodeCase(b, ctx, max(2, steps // 2), spread=True)
+                if sum(case.contexts) <= lim.max_kv_tokens:
+                    decode.append(case)
         if not quick:
             # beyond the prefill-priced cap, up to 90% of the pool: shared-prefix batches
             for ctx in decode_ctx:
