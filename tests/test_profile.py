@@ -124,7 +124,7 @@ class _ZeroCost:
 def test_cuda_default_sweep_is_feasible_and_short(tmp_path):
     """The sweep of `minivllm profile` on a GPU with serve's default engine (max_model_len 4,096,
     256 sequences, a 2,048-token budget; a ~1M-token KV pool) runs through the real core without a
-    stall, stays under 6,000 steps (under a minute on an H100), and its log stays under the 16 MiB a
+    stall, stays under 7,000 steps (about a minute on an H100), and its log stays under the 16 MiB a
     device run can send back. As the command builds it: the chunk ladder stops at the 2,048 budget,
     whole prompts go on to max_model_len - 1 (the engine's budget raised to hold them), contexts to
     the engine's max_model_len less decode headroom, batches to max_num_seqs, decode batches at
@@ -166,7 +166,7 @@ def test_cuda_default_sweep_is_feasible_and_short(tmp_path):
         run_sweep(ShapeSweep(EngineCore(config, sink=writer, drafter=SweepDrafter(151_936)), executor,
                              vocab_size=151_936), plan, progress=False)
     assert executor.classes == {"prefill", "prefill+context", "decode", "mixed", "verify"}
-    assert executor.steps < 6_000
+    assert executor.steps < 7_000
     assert log.stat().st_size < 15 << 20  # a device run sends back files of up to 16 MiB
 
 

@@ -15,8 +15,9 @@ own scheduler produces the step shapes the cost model needs (simulator/cost/feat
                                   steps; then one fresh prompt per ``mixed_chunks`` entry joins
                                   the running batch (decode + prefill in one step), unless the
                                   batch already holds max_num_seqs sequences; contexts a factor of
-                                  4 apart, 1.5 and 2 for batches up to SMALL_BATCH (single streams
-                                  and speculation, whose step time a model interpolates between them)
+                                  4 apart, 1.5, 1.875 and 2 for batches up to SMALL_BATCH (single
+                                  streams and speculation, whose step time a model interpolates
+                                  between them; 1.875: where the decode kernel's programs are longest)
   DecodeCase(..., spread=True)    the same with contexts as unequal as a served batch's: one request
                                   at ``context``, the rest spread from 1/8 to 3/4 of it (a served
                                   batch's longest context is 1.4-3.7 times its mean): the decode
@@ -196,7 +197,10 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
         steps = 16
         # ... and their decodes at 1.5 times each too (trees do not interpolate: a split between two
         # points prices half the range between them as the far one), inside the longest context
-        small_decode_ctx = sorted(set(small_ctx) | {c * 3 // 2 for c in small_ctx if c * 3 // 2 < lim.max_context})
+        # and at 15/8 (just short of the next power of two, where the decode kernel's programs are longest:
+        # a served single stream's context falls anywhere in an octave)
+        small_decode_ctx = sorted(set(small_ctx) | {c * f // 8 for c in small_ctx for f in (12, 15)
+                                                    if c * f // 8 < lim.max_context})
 
     prefill = [PrefillCase(c, 0, repeats) for c in chunks]
     if lim.max_prefill > lim.budget:  # whole prompts beyond the live budget (chunked-off what-ifs)
