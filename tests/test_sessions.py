@@ -11,8 +11,8 @@ import pytest
 
 from runtime.cli import main
 from simulator.cost.host_timing import HostTiming
-from simulator.cost.loading import load_cost_model
 from simulator.cost.linear_model import LinearCostModel
+from simulator.cost.loading import load_cost_model
 from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
 from simulator.sim import simulate
 from tests.sim_helpers import small_config
