@@ -330,5 +330,6 @@ def run(args: argparse.Namespace) -> int:
     if args.fit:
         _fit(args, result, plan, spread, front_door, co_located)
     elif co_located:
-        print(f"to fit the sweep with them: minivllm cost-model fit {args.out} --co-located {' '.join(co_located)} --out M.json")
+        print(f"to fit the sweep with them: minivllm cost-model fit {args.out} --co-located {' '.join(co_located)} "
+              "--out M.json")
     return 0
