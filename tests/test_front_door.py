@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from runtime.bench.front_door_probe import STREAM_BATCHES, STREAM_TOKENS
 from runtime.cli import main
 from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
@@ -113,5 +114,9 @@ def test_profile_probes_the_front_door_of_the_served_engine_and_fits_it(tmp_path
     probe = tmp_path / "p.front_door.jsonl"
     assert sum(1 for e in read_log(probe) if isinstance(e, Step)) >= 6  # a genuine served log
     doc = json.loads(model.read_text())
-    assert doc["front_door"]["requests"] == 6 and doc["front_door"]["max_prompt"] == 510
+    # the 6 prompts, and the first of each streamed batch (each found the engine idle)
+    assert doc["front_door"]["requests"] == 6 + len(STREAM_BATCHES) and doc["front_door"]["max_prompt"] == 510
     assert doc["host"]["intake_delay"] + doc["host"]["intake_per_token"] * 510 > 0
+    # the streamed batches' decode steps, set against the sweep's engine alone
+    served = doc["served_steps"]
+    assert served["steps"] == len(STREAM_BATCHES) * (STREAM_TOKENS - 1) and served["factor"] > 0

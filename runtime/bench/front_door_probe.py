@@ -8,6 +8,10 @@ Prompts are token ids (as ``bench serve`` sends them) of lengths from 16 tokens 
 engine takes (its model card's max_model_len), so the delay is fitted against the prompt's length
 (simulator/cost/front_door_fit.py, ``fit_front_door``); the simulator's front door charges it to each
 request (simulator/fleet/front_door.py).
+
+Then batches of requests stream their tokens at once (``STREAM_BATCHES``, ``STREAM_TOKENS`` each):
+decode steps as a served engine runs them, beside its front end's work, which the fit sets against
+the profile's steps of the engine alone (simulator/fitting/served_steps.py).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 from runtime.bench.server_process import ServerProcess
 
 GAP_S = 0.05  # between a response and the next request: the engine is idle again
+STREAM_BATCHES, STREAM_TOKENS, STREAM_PROMPT = (1, 4, 16), 32, 64  # streamed decode batches, tokens, prompt
 IDS = (10, 100)  # prompt token ids are drawn from here (every vocabulary has them)
 
 
@@ -45,8 +50,8 @@ def probe_lengths(requests: int, longest: int) -> list[int]:
 def probe_front_door(flags: Sequence[str], log: str | Path, *, requests: int, server_log: str | Path, port: int,
                      seed: int = 0, ready_timeout: float = 900.0) -> ProbeResult:
     """Serve with ``flags`` (engine flags, as after ``bench serve --launch``) on ``port``, send
-    ``requests`` prompts one after another (max_tokens 1, greedy), stop the server; its event log is
-    ``log``."""
+    ``requests`` prompts one after another (max_tokens 1, greedy), then the streamed batches, stop the
+    server; its event log is ``log``."""
     import httpx
 
     from runtime.bench.server_probe import served_models
@@ -69,4 +74,24 @@ def probe_front_door(flags: Sequence[str], log: str | Path, *, requests: int, se
                     raise RuntimeError(f"the front-door probe's server answered HTTP {resp.status_code}: "
                                        f"{resp.text[:200]} (see {server_log})")
                 time.sleep(GAP_S)
+            for batch in STREAM_BATCHES:
+                _stream_batch(client, [[rng.randrange(*IDS) for _ in range(STREAM_PROMPT)] for _ in range(batch)])
+                sent += batch
+                time.sleep(GAP_S)
     return ProbeResult(str(log), sent, refused, time.monotonic() - started)
+
+
+def _stream_batch(client, prompts: list[list[int]]) -> None:
+    """Send ``prompts`` at once, each streaming ``STREAM_TOKENS`` tokens (greedy, past any EOS)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(ids: list[int]) -> None:
+        body = {"prompt": ids, "max_tokens": STREAM_TOKENS, "temperature": 0, "ignore_eos": True, "stream": True}
+        with client.stream("POST", "/v1/completions", json=body) as resp:
+            for _ in resp.iter_lines():
+                pass
+            if resp.status_code != 200:
+                raise RuntimeError(f"the front-door probe's server answered HTTP {resp.status_code} to a stream")
+
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        list(pool.map(one, prompts))

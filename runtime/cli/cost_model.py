@@ -62,16 +62,10 @@ def fit_logs(logs: Sequence[str | LoggedRun], *, holdout: list[str] | None = Non
     if not holdout and holdout_every < 2:
         raise CLIError(f"--holdout-every: must be >= 2, got {holdout_every}")
     try:
-        model = fit_cost_model(runs, holdout=holdout, holdout_every=holdout_every, holdout_block=holdout_block,
-                               kind=kind, meta=meta, calibrate_on=calibrate_on, decode_steps_of=decode_steps_of,
-                               eager_launch=eager_launch, weights=weights, front_door=front_door)
-        if co_located:
-            from simulator.fitting.co_located import fit_shared_device
-
-            members = read_runs(co_located)
-            model = model.with_shared_device(fit_shared_device(members, model)).with_meta(
-                co_located=[m.path for m in members])
-        return model
+        return fit_cost_model(runs, holdout=holdout, holdout_every=holdout_every, holdout_block=holdout_block,
+                              kind=kind, meta=meta, calibrate_on=calibrate_on, decode_steps_of=decode_steps_of,
+                              eager_launch=eager_launch, weights=weights, front_door=front_door,
+                              co_located=co_located or ())
     except CostModelError as e:
         raise CLIError(str(e)) from None
 
@@ -109,6 +103,9 @@ def print_fit(model, out: str) -> None:
             print(f"  note: the {held['steps']:,} steps followed by a prefill step are logged "
                   f"{(held['excess_s'] - held['others_excess_s']) * 1e3:.2f} ms longer than the others, beyond the "
                   "model: the host launching that step holds them back (--eager-launch models it)")
+    if served := model.meta.get("served_steps"):
+        print(f"  served steps: × {served['factor']:.3f} the engine alone's (the front-door probe's {served['steps']} "
+              f"streamed decode steps; 10th-90th percentile {served['p10']:.3f}-{served['p90']:.3f})")
     if (shared := getattr(model, "shared_device", None)) is not None:
         print(f"  shared device: a step behind another engine's work runs × {shared.slowdown:.3f} ({shared.replicas} "
               f"engines swept it together, {shared.steps:,} steps; priced each alone: "

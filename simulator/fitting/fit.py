@@ -40,7 +40,9 @@ from simulator.cost.ranges import FeatureRanges
 from simulator.cost.step_data import StepData
 from simulator.cost.tree_model import TreeCostModel
 from simulator.cost.trees import TreeEnsemble
+from simulator.fitting.co_located import fit_shared_device
 from simulator.fitting.intake import fit_intake_delay
+from simulator.fitting.served_steps import fit_served_steps
 
 CANDIDATES = ("linear-relative", "linear-absolute", "gbm", "forest", "linear+gbm")
 EXTRAPOLATING = ("linear-relative", "linear-absolute", "linear+gbm")  # what auto may keep
@@ -174,7 +176,8 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
                    holdout_every: int = 5, holdout_block: int = HOLDOUT_BLOCK, kind: str = "auto",
                    meta: dict[str, Any] | None = None, calibrate_on: Sequence[LogPath] | None = None,
                    decode_steps_of: Sequence[LogPath] | None = None, eager_launch: bool = False,
-                   weights: dict[str, int] | None = None, front_door: LogPath | None = None) -> TimedModel:
+                   weights: dict[str, int] | None = None, front_door: LogPath | None = None,
+                   co_located: Sequence[LogPath | LoggedRun] = ()) -> TimedModel:
     """The model for ``logs``: every candidate (``kind="auto"``) or one, fitted on the training
     steps; held-out error on ``holdout`` logs or every ``holdout_every``-th block of
     ``holdout_block`` steps; host timing from the training logs' gaps; the ranges of the training
@@ -187,8 +190,10 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
     ``weights``: a log of ``logs`` → how many times its training steps
     count (a profile sweep's few steps against many live ones); its held-out steps count once.
     ``front_door``: a front-door probe's log (runtime/bench/front_door_probe.py) the intake delay is
-    fitted on (``fit_front_door``), in place of what the training logs' gaps say of it. A log
-    in several of these roles is read once."""
+    fitted on (``fit_front_door``), in place of what the training logs' gaps say of it; the decode
+    steps it streamed, if any, scale every step to a served engine's (simulator/fitting/served_steps.py).
+    ``co_located``: a co-located profile's logs, what sharing a device costs a step
+    (simulator/fitting/co_located.py). A log in several of these roles is read once."""
     cache: dict[str, LoggedRun] = {}  # each log read once, whatever roles it has in this fit
     runs = read_runs(logs, cache)
     data = StepData.from_logs(runs)
@@ -237,12 +242,22 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
             host, launch = with_eager_launch(host, wall, device)
             if launch is not None:
                 report["launch"] = launch
+    served = None
     if front_door:
-        door = fit_front_door(read_runs([front_door], cache)[0].events)
+        probe = read_runs([front_door], cache)[0]
+        door = fit_front_door(probe.events)
         if door is None:
-            raise CostModelError(f"{front_door}: no request reached an idle engine: not a front-door probe's log")
+            raise CostModelError(f"{probe.path}: no request reached an idle engine: not a front-door probe's log")
         host = replace(host, intake_delay=door.intake_delay, intake_per_token=door.intake_per_token, wake=0.0)
-        report["front_door"] = {"log": str(front_door), **asdict(door)}
+        report["front_door"] = {"log": probe.path, **asdict(door)}
+        served = fit_served_steps(probe, model)
+    if co_located:  # the engines' steps as the engine alone runs them: before the served factor
+        members = read_runs(co_located, cache)
+        model = model.with_shared_device(fit_shared_device(members, model))
+        report["co_located"] = [m.path for m in members]
+    if served is not None:
+        model = model.scaled(served.factor)
+        report["served_steps"] = asdict(served)
     model = model.with_meta(**report).with_host(host).with_ranges(FeatureRanges.from_ext(train.ext))
     if calibrate_on:
         model, calibration = calibrate(model, read_runs(calibrate_on, cache))

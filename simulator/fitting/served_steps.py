@@ -1,0 +1,44 @@
+"""How much longer a served engine's steps run than the profile's engine alone.
+
+The profile sweeps the engine by itself. A served engine shares the machine with its own front end
+(HTTP, streaming, detokenizing) and its clients: on a CPU those take cores from the model's threads,
+and a served step of the sweep's shape runs 6-19 % longer (docs/BENCHMARKS.md). The front-door probe
+(runtime/bench/front_door_probe.py) ends with batches of streamed requests decoding through the real
+server; their decode steps, priced by the model of the engine alone, give the factor: the median
+of measured / priced. The fit scales the step model by it (every step a served run takes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.cost.features import FEATURES
+from simulator.cost.logged_run import LoggedRun
+from simulator.cost.step_data import StepData
+
+MIN_STEPS = 20  # fewer served decode steps say nothing (a probe without its streaming phase has none)
+
+
+@dataclass(frozen=True)
+class ServedSteps:
+    factor: float  # served step / the same step of the engine alone, the median
+    steps: int  # the probe's decode steps it rests on
+    p10: float
+    p90: float
+
+
+def fit_served_steps(probe: LoggedRun, model) -> ServedSteps | None:
+    """The served steps' factor from a front-door probe's log, priced by ``model`` (the engine alone:
+    ``predict_steps``); None when the probe ran too few decode steps."""
+    try:
+        data = StepData.from_logs([probe])
+    except ValueError:  # no Step events
+        return None
+    decode = data.subset(data.features[:, FEATURES.index("prefill_tokens")] == 0)
+    if len(decode.durations) < MIN_STEPS:
+        return None
+    ratio = decode.durations / np.maximum(model.predict_steps(decode), 1e-9)
+    p10, median, p90 = np.percentile(ratio, [10, 50, 90])
+    return ServedSteps(round(float(median), 4), len(ratio), round(float(p10), 4), round(float(p90), 4))
