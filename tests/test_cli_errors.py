@@ -57,7 +57,7 @@ COMMANDS = {
         ("--step-overhead", "-1")]),
     "profile": (["profile", "--quick", "--out", "/dev/null"], LIVE_GROUPS, [
         ("--max-context", "0"), ("--max-batch", "0"), ("--time-limit", "-1"), ("--quiet-wait", "-1"),
-        ("--holdout-every", "1")]),
+        ("--holdout-every", "1"), ("--co-located", "1"), ("--co-located-time", "0")]),
     "generate": (["generate", "hi"], LIVE_GROUPS, [
         ("--max-tokens", "0"), ("--min-tokens", "-1"), ("--temperature", "-1"), ("--top-p", "0"),
         ("--top-k", "-1"), ("--min-p", "2"), ("--presence-penalty", "3"), ("--frequency-penalty", "-3"),
@@ -72,7 +72,7 @@ COMMANDS = {
         ("--input-len", "bogus:1"), ("--output-len", "uniform:5"), ("--shared-prefix", "-1"), ("--rate", "0"),
         ("--client-processes", "0")]),
     "demo": (["demo", "--out", "/dev/null"], (), [("--requests", "0"), ("--rate", "0"),
-                                                   ("--max-num-batched-tokens", "0")]),
+                                                   ("--max-num-batched-tokens", "0"), ("--cost-model", "nope")]),
     "fidelity-table": (["fidelity-table", "--cost-model", "smollm2-135m-cpu", "--run", f"fit:{AZURE}"], (), [
         ("--sensitivity", "0"), ("--cost-model", "nope"), ("--run", AZURE), ("--pair", f"a:{AZURE}"),
         ("--repeat", AZURE)]),

@@ -3,7 +3,8 @@
 1. serve   — the OpenAI-compatible server on SmolLM2, recording its event log, under a seeded
              mix of live clients (short chats, streamed and not, plus long-document questions
              that share a prefix), all through the official ``openai`` client;
-2. fit     — a step-time cost model from that live log;
+2. fit     — a step-time cost model from that live log (or ``--cost-model M``: a profile's, so the
+             live run is judged by a model it had no part in);
 3. replay  — timing-replay of the recorded decisions (cost-model error), and execute-replay of
              the recorded batches on the real runtime (tokens must match the log);
 4. what-if — the recorded workload re-simulated with chunked prefill on and off;
@@ -162,14 +163,20 @@ def serve_and_record(out: Path, workload: list[DemoRequest], engine_flags: list[
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    if args.cost_model:  # a profile of this machine (no live log in it): checked before anything runs
+        from runtime.cli import cost_models
+
+        cost_models.load(args.cost_model)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     workload = demo_workload(args.requests, args.rate, args.seed)
     engine_flags = ["--max-num-batched-tokens", str(args.max_num_batched_tokens), "--kv-cache-gb", "0.5",
                     "--seed", str(args.seed)]
     live = serve_and_record(out, workload, engine_flags)
-    model = out / "cost_model.json"
-    _cli(["cost-model", "fit", str(live), "--out", str(model)])
+    model = args.cost_model
+    if model is None:
+        model = out / "cost_model.json"
+        _cli(["cost-model", "fit", str(live), "--out", str(model)])
     _cli(["replay", str(live), "--cost-model", str(model), "--json", str(out / "timing_replay.json")])
     sims = {}
     for chunked in ("on", "off"):
@@ -200,4 +207,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="live token budget, small so long prompts are chunked (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the workload and the engine (default: %(default)s)")
     p.add_argument("--skip-execute", action="store_true", help="skip the execute-replay stage")
+    p.add_argument("--cost-model", metavar="M",
+                   help="simulate with this model (e.g. `minivllm profile --fit cpu.json` of this machine, no live "
+                        "log in it) instead of one fitted on the demo's own live log")
     p.set_defaults(func=run_demo)
