@@ -16,6 +16,7 @@ from runtime.engine.types import StepResult
 from simulator.cost.front_door_fit import fit_front_door
 from simulator.cost.host_timing import HostTiming
 from simulator.cost.linear_model import LinearCostModel
+from simulator.fitting.served_steps import MIN_STEPS
 from simulator.fleet.front_door import FrontDoor
 from simulator.sim import simulate
 from traces.events import Step, make_header
@@ -117,6 +118,7 @@ def test_profile_probes_the_front_door_of_the_served_engine_and_fits_it(tmp_path
     # the 6 prompts, and the first of each streamed batch (each found the engine idle)
     assert doc["front_door"]["requests"] == 6 + len(STREAM_BATCHES) and doc["front_door"]["max_prompt"] == 510
     assert doc["host"]["intake_delay"] + doc["host"]["intake_per_token"] * 510 > 0
-    # the streamed batches' decode steps, set against the sweep's engine alone
+    # the streamed batches' decode steps, set against the sweep's engine alone (a batch's requests may
+    # reach the engine a step apart on a busy machine: a few of its steps then carry a prefill too)
     served = doc["served_steps"]
-    assert served["steps"] == len(STREAM_BATCHES) * (STREAM_TOKENS - 1) and served["factor"] > 0
+    assert MIN_STEPS <= served["steps"] <= len(STREAM_BATCHES) * (STREAM_TOKENS - 1) and served["factor"] > 0

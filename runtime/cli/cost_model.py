@@ -104,8 +104,9 @@ def print_fit(model, out: str) -> None:
                   f"{(held['excess_s'] - held['others_excess_s']) * 1e3:.2f} ms longer than the others, beyond the "
                   "model: the host launching that step holds them back (--eager-launch models it)")
     if served := model.meta.get("served_steps"):
-        print(f"  served steps: × {served['factor']:.3f} the engine alone's (the front-door probe's {served['steps']} "
-              f"streamed decode steps; 10th-90th percentile {served['p10']:.3f}-{served['p90']:.3f})")
+        print(f"  served steps: × {served['factor']:.3f} the model's price (the front-door probe's {served['steps']} "
+              f"streamed decode steps; 10th-90th percentile {served['p10']:.3f}-{served['p90']:.3f}; a check, "
+              "not applied)")
     if (shared := getattr(model, "shared_device", None)) is not None:
         print(f"  shared device: a step behind another engine's work runs × {shared.slowdown:.3f} ({shared.replicas} "
               f"engines swept it together, {shared.steps:,} steps; priced each alone: "

@@ -191,7 +191,8 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
     count (a profile sweep's few steps against many live ones); its held-out steps count once.
     ``front_door``: a front-door probe's log (runtime/bench/front_door_probe.py) the intake delay is
     fitted on (``fit_front_door``), in place of what the training logs' gaps say of it; the decode
-    steps it streamed, if any, scale every step to a served engine's (simulator/fitting/served_steps.py).
+    steps it streamed, if any, are set against the model (simulator/fitting/served_steps.py: a check
+    in the model's meta, not applied).
     ``co_located``: a co-located profile's logs, what sharing a device costs a step
     (simulator/fitting/co_located.py). A log in several of these roles is read once."""
     cache: dict[str, LoggedRun] = {}  # each log read once, whatever roles it has in this fit
@@ -251,13 +252,12 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
         host = replace(host, intake_delay=door.intake_delay, intake_per_token=door.intake_per_token, wake=0.0)
         report["front_door"] = {"log": probe.path, **asdict(door)}
         served = fit_served_steps(probe, model)
-    if co_located:  # the engines' steps as the engine alone runs them: before the served factor
+    if served is not None:
+        report["served_steps"] = asdict(served)
+    if co_located:
         members = read_runs(co_located, cache)
         model = model.with_shared_device(fit_shared_device(members, model))
         report["co_located"] = [m.path for m in members]
-    if served is not None:
-        model = model.scaled(served.factor)
-        report["served_steps"] = asdict(served)
     model = model.with_meta(**report).with_host(host).with_ranges(FeatureRanges.from_ext(train.ext))
     if calibrate_on:
         model, calibration = calibrate(model, read_runs(calibrate_on, cache))
