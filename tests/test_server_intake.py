@@ -218,3 +218,18 @@ def test_large_requests_past_the_pending_bound_are_refused_at_once(served):
     assert _post(served, "/v1/completions", body, pad=INLINE_BYTES).status_code == 200
     assert intake.pending == held
     assert_still_serving(served)
+
+
+def test_a_closed_intake_starts_no_worker(caplog):
+    """A front end stopping before its intake worker has started: the start that comes after the
+    close makes no pool (one started then would outlive the process's exit, its worker mid-spawn,
+    and print a traceback), and says nothing."""
+    intake = Intake(prompts=None, tokenizer=None, model_name="m")
+    intake.close()
+    with pytest.raises(RuntimeError, match="stopping"):
+        intake._get_pool()
+    before = set(threading.enumerate())
+    intake.start()
+    for thread in set(threading.enumerate()) - before:
+        thread.join(10)
+    assert intake._pool is None and "did not start" not in caplog.text

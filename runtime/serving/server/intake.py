@@ -76,6 +76,7 @@ class Intake:
         self.prompts, self.tokenizer, self.model_name, self.workers = prompts, tokenizer, model_name, workers
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._closed = False  # the server is stopping: no worker is started any more
         self.taken_in_pool = 0  # large requests taken in by a worker (tests, /metrics later)
         self.max_pending = PENDING_PER_WORKER * workers
         self.pending = 0  # large requests given to the workers and not answered yet
@@ -126,12 +127,15 @@ class Intake:
             try:
                 self._get_pool().submit(int)
             except Exception as exc:  # (a request then says so too, with a 500)
-                log.warning("intake workers did not start: %s", type(exc).__name__)
+                if not self._closed:  # (stopped before it started: nothing to say)
+                    log.warning("intake workers did not start: %s", type(exc).__name__)
 
         threading.Thread(target=start, name="minivllm-intake-start", daemon=True).start()
 
     def _get_pool(self) -> concurrent.futures.ProcessPoolExecutor:
         with self._lock:
+            if self._closed:  # a pool started now would outlive the server's exit, a worker mid-spawn
+                raise RuntimeError("the server is stopping")
             if self._pool is None:
                 limits = EngineLimits(self.prompts.engine.config, self.prompts.engine.max_pending)
                 self._pool = concurrent.futures.ProcessPoolExecutor(
@@ -148,7 +152,7 @@ class Intake:
     def close(self) -> None:
         """Stop the workers (they finish nothing queued: the server is going)."""
         with self._lock:
-            pool, self._pool = self._pool, None
+            pool, self._pool, self._closed = self._pool, None, True
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
 
