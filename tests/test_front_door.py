@@ -118,7 +118,7 @@ def test_profile_probes_the_front_door_of_the_served_engine_and_fits_it(tmp_path
     # the 6 prompts, and the first of each streamed batch (each found the engine idle)
     assert doc["front_door"]["requests"] == 6 + len(STREAM_BATCHES) and doc["front_door"]["max_prompt"] == 510
     assert doc["host"]["intake_delay"] + doc["host"]["intake_per_token"] * 510 > 0
-    # the streamed batches' decode steps, set against the sweep's engine alone (a batch's requests may
-    # reach the engine a step apart on a busy machine: a few of its steps then carry a prefill too)
+    # the streamed batches' decode steps, set against the sweep's engine alone (about 31 a batch: a
+    # batch's requests may reach the engine a step apart on a busy machine, which moves the count)
     served = doc["served_steps"]
-    assert MIN_STEPS <= served["steps"] <= len(STREAM_BATCHES) * (STREAM_TOKENS - 1) and served["factor"] > 0
+    assert served["steps"] >= max(MIN_STEPS, len(STREAM_BATCHES) * STREAM_TOKENS // 2) and served["factor"] > 0
