@@ -99,6 +99,10 @@ def test_fidelity_resimulates_a_fleet_on_the_devices_it_ran_on(tmp_path, capsys)
     with pytest.raises(SystemExit):
         main(["fidelity", str(log), "--cost-model", "qwen3-0.6b-h200", "--devices", "3"])
     assert "--devices: devices must be 1 to 2" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a closed loop is re-simulated on one replica's log
+        main(["fidelity", str(log), "--cost-model", "qwen3-0.6b-h200", "--closed-loop", str(wl)])
+    err = capsys.readouterr().err
+    assert err.startswith("minivllm: error: --closed-loop: ") and "is a fleet log" in err
     # a row of the fidelity table, judged by a fleet's goals (15 / 10 / 10 / 5 %)
     table = tmp_path / "t.json"
     assert main(["fidelity-table", "--cost-model", "qwen3-0.6b-h200", "--run", f"held-out:{log}",

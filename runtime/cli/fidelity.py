@@ -180,7 +180,15 @@ def _run(args: argparse.Namespace) -> int:
             place(int(header.extra[FLEET_KEY]["replicas"]), args.devices)
         except ValueError as e:
             raise CLIError(f"--devices: {e}") from None
-    workload = closed_loop_workload(args.closed_loop, "--closed-loop") if args.closed_loop else None
+    workload = None
+    if args.closed_loop:
+        from traces.fleet_log import is_fleet
+        from traces.log import read_header
+
+        if is_fleet(read_header(args.log)):
+            raise CLIError(f"--closed-loop: {args.log} is a fleet log; a closed-loop workload is re-simulated on "
+                           "one replica's log")
+        workload = closed_loop_workload(args.closed_loop, "--closed-loop")
     model = cost_models.load(args.cost_model, log=args.log)
     speculation = None
     if args.acceptance is not None:
@@ -201,8 +209,6 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as e:
         if str(e).startswith(("--what-if", "--acceptance")):
             raise CLIError(str(e)) from None
-        if workload is not None and "closed-loop" in str(e):
-            raise CLIError(f"--closed-loop: {e}") from None
         raise
     report["cost_model"] = str(args.cost_model)
     ids = report["model_identity"]

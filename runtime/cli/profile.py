@@ -110,8 +110,9 @@ def _quiet_wait(args: argparse.Namespace) -> float:
     return 0.0 if args.quick else QUIET_WAIT
 
 
-def _engine(args: argparse.Namespace):
-    """The engine to profile, and the sweep limits for it (device defaults unless given)."""
+def _engine(args: argparse.Namespace, member=None):
+    """The engine to profile, and the sweep limits for it (device defaults unless given); ``member``:
+    one of a co-located profile's engines (runtime/bench/co_located.py), a share of the GPU's memory."""
     from runtime.engine.config import ConfigError, default_batched_tokens
     from runtime.executor.model.loader import load_model
     from runtime.executor.model.spec import ModelLoadError
@@ -119,7 +120,6 @@ def _engine(args: argparse.Namespace):
     from simulator.fitting.profile_plan import DECODE_HEADROOM, derive_limits
 
     opts = engine_options(args)
-    member = _member(args)
     announce_load(args.model)
     try:
         loaded = load_model(args.model, device=opts.get("device", "auto"), dtype=opts.get("dtype", "auto"),
@@ -286,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
     front_door = _probe_front_door(args)  # before this process takes the device: the server needs it
     co_located = _co_located(args)  # (so do those engines)
     started = time.monotonic()  # (the time limit is the sweep's: the model's load, its warm-up and cases)
-    parts, limits = _engine(args)
+    parts, limits = _engine(args, member)
     runner = parts.runner
     plan = sweep_plan(limits, quick=args.quick)
     if member is not None:
