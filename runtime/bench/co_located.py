@@ -2,10 +2,11 @@
 
 ``minivllm profile --co-located K`` starts K copies of itself (``--co-located-member i/K/DIR``), each
 building the engine of the same flags (on a GPU, a 1/K share of its memory, as ``serve
---data-parallel-size K`` gives each replica), warming up, and then waiting at a barrier (a file per
-member in DIR) until all K are ready. Their sweeps then run together for a time limit, the cases in
-one shuffled order so the engines run like shapes side by side. Each writes its own log; the fit
-(simulator/fitting/co_located.py) prices their steps by the model of the engine alone.
+--data-parallel-size K`` gives each replica: runtime/executor/kv_cache.py), warming up, and then
+waiting at a barrier (a file per member in DIR) until all K are ready. Their sweeps then run
+together for a time limit, the cases in one shuffled order so the engines run like shapes side by
+side. Each writes its own log; the fit (simulator/fitting/co_located.py) prices their steps by the
+model of the engine alone.
 """
 
 from __future__ import annotations
@@ -51,15 +52,6 @@ def member_plan(plan: list, seed: int = 0) -> list:
     plan = list(plan)
     random.Random(seed).shuffle(plan)
     return plan
-
-
-def memory_share(device, members: int, utilization: float) -> float:
-    """GiB of KV pool for one of ``members`` engines on one GPU: the share ``serve
-    --data-parallel-size`` gives a replica (runtime/serving/data_parallel.py)."""
-    import torch
-
-    total = torch.cuda.get_device_properties(device).total_memory / 2**30
-    return total * utilization / members * 0.8
 
 
 def run_members(command: Sequence[str], logs: Sequence[Path], timeout: float) -> None:

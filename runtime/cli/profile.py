@@ -128,9 +128,9 @@ def _engine(args: argparse.Namespace, member=None):
         raise CLIError(str(e)) from None
     cpu = loaded.device.type == "cpu"
     if member is not None and not cpu and opts.get("kv_cache_gb") is None and opts.get("num_blocks") is None:
-        from runtime.bench.co_located import memory_share
+        from runtime.executor.kv_cache import shared_gpu_kv_gb
 
-        opts["kv_cache_gb"] = memory_share(loaded.device, member.of, opts.get("gpu_memory_utilization", 0.9))
+        opts["kv_cache_gb"] = shared_gpu_kv_gb(loaded.device, member.of, opts.get("gpu_memory_utilization", 0.9))
     default_ctx, default_batch = QUICK_LIMITS if args.quick else CPU_LIMITS if cpu else (None, None)
     if args.for_workload:
         from runtime.cli.profile_for import workload_shape

@@ -53,6 +53,14 @@ def plan_num_blocks(spec: ModelSpec, dtype: torch.dtype, device: torch.device, b
     return int(blocks)
 
 
+def shared_gpu_kv_gb(device, engines: int, utilization: float) -> float:
+    """GiB of KV pool for one of ``engines`` engines started one after another on one GPU: a share of
+    the whole GPU (a later one would see the earlier ones' pools as used), a fifth of it left for the
+    weights, graphs and activations (``serve --data-parallel-size``, ``profile --co-located``)."""
+    total = torch.cuda.get_device_properties(device).total_memory / 2**30
+    return total * utilization / engines * 0.8
+
+
 def allocate_kv(spec: ModelSpec, num_blocks: int, block_size: int, dtype: torch.dtype,
                 device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
     shape = (num_blocks, block_size, spec.num_kv_heads, spec.head_dim)

@@ -330,9 +330,7 @@ def replica_engine(replica: int, replicas: int, **options: Any):
         if torch.cuda.device_count() >= replicas:
             options["device"] = f"cuda:{replica}"
         elif options.get("kv_cache_gb") is None and options.get("num_blocks") is None:
-            # the replicas start one after another: each sizes its pool from its share of the whole
-            # GPU (the later ones would see the earlier ones' pools as used), leaving a fifth of the
-            # share for its weights, graphs and activations
-            total = torch.cuda.get_device_properties(0).total_memory / 2**30
-            options["kv_cache_gb"] = total * options.get("gpu_memory_utilization", 0.9) / replicas * 0.8
+            from runtime.executor.kv_cache import shared_gpu_kv_gb
+
+            options["kv_cache_gb"] = shared_gpu_kv_gb(0, replicas, options.get("gpu_memory_utilization", 0.9))
     return LLMEngine(**options)
