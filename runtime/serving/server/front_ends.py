@@ -99,11 +99,14 @@ class FrontEnds:
         for proc in self.procs:
             if proc.exitcode is None:
                 proc.terminate()
-        for proc in self.procs:
+        for i, proc in enumerate(self.procs, start=1):
             proc.join(timeout)
             if proc.exitcode is None:
                 proc.kill()
                 proc.join()
+            if proc.exitcode != 0:  # (killed, or ended by a signal before its own clean-up)
+                print(f"minivllm: front-end process {i} did not stop cleanly (status {proc.exitcode})",
+                      file=sys.stderr, flush=True)
 
 
 def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection) -> None:
@@ -130,13 +133,20 @@ def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection)
         server.should_exit = True
 
     engine.on_dead = on_dead
-    engine.start()
-    app.state.server.intake.start()
-    freeze_heap()
+    # uvicorn re-raises the SIGTERM it shut down on under the handler it found: the default one would
+    # end the process here, before the intake workers are stopped (one mid-spawn, its pool leaked)
+    signal.signal(signal.SIGTERM, _stop)
     try:
+        engine.start()
+        app.state.server.intake.start()
+        freeze_heap()
         server.run(sockets=[sock])
     finally:
         app.state.server.close()
         pipes.close(5.0)
         sock.close()
     sys.exit(1 if died else 0)
+
+
+def _stop(signum: int, frame) -> None:
+    raise SystemExit(0)
