@@ -355,9 +355,14 @@ class EngineDeath:
         self._server = None
 
     def told_to_stop(self, signum: int, frame) -> None:
-        """SIGINT or SIGTERM: stop serving (uvicorn shuts down gracefully, then raises the signal again
-        under the handler it found, this one, so the engine is stopped, its log closed)."""
+        """SIGINT or SIGTERM: stop serving. While the model loads, at once; once the HTTP server exists,
+        it is asked to stop (an exception raised from a handler could land in any callback, a spawn
+        of a front end among them); uvicorn shuts down gracefully, then raises the signal again under
+        the handler it found, this one, and the engine is stopped, its log closed."""
         self.stopping = signum
+        if self._server is not None:
+            self._server.should_exit = True
+            return
         raise KeyboardInterrupt if signum == signal.SIGINT else SystemExit(0)
 
     def __call__(self, reason: str) -> None:

@@ -113,6 +113,8 @@ def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection)
     """A front-end process: the app over its pipes to the engine, on its own SO_REUSEPORT socket."""
     name_process(FRONT_END)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the group: front end 0 decides
+    stop = StopServing()
+    signal.signal(signal.SIGTERM, stop)
     from runtime.serving.async_engine import AsyncLLMEngine
     from runtime.serving.engine_process import EnginePipes
     from runtime.serving.server.app import create_app
@@ -133,9 +135,7 @@ def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection)
         server.should_exit = True
 
     engine.on_dead = on_dead
-    # uvicorn re-raises the SIGTERM it shut down on under the handler it found: the default one would
-    # end the process here, before the intake workers are stopped (one mid-spawn, its pool leaked)
-    signal.signal(signal.SIGTERM, _stop)
+    stop.serving(server)
     try:
         engine.start()
         app.state.server.intake.start()
@@ -148,5 +148,22 @@ def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection)
     sys.exit(1 if died else 0)
 
 
-def _stop(signum: int, frame) -> None:
-    raise SystemExit(0)
+class StopServing:
+    """SIGTERM's handler: the HTTP server is asked to stop (now, or as soon as it exists), never
+    interrupted. uvicorn shuts down gracefully, then raises the signal again under this handler: the
+    default one would end the process there, before its clean-up (intake workers, one maybe
+    mid-spawn), and an exception raised from a handler can land in any callback and be swallowed."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        self._server = None
+
+    def __call__(self, signum: int, frame) -> None:
+        self.asked = True
+        if self._server is not None:
+            self._server.should_exit = True
+
+    def serving(self, server) -> None:
+        self._server = server
+        if self.asked:
+            server.should_exit = True
