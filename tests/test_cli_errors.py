@@ -72,7 +72,8 @@ COMMANDS = {
         ("--input-len", "bogus:1"), ("--output-len", "uniform:5"), ("--shared-prefix", "-1"), ("--rate", "0"),
         ("--client-processes", "0")]),
     "demo": (["demo", "--out", "/dev/null"], (), [("--requests", "0"), ("--rate", "0"),
-                                                   ("--max-num-batched-tokens", "0"), ("--cost-model", "nope")]),
+                                                   ("--max-num-batched-tokens", "0"), ("--cost-model", "nope"),
+                                                   ("--draws", "0")]),
     "fidelity-table": (["fidelity-table", "--cost-model", "smollm2-135m-cpu", "--run", f"fit:{AZURE}"], (), [
         ("--sensitivity", "0"), ("--cost-model", "nope"), ("--run", AZURE), ("--pair", f"a:{AZURE}"),
         ("--repeat", AZURE)]),

@@ -28,7 +28,28 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="three logs: BASE and CHANGE simulated from one cost model, then LIVE, the run BASE "
                         "simulates; the conclusion counts a change of CHANGE against BASE only beyond the model's "
                         "error (BASE against LIVE), and states that error on a line of its own")
+    p.add_argument("--draws", metavar="JSON",
+                   help="with --what-if: the report of `minivllm fidelity LIVE --what-if ... --draws N --json JSON` "
+                        "(the same change over N redrawings of the arrivals): the conclusion weighs that change, "
+                        "pooled, with the range one run may land in, instead of CHANGE's one draw")
     p.set_defaults(func=run)
+
+
+def read_draws(path: str) -> dict:
+    """The ``what_if.draws`` of a fidelity report; a CLI error names ``--draws`` and what is wrong."""
+    import json
+
+    try:
+        draws = json.loads(Path(path).read_text())["what_if"]["draws"]
+        _ = draws["metrics"]["ttft"]["p50"]["pooled_pct"], draws["draws"]
+    except FileNotFoundError:
+        raise CLIError(f"--draws: {path}: no such file") from None
+    except (OSError, ValueError) as e:
+        raise CLIError(f"--draws: {path}: not a JSON report ({e})") from None
+    except (KeyError, TypeError):
+        raise CLIError(f"--draws: {path}: no what_if.draws in it (minivllm fidelity LIVE --what-if FIELD=VALUE "
+                       "--draws N --json PATH writes one)") from None
+    return draws
 
 
 def load(path: str):
@@ -47,12 +68,14 @@ def load(path: str):
     return frames
 
 
-def what_if_lines(labels: list[str], summaries: list[dict]) -> list[str]:
+def what_if_lines(labels: list[str], summaries: list[dict], draws: dict | None = None) -> list[str]:
     """The what-if's conclusion weighed against the model's error, and that error (analysis/what_if.py)."""
     from analysis.what_if import error_line, headline, weigh
 
     base, change, live = summaries
-    return [headline(labels[1], labels[0], weigh(base, change, live)), error_line(labels[2], base, live)]
+    weighed = weigh(base, change, live, draws)
+    return [headline(labels[1], labels[0], weighed, draws["draws"] if draws else None),
+            error_line(labels[2], base, live)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"{path}: no such file")
     if args.what_if and len(args.logs) != 3:
         raise CLIError(f"--what-if: give three logs (BASE CHANGE LIVE), not {len(args.logs)}")
+    if args.draws and not args.what_if:
+        raise CLIError("--draws: needs --what-if (three logs: BASE CHANGE LIVE)")
+    draws = read_draws(args.draws) if args.draws else None
     runs = [(label, load(path)) for label, path in zip(labels, args.logs)]
     stall_s = None if args.stall_ms is None else args.stall_ms / 1e3
     factor = STALL_FACTOR if args.stall_factor is None else args.stall_factor
@@ -97,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         print(render_header_differences(labels, [frames.header for _, frames in runs]))
         print(markdown_table(labels, summaries, key=True))
         print(stall_rule(labels, summaries))
-    headline = what_if_lines(labels, summaries) if args.what_if else []
+    headline = what_if_lines(labels, summaries, draws) if args.what_if else []
     if headline:
         print("\n".join(f"{'conclusion' if i == 0 else 'model error'}: {line}" for i, line in enumerate(headline)))
     elif len(runs) > 1:

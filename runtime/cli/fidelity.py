@@ -6,7 +6,8 @@ signed relative error, the makespan and step counts, and the timing-replay's per
 a CDF plot per metric and, with ``--json``, the report for CI. ``--tolerance PCT`` exits 1 when
 TTFT, TPOT or E2E at p50/p90, or the makespan, is off by more. ``--what-if FIELD=VALUE`` (e.g.
 ``scheduler.enable_chunked_prefill=false``) re-simulates under the changed config too and prints
-the predicted difference; ``--what-if-live LOG`` (the live run of that config) checks it.
+the predicted difference; ``--what-if-live LOG`` (the live run of that config) checks it; ``--draws N`` measures the change over N
+redrawings of the log's arrivals as well (a short run's percentiles rest on a few requests).
 ``--sensitivity PCT`` re-simulates with every step PCT % shorter and longer and prints how far each
 checked latency moves per 1 % of step time, and so how close the step model must be for the
 tolerance. ``--by-arrival N`` splits the requests by arrival time into N windows and prints TTFT
@@ -96,17 +97,27 @@ def render_what_if(w: dict) -> str:
     if "live_config_changes" in w:
         lines.append("live runs differ in: " + ("; ".join(w["live_config_changes"]) or "nothing"))
     has_live = "vs_live" in w
+    draws = w.get("draws")
     head = f"{'metric':<7}{'stat':<6}{'predicted Δ':>12}"
+    if draws:
+        head += f"{'%d draws Δ' % draws['draws']:>14}{'10–90 %':>17}"
     lines.append(head + (f"{'live Δ':>10}{'sign':>6}{'sim ms':>11}{'live ms':>11}{'error':>9}" if has_live else ""))
     for m, row in w["predicted_change"].items():
         for s in ("p50", "p90", "p99"):
             c = row[s]
             line = f"{LABELS[m]:<7}{s:<6}{_pct(c['predicted_pct']):>12}"
+            if draws:
+                d = draws["metrics"][m][s]
+                line += f"{_pct(d['pooled_pct']):>14}{_pct(d['low_pct']) + ' … ' + _pct(d['high_pct']):>17}"
             if has_live:
                 v = w["vs_live"][m][s]
                 line += (f"{_pct(c['live_pct']):>10}{'ok' if c['same_sign'] else 'WRONG':>6}{_ms(v['sim']):>11}"
                          f"{_ms(v['live']):>11}{_pct(v['error_pct']):>9}")
             lines.append(line)
+    if draws:
+        lines.append(f"draws: the recorded requests, their arrivals redrawn {draws['draws']} times (Poisson at the "
+                     "recorded mean rate), both configs simulated on each; Δ on the draws pooled, and the range of "
+                     "the per-draw Δ")
     if has_live:
         ms = w["makespan"]
         lines.append(f"makespan: live {ms['live_s']:,.2f} s, sim {ms['sim_s']:,.2f} s ({_pct(ms['error_pct'])})")
@@ -163,6 +174,8 @@ def _run(args: argparse.Namespace) -> int:
     from simulator.fidelity.fidelity import check, fidelity
 
     require_file(args.log, "log")
+    if args.draws and not args.what_if:
+        raise CLIError("--draws: needs --what-if FIELD=VALUE (the change to measure over the draws)")
     if args.what_if_live:
         require_file(args.what_if_live, "log")
         if not args.what_if:
@@ -205,9 +218,9 @@ def _run(args: argparse.Namespace) -> int:
         report, dists = fidelity(args.log, model, overrides=args.what_if or [], what_if_live=args.what_if_live,
                                  replay=not args.no_replay, sensitivity_pct=args.sensitivity,
                                  arrival_windows=args.by_arrival, speculation=speculation, devices=args.devices,
-                                 workload=workload)
+                                 workload=workload, draws=args.draws)
     except ValueError as e:
-        if str(e).startswith(("--what-if", "--acceptance")):
+        if str(e).startswith(("--what-if", "--acceptance", "--draws")):
             raise CLIError(str(e)) from None
         raise
     report["cost_model"] = str(args.cost_model)
@@ -262,6 +275,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(repeatable)")
     p.add_argument("--what-if-live", metavar="LOG", help="the live run of the --what-if config, to check the "
                    "predicted difference against")
+    p.add_argument("--draws", type=int, metavar="N", action=Bounded, at_least=1, below=10001,
+                   help="also measure the --what-if over N redrawings of the log's arrivals (Poisson at its mean "
+                        "rate, the same requests): the change on the draws pooled and its per-draw range, "
+                        "steadier than the one recorded draw (2N more simulations)")
     p.add_argument("--tolerance", type=float, metavar="PCT", action=Bounded, above=0,
                    help="exit 1 when TTFT/TPOT/E2E p50 or p90, or the makespan, is off by more (default: no check)")
     p.add_argument("--sensitivity", type=float, metavar="PCT", action=Bounded, above=0, below=50,

@@ -10,7 +10,8 @@ config and compare the latency distributions, the makespan and the steps.
   range       the share of simulated steps (and time) outside the model's fitted shapes
   what_if     with ``overrides`` (FIELD=VALUE): the re-simulation under the changed config, its
               predicted difference from the base simulation per metric and, given the live log of
-              that config (``what_if_live``), the live difference, the signs, and the error against it
+              that config (``what_if_live``), the live difference, the signs, and the error against it;
+              with ``draws``, the difference over that many redrawings of the arrivals (draws.py)
 
 A speculative log is re-simulated with its own acceptance rates, per request; ``speculation``
 (another log's or a constant rate) replaces them, e.g. for a what-if that turns speculation on.
@@ -32,6 +33,7 @@ from simulator.cost.host_timing import log_overlaps
 from simulator.cost.model_base import TimedModel
 from simulator.cost.ranges import track_ranges
 from simulator.fidelity.config_diff import config_changes, what_if
+from simulator.fidelity.draws import what_if_over_draws
 from simulator.fleet.device import place, placement_of
 from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
 from simulator.fleet.outages import outages_of
@@ -215,15 +217,16 @@ def by_arrival(live: RequestTimes, sim: RequestTimes, windows: int) -> list[dict
 def fidelity(live_log: str | Path, model: CostModel, *, config: EngineConfig | None = None, overrides: list[str] = (),
              what_if_live: str | Path | None = None, replay: bool = True,
              sensitivity_pct: float | None = None, arrival_windows: int | None = None,
-             speculation: Speculation | None = None, devices: int | None = None, workload: Workload | None = None
-             ) -> tuple[dict[str, Any], dict[str, Any]]:
+             speculation: Speculation | None = None, devices: int | None = None, workload: Workload | None = None,
+             draws: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(report, distributions): the JSON-ready report and, per run label, the raw metric values
     (for a CDF plot). ``sensitivity_pct``: also the latencies' elasticity to the step time
     (``sensitivity``); ``arrival_windows``: also TTFT and queueing by arrival time (``by_arrival``);
     ``speculation``: the rates speculative runs draw from (default: the log's own); ``devices``: a
     fleet log's replicas on that many devices (default: as the log says); ``workload``: the
     closed-loop workload the live run replayed, simulated in place of the log's arrivals
-    (``simulate_times``)."""
+    (``simulate_times``); ``draws``: the what-if also over that many redrawings of the log's arrivals
+    (simulator/fidelity/draws.py)."""
     header, log_cfg = log_config(live_log)
     config = config or log_cfg
     model, notes = _match_overlap(live_log, model)
@@ -259,6 +262,9 @@ def fidelity(live_log: str | Path, model: CostModel, *, config: EngineConfig | N
         report["what_if"], extra = _what_if(live_log, model, config, list(overrides), sim_v, live_v, what_if_live,
                                             speculation, devices, workload)
         dists.update(extra)
+        if draws:
+            report["what_if"]["draws"] = _over_draws(live_log, header, model, config, list(overrides), draws,
+                                                     speculation, workload)
     return report, dists
 
 
@@ -277,6 +283,19 @@ def _match_overlap(live_log: str | Path, model: CostModel) -> tuple[CostModel, l
     return model.with_host(dataclasses.replace(host, overlap=overlaps)), [
         f"the live log's steps {'overlap' if overlaps else 'run one after another'}: simulated "
         f"{'with' if overlaps else 'without'} overlap (the model was fitted {'without' if overlaps else 'with'} it)"]
+
+
+def _over_draws(live_log, header, model, config, overrides, draws, speculation, workload) -> dict[str, Any]:
+    """``what_if_over_draws`` of the log's requests, under its config and the changed one."""
+    if is_fleet(header):
+        raise ValueError("--draws: a fleet log's arrivals are its replicas'; redraw one replica's log")
+    if workload is not None:
+        raise ValueError("--draws: a closed-loop workload's turns arrive when the previous answer has: "
+                         "no arrivals to redraw")
+    new = what_if(config, overrides)
+    if speculation is None and any(parse_speculative(c.speculative) for c in (config, new)):
+        speculation = own_speculation([live_log], config.seed)
+    return what_if_over_draws(read_log_workload(live_log), model, config, new, draws, speculation)
 
 
 def _what_if(live_log, model, config, overrides, sim_v, live_v, what_if_live, speculation=None, devices=None,
