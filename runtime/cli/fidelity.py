@@ -6,8 +6,9 @@ signed relative error, the makespan and step counts, and the timing-replay's per
 a CDF plot per metric and, with ``--json``, the report for CI. ``--tolerance PCT`` exits 1 when
 TTFT, TPOT or E2E at p50/p90, or the makespan, is off by more. ``--what-if FIELD=VALUE`` (e.g.
 ``scheduler.enable_chunked_prefill=false``) re-simulates under the changed config too and prints
-the predicted difference; ``--what-if-live LOG`` (the live run of that config) checks it; ``--draws N`` measures the change over N
-redrawings of the log's arrivals as well (a short run's percentiles rest on a few requests).
+the predicted difference; ``--what-if-live LOG`` (the live run of that config) checks it;
+``--draws N`` measures the change over N redrawings of the log's arrivals as well (a short run's
+percentiles rest on a few requests).
 ``--sensitivity PCT`` re-simulates with every step PCT % shorter and longer and prints how far each
 checked latency moves per 1 % of step time, and so how close the step model must be for the
 tolerance. ``--by-arrival N`` splits the requests by arrival time into N windows and prints TTFT
@@ -100,7 +101,7 @@ def render_what_if(w: dict) -> str:
     draws = w.get("draws")
     head = f"{'metric':<7}{'stat':<6}{'predicted Δ':>12}"
     if draws:
-        head += f"{'%d draws Δ' % draws['draws']:>14}{'10–90 %':>17}"
+        head += f"{str(draws['draws']) + ' draws Δ':>14}{'10–90 %':>17}"
     lines.append(head + (f"{'live Δ':>10}{'sign':>6}{'sim ms':>11}{'live ms':>11}{'error':>9}" if has_live else ""))
     for m, row in w["predicted_change"].items():
         for s in ("p50", "p90", "p99"):
