@@ -2,10 +2,10 @@
 /v1/models, /health, /ready, /metrics.
 
 A request's path: ``StampArrival`` notes when it came in (engine clock) -> ``ApiKeyGuard`` and
-``BodyLimit`` (guards.py) -> the body model (protocol.py, body.py) and prompt ids (prompts.py),
+``BodyLimit`` (guards.py) -> the body model (protocol.py, intake.py) and prompt ids (prompts.py),
 a large body's in an intake process (intake.py) -> ``AsyncLLMEngine.submit`` with that arrival
 time (the engine runs in its own process, runtime/serving/engine_process.py) -> a whole response
-or SSE (responses.py), whose id names the request in the engine's log (request_ids.py). Every
+or SSE, whose id names the request in the engine's log (responses.py). Every
 failure is an OpenAI error body (errors.py).
 """
 
@@ -28,15 +28,22 @@ from runtime.serving.async_engine import AsyncLLMEngine, RequestStream
 from runtime.serving.outputs import OutputDelta
 from runtime.serving.server import errors
 from runtime.serving.server.endpoints import ENDPOINTS
-from runtime.serving.server.event_stream import EventStream
 from runtime.serving.server.guards import ApiKeyGuard, BodyLimit
 from runtime.serving.server.health import health as health_of
 from runtime.serving.server.intake import Intake
 from runtime.serving.server.metrics import ServerMetrics
 from runtime.serving.server.prompts import Prompts
 from runtime.serving.server.protocol import ChatCompletionRequest, CompletionRequest
-from runtime.serving.server.request_ids import id_header, response_ids
-from runtime.serving.server.responses import Render, build, collect, sse_events, usage
+from runtime.serving.server.responses import (
+    EventStream,
+    Render,
+    build,
+    collect,
+    id_header,
+    response_ids,
+    sse_events,
+    usage,
+)
 from traces.params import SamplingParams
 
 DEFAULT_MAX_REQUEST_BYTES = 8 << 20

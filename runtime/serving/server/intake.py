@@ -10,6 +10,13 @@ as a packed array (unpickled in µs). A small body stays on the loop, its tokeni
 The pool starts with the first large request (a process spawned, the tokenizer sent once), or
 at start-up under ``minivllm serve`` (``start``). A worker that dies (killed, out of memory) fails
 its request with a 503 and the pool is made afresh; a worker whose server is gone exits.
+
+A body's bytes become the endpoint's body model as FastAPI reads a body parameter (``parse_body``),
+the same code on the loop and in a worker: JSON only under a JSON content type (none given: not
+JSON, as FastAPI's strict default), a decode error as ``json_invalid``, every validation error
+located under ``body``. The counts on the raw body (``precheck``) run between parsing and
+validating, as FastAPI ran them as a dependency: 240,000 messages are refused before the model
+reads each one.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import email.message
+import json
 import logging
 import multiprocessing
 import os
@@ -24,16 +33,18 @@ import pickle
 import threading
 import time
 from array import array
+from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect
 
 from runtime.engine.admission import validate_request
 from runtime.engine.config import EngineConfig
 from runtime.serving.process_name import INTAKE, name_process
-from runtime.serving.server import body as body_parser
 from runtime.serving.server.errors import Classified, ModelNotFound, classify, error_body, log_unexpected
 from runtime.serving.server.prompts import Prompts
 from traces.params import SamplingParams
@@ -91,7 +102,7 @@ class Intake:
             raise Classified(400, error_body("the request body was cut off")) from None
         content_type = raw.headers.get("content-type")
         if len(data) < INLINE_BYTES:
-            req = body_parser.parse(endpoint.body, data, content_type, lambda b: endpoint.precheck(self.prompts, b))
+            req = parse_body(endpoint.body, data, content_type, lambda b: endpoint.precheck(self.prompts, b))
             self.check_model(req.model)
             return req, await endpoint.prompts(self.prompts, req)
         if self.pending >= self.max_pending:
@@ -157,6 +168,41 @@ class Intake:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
+def _is_json(content_type: str | None) -> bool:
+    if not content_type:
+        return False
+    message = email.message.Message()
+    message["content-type"] = content_type
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
+def parse_body(model: type[BaseModel], data: bytes, content_type: str | None,
+          precheck: Callable[[dict], None]) -> Any:
+    """``model`` from ``data``; RequestValidationError (a 400 naming the field) when it is not one."""
+    body: Any = None
+    if data:
+        body = data
+        if _is_json(content_type):
+            try:
+                body = json.loads(data)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise RequestValidationError([{"type": "json_invalid", "loc": ("body", getattr(e, "pos", 0)),
+                                               "msg": "JSON decode error", "input": {}}]) from None
+            except RecursionError:  # nesting deeper than the parser goes: not a body anyone sends
+                raise RequestValidationError([{"type": "json_invalid", "loc": ("body",),
+                                               "msg": "JSON nested too deeply", "input": {}}]) from None
+    if isinstance(body, dict):
+        precheck(body)
+    if body is None:
+        raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
+    try:
+        return model.model_validate(body, from_attributes=True)
+    except ValidationError as e:
+        raise RequestValidationError([{**err, "loc": ("body", *err["loc"])}
+                                      for err in e.errors(include_url=False, include_context=False)]) from None
+
+
 def _index(endpoint: Any) -> int:
     from runtime.serving.server.endpoints import ENDPOINTS
 
@@ -189,7 +235,7 @@ def _take_in(endpoint_index: int, data: bytes, content_type: str | None) -> tupl
 
     endpoint, worker = ENDPOINTS[endpoint_index], _worker
     try:
-        req = body_parser.parse(endpoint.body, data, content_type, lambda b: endpoint.precheck(worker.prompts, b))
+        req = parse_body(endpoint.body, data, content_type, lambda b: endpoint.precheck(worker.prompts, b))
         worker.check_model(req.model)
         ids = endpoint.prompts_now(worker.prompts, req)
         return 200, endpoint.without_prompt(req), [array("i", p) for p in ids]

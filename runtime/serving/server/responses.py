@@ -1,10 +1,18 @@
-"""Engine output -> OpenAI response bodies: whole (collected) or as SSE chunks.
+"""Engine output -> OpenAI response bodies: whole (collected) or as SSE chunks, and the ids they carry.
 
 Per-token logprob text and bytes come from runtime/serving/server/token_text.py (one incremental
 decoder per choice); a whole response that carries logprobs is built in a worker thread, so a big
 batch never holds the event loop.
 A stream that fails after it started ends with an OpenAI error body as its last event, then
 ``[DONE]`` (vLLM's behaviour; the ``openai`` client raises it as an APIError).
+
+Ids: each engine request's name in the server's event log (traces/request_names.py) behind the
+endpoint's prefix, ``cmpl-<run>-<request id>`` (one engine) or ``cmpl-<run>-<replica>-<request id>``
+(a data-parallel fleet). A call is one engine request per prompt and choice. Its body's ``id``
+(every streamed chunk's too) names the first; the ``X-Request-Id`` header lists them all,
+comma-separated, in the order of the choices' ``index``. The engine reports a request's log id as
+it takes the request in, before any output of it, so a stream's headers and first chunk wait for
+at most one engine iteration, never for a token.
 """
 
 from __future__ import annotations
@@ -16,11 +24,45 @@ from typing import Any
 
 import anyio
 import msgspec
+from sse_starlette.sse import EventSourceResponse
+from starlette.types import Message, Send
 
 from runtime.serving.async_engine import EngineDead, RequestStream
 from runtime.serving.outputs import OutputDelta
 from runtime.serving.server.errors import classify, log_unexpected
 from runtime.serving.server.token_text import ChoiceTokens, TokenBytes
+
+HEADER = "X-Request-Id"
+
+
+async def response_ids(prefix: str, streams: Sequence[RequestStream]) -> list[str]:
+    """``<prefix>-<name>`` of each stream's request, once the engine reported them all. Raises what
+    ended a request that has none (refused, the engine gone), having cancelled them all."""
+    try:
+        names = [await s.name() for s in streams]
+    except BaseException:
+        for s in streams:
+            s.cancel()
+        raise
+    return [f"{prefix}-{name}" for name in names]
+
+
+def id_header(ids: Sequence[str]) -> dict[str, str]:
+    return {HEADER: ", ".join(ids)}
+
+
+class EventStream(EventSourceResponse):
+    """The SSE response of a stream: sse-starlette's, less its per-event cost. It wraps every
+    event's send in a timeout scope (``anyio.move_on_after``), even without a timeout; a token's
+    event is a few hundred bytes, and the scope costs about as much as writing them. With no
+    ``send_timeout`` (ours: a slow client is caught by its bounded queue,
+    runtime/serving/async_engine.py) an event is sent as it is."""
+
+    async def _send_with_timeout(self, send: Send, message: Message) -> None:
+        if self.send_timeout is None:
+            await send(message)
+        else:
+            await super()._send_with_timeout(send, message)
 
 
 async def merge_streams(streams: Sequence[RequestStream]) -> AsyncIterator[tuple[int, OutputDelta]]:
