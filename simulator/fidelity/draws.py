@@ -17,7 +17,6 @@ and the changed config each simulated on every draw. Per metric and statistic th
 from __future__ import annotations
 
 import math
-import random
 from typing import Any
 
 import msgspec
@@ -44,13 +43,9 @@ def redraw_arrivals(workload: Workload, seed: int) -> Workload:
     if len(requests) < 2 or span <= 0:
         raise ValueError("its requests arrive at once (an offline batch): no arrival rate to redraw from")
     rate = (len(requests) - 1) / span
-    rng = random.Random(seed)
-    t = requests[0].arrival
-    out = []
-    for i, r in enumerate(requests):
-        if i:
-            t += rng.expovariate(rate)
-        out.append(msgspec.structs.replace(r, arrival=t))
+    gaps = np.random.default_rng(seed).exponential(1 / rate, len(requests) - 1)
+    arrivals = requests[0].arrival + np.concatenate(([0.0], np.cumsum(gaps)))
+    out = [msgspec.structs.replace(r, arrival=float(t)) for r, t in zip(requests, arrivals)]
     return Workload(out, seed=workload.seed, source=workload.source, meta=workload.meta)
 
 
