@@ -81,3 +81,36 @@ def test_a_stop_string_in_a_rejected_draft_does_not_stop():
     plain = run(None, params)
     spec = run(WrongDrafter(wrong), params)
     assert spec == plain and plain[2] == "length" and len(plain[1]) == 20
+
+
+@pytest.mark.parametrize("drafter", [None, "oracle"])
+def test_a_stop_string_ends_its_request_in_the_commit_and_the_log_keeps_what_the_response_does(drafter):
+    """No call back into the core: the step that completed the stop string logs its Finished (at the
+    step's end, before the next step) and only the tokens the response keeps (a speculative round's
+    later tokens are cut, as a stop token cuts them)."""
+    from traces.events import Finished, Step
+
+    ids = [TARGET.token(0, 3 + i) for i in range(30)]
+    tok = load()
+    params = SamplingParams(max_tokens=30, stop=[tok.decode(ids[7:9])])  # completed by output token 9
+    cfg = EngineConfig(cache=CacheConfig(block_size=4, num_blocks=64),
+                       scheduler=SchedulerConfig(max_num_batched_tokens=64, max_model_len=128),
+                       speculative="" if drafter is None else "ngram:4")
+    events: list = []
+    core = EngineCore(cfg, eos_token_id=None, sink=events.append,
+                      drafter=None if drafter is None else OracleDrafter(TARGET, 4, 1.0))
+    core.finish = None  # (the engine never calls it)
+    engine = LLMEngine.from_core(core, TARGET, tok)
+    rid = engine.add_request([BASE, BASE + 1, BASE + 2], params)
+    out_ids = []
+    while not engine.is_finished(rid):
+        for out in engine.step():
+            out_ids += out.token_ids
+    assert out.finish_reason == "stop" and len(out_ids) == 9
+    logged = [t for ev in events if isinstance(ev, Step) for t in ev.tokens[0]] if events else []
+    assert logged == out_ids  # the log's tokens are the response's
+    last_step = max(i for i, ev in enumerate(events) if isinstance(ev, Step))
+    finished = events[last_step + 1]
+    assert isinstance(finished, Finished) and finished.reason == "stop" and finished.num_output_tokens == 9
+    assert finished.time == events[last_step].end
+    assert core.block_manager.num_used_blocks == 0

@@ -18,7 +18,7 @@ from runtime.engine.block_manager import BlockManager, root_hash
 from runtime.engine.config import EngineConfig
 from runtime.engine.drafters import Drafter, make_drafter, parse_speculative
 from runtime.engine.prompt_record import PromptRecorder
-from runtime.engine.request import Request, RequestStatus
+from runtime.engine.request import Request, RequestStatus, TextStop
 from runtime.engine.scheduler import Scheduler
 from runtime.engine.types import PLACEHOLDER, EventSink, Executor, RequestDelta, StepOutput, StepPlan, StepResult
 from traces.events import Aborted, Admitted, Arrived, Finished, Preempted, Rejected, Span, Step
@@ -77,6 +77,7 @@ class EngineCore:
         now: float,
         priority: int = 0,
         cache_salt: str | None = None,
+        text_stop: TextStop | None = None,  # its stop strings' matcher, from a caller that owns its text
     ) -> int:
         record = prompt if isinstance(prompt, Prompt) else PromptIds(list(prompt))
         token_ids = materialize(record)
@@ -89,7 +90,7 @@ class EngineCore:
             raise
         rid = self._next_request_id
         req = Request(rid, token_ids, params, now, self.config.scheduler.max_model_len, priority,
-                      self.eos_token_id, cache_salt)
+                      self.eos_token_id, cache_salt, text_stop)
         if self.sink is not None:
             try:  # before the request joins: one its log refuses leaves the engine as it was
                 self.sink(Arrived(time=now, request_id=rid, prompt=self.prompts.arrived(record, req), params=params,
@@ -115,7 +116,7 @@ class EngineCore:
         return self._end(request_id, now, reason, RequestStatus.ABORTED)
 
     def finish(self, request_id: int, now: float, reason: str = "stop") -> bool:
-        """Finish a request between steps (e.g. its text hit a stop string)."""
+        """Finish a request between steps, for a reason of the caller's (a stop string: ``text_stop``)."""
         return self._end(request_id, now, reason, RequestStatus.FINISHED)
 
     def _end(self, request_id: int, now: float, reason: str, status: RequestStatus) -> bool:
@@ -266,6 +267,11 @@ class EngineCore:
                         if i + 1 < len(new):
                             new = cut[k] = new[: i + 1]
                         break
+            if req.text_stop is not None and (kept := req.text_stop.add(new)) is not None:  # as a stop token
+                reason = "stop"
+                if kept < len(new):  # the round's tokens past the stop string's are cut
+                    del token_ids[len(token_ids) - len(new) + kept:]
+                    new = cut[k] = new[:kept]
             if drafts is not None and span.request_id in drafts:
                 self._land_drafts(req, span, drafts[span.request_id], token_ids_of[k], reason)
                 speculated = True

@@ -10,8 +10,19 @@ from __future__ import annotations
 
 import enum
 from array import array
+from typing import Protocol
 
 from traces.params import SamplingParams
+
+
+class TextStop(Protocol):
+    """What a request's text says of its tokens: its stop strings, matched by the serving side's
+    detokenizer (the engine owns no text). The commit gives it each step's new tokens of the
+    request, so a stop string ends the request in the step that completed it, as a stop token does."""
+
+    def add(self, token_ids: list[int]) -> int | None:
+        """Take the step's new tokens; how many of them the text keeps when a stop string completed
+        among them (the request ends there), else None."""
 
 
 class RequestStatus(enum.Enum):
@@ -33,6 +44,7 @@ class Request:
         "request_id", "token_ids", "num_prompt_tokens", "params", "arrival_time", "priority",
         "status", "num_computed_tokens", "num_cached_tokens", "finish_reason", "admit_seq",
         "max_total_tokens", "num_preemptions", "eos_token_id", "cache_salt", "stops_on_token", "token_may_matter",
+        "text_stop",
     )
 
     def __init__(
@@ -45,6 +57,7 @@ class Request:
         priority: int = 0,
         eos_token_id: int | None = None,
         cache_salt: str | None = None,
+        text_stop: TextStop | None = None,
     ) -> None:
         self.request_id = request_id
         self.token_ids = prompt_token_ids
@@ -67,6 +80,7 @@ class Request:
         # False: ``next_token_matters`` is False all along (no stop strings, penalties or token stops)
         self.token_may_matter = self.stops_on_token or bool(params.stop) or params.repetition_penalty != 1.0 \
             or params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
+        self.text_stop = text_stop  # its stop strings' matcher (None: none, or no text: a simulation)
 
     @property
     def num_tokens(self) -> int:

@@ -7,11 +7,16 @@ Usage (one per request)::
     for new_ids in ...:                         # the token ids committed in each step
         delta = detok.add(new_ids)              # DetokenizerDelta(text, stopped)
         stream(delta.text)
-        if delta.stopped:                       # a stop string matched: finish the request
-            core.finish(request_id, now, "stop"); break
+        if delta.stopped:                       # a stop string matched: the request is done
+            break
     else:
         stream(detok.finish().text)             # finished for another reason: flush what was held
     detok.text                                  # == the concatenated deltas
+
+In the engine a request with stop strings hands its detokenizer to the core as a ``StopWatch``:
+the commit adds each step's tokens and ends the request in the step a stop string completed in,
+its tokens cut there (runtime/engine/request.py ``TextStop``); the output processor then takes
+that step's text from the watch instead of decoding the tokens again.
 
 Guarantees
 * ``detok.text`` == concatenation of all delta texts == ``tokenizer.decode(output_ids,
@@ -194,17 +199,36 @@ def make_detokenizer(tokenizer: Any, prompt_token_ids: Sequence[int], params: An
                                   include_stop_str_in_output=params.include_stop_str_in_output)
 
 
-def apply_delta(detok: IncrementalDetokenizer, new_token_ids: Sequence[int],
-                finish_reason: str | None) -> tuple[str, str | None, bool]:
-    """One step of a request's text: ``(new text, finish reason, stop_string_hit)``.
+class StopWatch:
+    """A request's detokenizer as the engine's commit uses it (``TextStop``): ``add`` decodes the
+    step's tokens and says how many of them the text keeps when a stop string completed; ``take``
+    hands that step's delta to the output processor."""
 
-    A stop string decides the reason ("stop") whatever the token-level reason was; when it ends a
-    request the core did not finish, ``stop_string_hit`` tells the caller to ``core.finish`` it.
-    A request that ends for another reason releases the text the detokenizer held back.
-    """
-    delta = detok.add(new_token_ids)
-    if delta.stopped:
-        return delta.text, "stop", finish_reason is None
-    if finish_reason is not None:
-        return delta.text + detok.finish().text, finish_reason, False
-    return delta.text, None, False
+    __slots__ = ("detokenizer", "_delta")
+
+    def __init__(self, detokenizer: IncrementalDetokenizer) -> None:
+        self.detokenizer = detokenizer
+        self._delta: DetokenizerDelta | None = None
+
+    def add(self, token_ids: list[int]) -> int | None:
+        before = len(self.detokenizer.token_ids)
+        self._delta = delta = self.detokenizer.add(token_ids)
+        return len(self.detokenizer.token_ids) - before if delta.stopped else None
+
+    def take(self) -> DetokenizerDelta:
+        """The delta of the tokens the last commit added (once)."""
+        delta, self._delta = self._delta, None
+        if delta is None:
+            raise RuntimeError("no tokens were added to this request's text since its last delta")
+        return delta
+
+
+def step_text(detok: IncrementalDetokenizer, watch: StopWatch | None, new_token_ids: Sequence[int],
+              finish_reason: str | None) -> str:
+    """One step of a request's text: the watch's delta (the commit decoded it), or the detokenizer's
+    of these tokens; a request that ends for another reason than a stop string also releases what
+    the detokenizer held back."""
+    delta = watch.take() if watch is not None else detok.add(new_token_ids)
+    if finish_reason is not None and not delta.stopped:
+        return delta.text + detok.finish().text
+    return delta.text

@@ -178,8 +178,9 @@ class LLMEngine:
         if request_id is not None:
             self.output.check_new(request_id)
         now = self.now() if arrival_time is None else arrival_time
-        core_id = self.core.add_request(ids, params, now, priority, cache_salt=cache_salt)
-        return self.output.add(self.core.requests[core_id], ids, params, now, request_id)
+        text = self.output.text_of(ids, params)
+        core_id = self.core.add_request(ids, params, now, priority, cache_salt=cache_salt, text_stop=text.watch)
+        return self.output.add(self.core.requests[core_id], text, now, request_id)
 
     def log_id(self, request_id: int) -> int | None:
         """The id the log gives an unfinished request (None once it ended)."""
@@ -252,16 +253,13 @@ class LLMEngine:
         return out
 
     def _deliver(self, outputs: list[StepOutput]) -> list[OutputDelta]:
-        """The completed steps' deltas (the output processor's), and the one call back into the
-        core: a stop string found in a step's text finishes its request in that step."""
+        """The completed steps' deltas (the output processor's; a stop string ended its request in
+        the commit already)."""
         deltas: list[OutputDelta] = []
         for out in outputs:
             if out.result is None:
                 continue
-            now = self.now()
-            done = self.output.process(out, now)
-            for core_id in done.stopped:
-                self.core.finish(core_id, now, "stop")
+            done = self.output.process(out, self.now())
             deltas += done.deltas
             if self.observer is not None:
                 self.observer(done.timings)

@@ -1,9 +1,10 @@
 """OutputProcessor: what each completed step means to the requests' callers (vLLM v1's split of
 an output processor from the engine driver). It owns every unfinished request's state on the
-serving side: its detokenizer and stop strings, the cut of a speculative round at a stop string,
-its timeline and the engine's counters; it turns a ``StepOutput`` into ``OutputDelta`` items, the
-step's latency observations, and the requests a stop string ended (which the driver finishes in
-the core: the processor never calls into it).
+serving side: its detokenizer and stop strings, its timeline and the engine's counters; it turns a
+``StepOutput`` into ``OutputDelta`` items and the step's latency observations. It never calls into
+the core: a request with stop strings hands the core a ``StopWatch`` over its detokenizer
+(``text_of``), so the commit ends it in the step a stop string completed in, its tokens cut there,
+as a stop token would; the processor then takes that step's text from the watch.
 
 A request is named by the caller's id when the caller gives one (a server's front end names its
 requests before the engine sees them) and by the core's id otherwise; the core's id is what its
@@ -17,7 +18,7 @@ from typing import Any
 
 from runtime.engine.request import Request
 from runtime.engine.types import StepOutput
-from runtime.serving.detokenizer import DetokenizerDelta, apply_delta, make_detokenizer
+from runtime.serving.detokenizer import DetokenizerDelta, StopWatch, make_detokenizer, step_text
 from runtime.serving.outputs import EngineStats, OutputDelta, RequestRecord, StepTimings
 from traces.params import SamplingParams
 
@@ -32,11 +33,20 @@ class _NoText:
         return DetokenizerDelta("", False)
 
 
+@dataclass(slots=True, frozen=True)
+class RequestText:
+    """A request's text: its detokenizer, and the watch over it the core is given when it has stop
+    strings (None: the processor decodes its tokens itself)."""
+
+    detokenizer: Any
+    watch: StopWatch | None
+
+
 @dataclass(slots=True)
 class RequestState:
     request_id: int  # the caller's id
     request: Request  # the core's (it outlives the core's table, for the last delta's counts)
-    detokenizer: Any
+    text: RequestText
     arrival_time: float
     scheduled_time: float | None = None
     first_token_time: float | None = None
@@ -55,21 +65,14 @@ class RequestState:
                            logprobs, self.arrival_time, self.first_token_time, r.num_cached_tokens,
                            r.num_preemptions, error)
 
-    def through_stop(self, new_ids: list[int], logprobs: list | None) -> tuple[list[int], list | None]:
-        """The tokens of a multi-token delta up to the one that completed a stop string (the
-        detokenizer reads no further); the response's counts lose the rest."""
-        used = len(self.detokenizer.token_ids) - (self.num_output_tokens - len(new_ids))
-        self.num_output_tokens -= len(new_ids) - used
-        return new_ids[:used], None if logprobs is None else logprobs[:used]
 
 
 @dataclass(slots=True)
 class Processed:
-    """One step's outputs: the deltas, the latency observations, the requests a stop string ended."""
+    """One step's outputs: the deltas and the latency observations."""
 
     deltas: list[OutputDelta] = field(default_factory=list)
     timings: StepTimings = field(default_factory=StepTimings)
-    stopped: list[int] = field(default_factory=list)  # core ids, for ``core.finish``
 
 
 class OutputProcessor:
@@ -85,12 +88,17 @@ class OutputProcessor:
         if request_id in self._core_ids:
             raise ValueError(f"request id {request_id} is already in use")
 
-    def add(self, request: Request, prompt_ids: list[int], params: SamplingParams, arrival: float,
-            request_id: int | None = None) -> int:
+    def text_of(self, prompt_ids: list[int], params: SamplingParams) -> RequestText:
+        """A new request's text, before the core takes it (its watch goes with it: ``text_stop``)."""
+        if self.tokenizer is None:
+            return RequestText(_NoText(), None)
+        detok = make_detokenizer(self.tokenizer, prompt_ids, params)
+        return RequestText(detok, StopWatch(detok) if params.stop else None)
+
+    def add(self, request: Request, text: RequestText, arrival: float, request_id: int | None = None) -> int:
         """Track a request the core took; returns the caller's id for it."""
         rid = request.request_id if request_id is None else request_id
-        detok = _NoText() if self.tokenizer is None else make_detokenizer(self.tokenizer, prompt_ids, params)
-        self._states[request.request_id] = RequestState(rid, request, detok, arrival)
+        self._states[request.request_id] = RequestState(rid, request, text, arrival)
         self._core_ids[rid] = request.request_id
         self.stats.prompt_tokens += request.num_prompt_tokens
         return rid
@@ -156,11 +164,8 @@ class OutputProcessor:
                 if d.finish_reason is not None:  # the core ended it in this very step (its log: Finished)
                     self._finished(state, d.finish_reason, now, timings)
                 continue
-            text, finish, stop_hit = apply_delta(state.detokenizer, new_ids, d.finish_reason)
-            if stop_hit:
-                done.stopped.append(d.request_id)
-                if len(new_ids) > 1:  # a speculative round: the response ends at the stop string's token
-                    new_ids, logprobs = state.through_stop(new_ids, logprobs)
+            finish = d.finish_reason
+            text = step_text(state.text.detokenizer, state.text.watch, new_ids, finish)
             if finish is not None:
                 self._finished(state, finish, now, timings)
             done.deltas.append(state.delta(text, new_ids, finish, logprobs))
