@@ -10,10 +10,10 @@
              runtime (tokens must match the log);
 4. what-if — the recorded workload re-simulated with chunked prefill on and off, and the same
              change over ``--draws`` redrawings of its arrivals (a short run's tail is a few requests);
-5. analyze — the what-if first (chunked off against on, both simulated from the same model, a
-             change counted only beyond the model's error), then the live run against its
-             simulation (the model's own error) on a line of its own: report.md,
-             latency CDFs, timeline, Chrome traces.
+5. analyze — the what-if first (chunked off against on, both simulated from the same model over
+             the draws, a change counted when it passes 5 % the same way on most draws, the
+             model's error beside it), then the live run against its simulation (the model's
+             own error) on a line of its own: report.md, latency CDFs, timeline, Chrome traces.
 
 Every stage is also a ``minivllm`` command; the demo prints each one as it runs it.
 """
@@ -190,9 +190,9 @@ def run_demo(args: argparse.Namespace) -> int:
               "--out", str(sims[chunked]), "--no-progress"])
     if not args.skip_execute:
         _cli(["replay", str(live), "--execute", "--no-progress"])
-    # against the simulated chunked-on run: the what-if (chunking off), counted only beyond the model's
-    # error, and apart, that error (the live run against its simulation) — the live run as the baseline
-    # would show the model's error as the what-if's effect
+    # against the simulated chunked-on run: the what-if (chunking off) over the draws, and apart, the
+    # model's error (the live run against its simulation) — the live run as the baseline would show
+    # the model's error as the what-if's effect
     _cli(["analyze", str(sims["on"]), str(sims["off"]), str(live), "--what-if", "--draws", str(out / "fidelity.json"),
           "--labels", "sim chunked on,sim chunked off,live (chunked on)", "--chrome-trace",
           "--out", str(out / "report")])

@@ -4,14 +4,16 @@ sized from a memory budget (or a fixed block count).
 Budget (``plan_num_blocks``): ``kv_cache_gb`` if set; else on CUDA a fraction of the device's
 memory (what other processes and the weights already hold is subtracted, and a reserve for
 activations is kept back), on the CPU ``DEFAULT_CPU_KV_GB``. The engine's ``cache.num_blocks`` is
-what this budget holds, unless the user fixed it.
+what this budget holds, unless the user fixed it. A CPU pool larger than the memory the machine has
+free is refused before it is allocated (else the kernel's out-of-memory killer ends the process,
+with no word of why).
 """
 
 from __future__ import annotations
 
 import torch
 
-from runtime.engine.config import SchedulerConfig
+from runtime.engine.config import ConfigError, SchedulerConfig
 from runtime.executor.config import DEFAULT_CPU_KV_GB, RunnerConfig
 from runtime.executor.model.spec import ModelSpec
 
@@ -61,8 +63,25 @@ def shared_gpu_kv_gb(device, engines: int, utilization: float) -> float:
     return total * utilization / engines * 0.8
 
 
+def available_memory() -> int | None:
+    """Bytes of memory the machine has free for a new allocation (Linux's MemAvailable); None elsewhere."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def allocate_kv(spec: ModelSpec, num_blocks: int, block_size: int, dtype: torch.dtype,
                 device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    if device.type == "cpu":
+        need, free = num_blocks * block_bytes(spec, dtype, block_size), available_memory()
+        if free is not None and need > free:
+            raise ConfigError(f"num_blocks {num_blocks:,}: a KV pool of {need / 2**30:.1f} GiB, and this machine has "
+                              f"{free / 2**30:.1f} GiB free; give fewer blocks or a smaller --kv-cache-gb")
     shape = (num_blocks, block_size, spec.num_kv_heads, spec.head_dim)
     # zeros, not empty: padded block-table entries point at block 0 and must never hold NaN
     return [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
