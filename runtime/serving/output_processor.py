@@ -66,7 +66,6 @@ class RequestState:
                            r.num_preemptions, error)
 
 
-
 @dataclass(slots=True)
 class Processed:
     """One step's outputs: the deltas and the latency observations."""
