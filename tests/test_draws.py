@@ -81,6 +81,8 @@ def test_fidelity_reports_the_what_if_over_draws(logs, tmp_path, capsys):
     assert "4 draws Δ" in out and "their arrivals redrawn 4 times" in out
     assert json.loads(js.read_text())["what_if"]["draws"]["metrics"]["e2e"]["p90"].keys() == {
         "pooled_pct", "low_pct", "high_pct", "same_sign"}
+    assert main(["analyze", str(on), str(on), str(on), "--what-if", "--draws", str(js)]) == 0
+    assert "(both simulated from one model, over 4 draws of the arrivals)" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["fidelity", str(on), "--cost-model", str(model), "--draws", "4"])
     assert "--draws: needs --what-if" in capsys.readouterr().err
@@ -122,7 +124,10 @@ def test_analyze_draws_errors_name_the_flag(logs, tmp_path, capsys):
     three = [str(on), str(off), str(on), "--what-if", "--draws"]
     bad = tmp_path / "bad.json"
     bad.write_text('{"what_if": {}}')
-    for path, says in ((tmp_path / "none.json", "no such file"), (bad, "no what_if.draws in it")):
+    other = tmp_path / "other.json"  # the draws of another run
+    other.write_text(json.dumps({"live_log": str(off), "what_if": {"draws": _draws(-20.0)}}))
+    for path, says in ((tmp_path / "none.json", "no such file"), (bad, "no what_if.draws in it"),
+                       (other, f"measured the what-if on {off}, not on {on}, the LIVE log given")):
         with pytest.raises(SystemExit):
             main(["analyze", *three, str(path)])
         assert f"--draws: {path}: {says}" in capsys.readouterr().err

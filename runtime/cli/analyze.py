@@ -35,13 +35,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def read_draws(path: str) -> dict:
-    """The ``what_if.draws`` of a fidelity report; a CLI error names ``--draws`` and what is wrong."""
+def read_draws(path: str, live: str) -> dict:
+    """The ``what_if.draws`` of a fidelity report on the ``live`` log; a CLI error names ``--draws``
+    and what is wrong."""
     import json
 
     try:
-        draws = json.loads(Path(path).read_text())["what_if"]["draws"]
+        report = json.loads(Path(path).read_text())
+        draws = report["what_if"]["draws"]
         _ = draws["metrics"]["ttft"]["p50"]["pooled_pct"], draws["draws"]
+        measured = Path(report["live_log"])
     except FileNotFoundError:
         raise CLIError(f"--draws: {path}: no such file") from None
     except (OSError, ValueError) as e:
@@ -49,6 +52,8 @@ def read_draws(path: str) -> dict:
     except (KeyError, TypeError):
         raise CLIError(f"--draws: {path}: no what_if.draws in it (minivllm fidelity LIVE --what-if FIELD=VALUE "
                        "--draws N --json PATH writes one)") from None
+    if not (measured.exists() and measured.samefile(live)):
+        raise CLIError(f"--draws: {path}: measured the what-if on {measured}, not on {live}, the LIVE log given")
     return draws
 
 
@@ -99,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--what-if: give three logs (BASE CHANGE LIVE), not {len(args.logs)}")
     if args.draws and not args.what_if:
         raise CLIError("--draws: needs --what-if (three logs: BASE CHANGE LIVE)")
-    draws = read_draws(args.draws) if args.draws else None
+    draws = read_draws(args.draws, args.logs[2]) if args.draws else None
     runs = [(label, load(path)) for label, path in zip(labels, args.logs)]
     stall_s = None if args.stall_ms is None else args.stall_ms / 1e3
     factor = STALL_FACTOR if args.stall_factor is None else args.stall_factor
