@@ -113,9 +113,12 @@ class _ZeroCost:
     def __init__(self) -> None:
         self.steps = 0
         self.classes: set[str] = set()
+        self.chunks_on_prefix_beside_decodes = 0  # steps with a prompt's chunk past its start and a decode
 
     def execute(self, plan, requests):
         self.steps += 1
+        if any(s.num_tokens > 1 and s.start > 0 for s in plan.spans) and any(s.num_tokens == 1 for s in plan.spans):
+            self.chunks_on_prefix_beside_decodes += 1
         drafts = [plan.drafts.get(s.request_id, []) for s in plan.spans if s.sample] if plan.drafts else []
         self.classes.add(shape_class(Step(step=plan.step, start=0, end=0, spans=plan.spans, tokens=[], drafts=drafts)))
         return StepResult([[151_000] for s in plan.spans if s.sample], 0.0)
@@ -134,8 +137,9 @@ def test_cuda_default_sweep_is_feasible_and_short(tmp_path):
                           scheduler=SchedulerConfig(max_model_len=max_len, max_num_batched_tokens=max_len - 1))
     limits = derive_limits(max_len, max_batch, config, budget=2048, max_prefill=max_len - 1, fill_pool=True)
     plan = sweep_plan(limits)
-    assert {c.kind for c in plan} == {"prefill", "prefill+context", "decode", "decode (unequal contexts)", "verify"}
-    decode = [c for c in plan if isinstance(c, DecodeCase) and not c.drafts and not c.spread]
+    assert {c.kind for c in plan} == {"prefill", "prefill+context", "decode", "decode (unequal contexts)",
+                                      "decode + prefill on a prefix", "verify"}
+    decode = [c for c in plan if isinstance(c, DecodeCase) and not c.drafts and not c.spread and not c.mixed_context]
     assert max(c.batch for c in decode) == 256 and max(c.context for c in decode) == max_len - DECODE_HEADROOM
     # whole prompts beyond the budget, up to max_model_len
     assert max(c.chunk for c in plan if isinstance(c, PrefillCase)) == max_len - 1
@@ -166,6 +170,11 @@ def test_cuda_default_sweep_is_feasible_and_short(tmp_path):
         run_sweep(ShapeSweep(EngineCore(config, sink=writer, drafter=SweepDrafter(151_936)), executor,
                              vocab_size=151_936), plan, progress=False)
     assert executor.classes == {"prefill", "prefill+context", "decode", "mixed", "verify"}
+    # a prompt's chunks on its cached prefix beside decode batches of 1 to 64, at every prefix context of the grid
+    on_prefix = [c for c in plan if isinstance(c, DecodeCase) and c.mixed_context]
+    assert {c.batch for c in on_prefix} == {1, 4, 16, 64}
+    assert {c.mixed_context for c in on_prefix} == {c.context for c in plan if isinstance(c, PrefillCase) and c.context}
+    assert executor.chunks_on_prefix_beside_decodes >= 3 * len(on_prefix)
     assert executor.steps < 7_000
     assert log.stat().st_size < 15 << 20  # a device run sends back files of up to 16 MiB
 

@@ -186,10 +186,13 @@ class ShapeSweep:
             if case.drafts:
                 self.settle()
             self.core.drafter = None
+        at = case.mixed_context  # the injected prompts' cached prefix, computed once beside the decodes
+        if at and case.mixed_chunks and self.live(reqs) and len(self.core.requests) < self.max_seqs:
+            self.drain([self.add(self.prompt(at, at), 1)])
         for chunk in case.mixed_chunks:
             if not self.live(reqs) or len(self.core.requests) >= self.max_seqs:
                 break  # a fresh prompt could not join the batch: it would wait for the batch to end
-            self.drain([self.add(self.prompt(chunk), 1)])  # decodes + this chunk (+ its rest)
+            self.drain([self.add(self.prompt(at + chunk, at), 1)])  # decodes + this chunk (+ its rest)
             if self.live(reqs):
                 self.step()  # a pure decode step between injections
         self.settle()

@@ -18,6 +18,10 @@ own scheduler produces the step shapes the cost model needs (simulator/cost/feat
                                   4 apart, 1.5, 1.875 and 2 for batches up to SMALL_BATCH (single
                                   streams and speculation, whose step time a model interpolates
                                   between them; 1.875: where the decode kernel's programs are longest)
+  DecodeCase(..., mixed_context=p) the injected prompts start with a cached prefix of ``p`` tokens:
+                                  a prompt's chunk on its context beside the decodes, as a long
+                                  prompt's later chunks run when chunked prefill serves it (such a
+                                  step costs less than a prefill step and a decode step added up)
   DecodeCase(..., spread=True)    the same with contexts as unequal as a served batch's: one request
                                   at ``context``, the rest spread from 1/8 to 3/4 of it (a served
                                   batch's longest context is 1.4-3.7 times its mean): the decode
@@ -63,6 +67,7 @@ class DecodeCase:
     shared: bool = False  # prompts share all but their last block: cheap to prefill, full context to decode
     drafts: int = 0  # drafts each decode step verifies per request (0: plain decode)
     spread: bool = False  # contexts unequal: one at ``context``, the rest from 1/8 to 3/4 of it
+    mixed_context: int = 0  # the injected prompts' cached prefix (0: fresh prompts)
 
     @property
     def kind(self) -> str:
@@ -70,6 +75,8 @@ class DecodeCase:
             return "verify"
         if self.spread:
             return "decode (unequal contexts)"
+        if self.mixed_context:
+            return "decode + prefill on a prefix"
         return "decode (shared prefix)" if self.shared else "decode"
 
     @property
@@ -102,6 +109,7 @@ VERIFY_DRAFTS = (1, 2, 4, 8, 16)
 VERIFY_MAX_BATCH = 32
 SMALL_BATCH = 8  # decode batches up to this size are profiled on a finer context grid
 SPREAD_MIN_BATCH, SPREAD_MIN_CONTEXT = 4, 512  # decode batches also profiled with unequal contexts
+MIXED_PREFIX_BATCHES = (1, 4, 16, 64)  # decode batches a prompt's chunk on a cached prefix joins
 
 
 def verify_steps(batch: int) -> int:
@@ -224,6 +232,14 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
                 case = DecodeCase(b, ctx, max(2, steps // 2), spread=True)
                 if sum(case.contexts) <= lim.max_kv_tokens:
                     decode.append(case)
+        if b in MIXED_PREFIX_BATCHES or quick and b == batches[0]:
+            # a prompt's chunks on its cached prefix beside the batch's decodes (chunked prefill as served)
+            ctx = min(decode_ctx, key=lambda c: abs(c - 256))  # a served decode's context, not the longest
+            fill = min(lim.budget - b, lim.max_context)
+            for pre in contexts[-1:] if quick else contexts:
+                chunks_at = tuple(c for c in (16, 64, 256, fill) if 2 <= c <= min(fill, lim.max_context - pre))
+                if chunks_at and b * ctx <= lim.max_kv_tokens:
+                    decode.append(DecodeCase(b, ctx, 2, tuple(sorted(set(chunks_at))), mixed_context=pre))
         if not quick:
             # beyond the prefill-priced cap, up to 90% of the pool: shared-prefix batches
             for ctx in decode_ctx:
