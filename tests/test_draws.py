@@ -17,6 +17,7 @@ from simulator.fidelity.draws import redraw_arrivals, what_if_over_draws
 from simulator.fidelity.fidelity import fidelity
 from simulator.replay.replay import log_config
 from tests.sim_helpers import VARYING_TRUTH, mixed_workload, record_on_off, small_config
+from tests.test_what_if import _summary
 from traces.importers.log import read_log_workload
 from traces.workload import Workload
 
@@ -86,11 +87,6 @@ def test_fidelity_reports_the_what_if_over_draws(logs, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["fidelity", str(on), "--cost-model", str(model), "--draws", "4"])
     assert "--draws: needs --what-if" in capsys.readouterr().err
-
-
-def _summary(ttft=(1.0, 1.0)) -> dict:
-    pct = lambda v: {"p50": v[0], "p90": v[1]}  # noqa: E731
-    return {"ttft_s": pct(ttft), "tpot_s": pct((1.0, 1.0)), "e2e_s": pct((1.0, 1.0)), "output_throughput_tok_s": 1.0}
 
 
 def _draws(ttft_p90: float, same_sign: float = 0.9) -> dict:

@@ -24,12 +24,13 @@ import numpy as np
 
 from runtime.engine.config import EngineConfig
 from simulator.cost.cost_model import CostModel
+from simulator.fidelity.statistics import rel_error, stats
 from simulator.fleet.speculation import Speculation
 from simulator.replay.request_times import METRICS, RequestTimes
 from simulator.sim import simulate
 from traces.workload import Workload
 
-PERCENTILES = (50, 90, 99)
+PERCENTILES = ("p50", "p90", "p99")
 SPREAD = (10, 90)  # the per-draw changes' range reported
 
 
@@ -49,14 +50,6 @@ def redraw_arrivals(workload: Workload, seed: int) -> Workload:
     return Workload(out, seed=workload.seed, source=workload.source, meta=workload.meta)
 
 
-def _pct(new: float, old: float) -> float:
-    return (new - old) / old * 100 if old and math.isfinite(old) and math.isfinite(new) else math.nan
-
-
-def _stat(values: np.ndarray, p: int) -> float:
-    return float(np.percentile(values, p)) if len(values) else math.nan
-
-
 def what_if_over_draws(workload: Workload, model: CostModel, base: EngineConfig, change: EngineConfig, draws: int,
                        speculation: Speculation | None = None) -> dict[str, Any]:
     """``{"draws": n, "metrics": {metric: {"p50": {pooled_pct, low_pct, high_pct, same_sign}, ...}}}``
@@ -65,7 +58,7 @@ def what_if_over_draws(workload: Workload, model: CostModel, base: EngineConfig,
     if draws < 1:
         raise ValueError("--draws: at least 1")
     pooled: dict[str, dict[str, list[np.ndarray]]] = {side: {m: [] for m in METRICS} for side in ("base", "change")}
-    per_draw: dict[str, dict[int, list[float]]] = {m: {p: [] for p in PERCENTILES} for m in METRICS}
+    per_draw: dict[str, dict[str, list[float]]] = {m: {p: [] for p in PERCENTILES} for m in METRICS}
     for seed in range(1, draws + 1):
         drawn = redraw_arrivals(workload, seed)
         values = {}
@@ -76,17 +69,18 @@ def what_if_over_draws(workload: Workload, model: CostModel, base: EngineConfig,
             for m in METRICS:
                 pooled[side][m].append(values[side][m])
         for m in METRICS:
+            new, old = stats(values["change"][m]), stats(values["base"][m])
             for p in PERCENTILES:
-                per_draw[m][p].append(_pct(_stat(values["change"][m], p), _stat(values["base"][m], p)))
+                per_draw[m][p].append(rel_error(new[p], old[p]))
     out: dict[str, Any] = {}
     for m in METRICS:
-        base_v, change_v = (np.concatenate(pooled[side][m]) for side in ("base", "change"))
+        old, new = (stats(np.concatenate(pooled[side][m])) for side in ("base", "change"))
         out[m] = {}
         for p in PERCENTILES:
-            effect = _pct(_stat(change_v, p), _stat(base_v, p))
+            effect = rel_error(new[p], old[p])
             changes = np.array([c for c in per_draw[m][p] if math.isfinite(c)])
             low, high = (float(np.percentile(changes, q)) if len(changes) else math.nan for q in SPREAD)
             agree = float(np.mean(np.sign(changes) == np.sign(effect))) if len(changes) and math.isfinite(effect) \
                 else math.nan
-            out[m][f"p{p}"] = {"pooled_pct": effect, "low_pct": low, "high_pct": high, "same_sign": agree}
+            out[m][p] = {"pooled_pct": effect, "low_pct": low, "high_pct": high, "same_sign": agree}
     return {"draws": draws, "metrics": out}

@@ -34,6 +34,7 @@ from simulator.cost.model_base import TimedModel
 from simulator.cost.ranges import track_ranges
 from simulator.fidelity.config_diff import config_changes, what_if
 from simulator.fidelity.draws import what_if_over_draws
+from simulator.fidelity.statistics import STATS, rel_error, stats
 from simulator.fleet.device import place, placement_of
 from simulator.fleet.fleet import ReplicaSpec, simulate_fleet
 from simulator.fleet.outages import outages_of
@@ -47,23 +48,8 @@ from traces.importers.log import read_log_workload
 from traces.log import read_header
 from traces.workload import Workload
 
-STATS = ("mean", "p50", "p90", "p99")
 # what --tolerance checks: the fidelity goal's metrics (TTFT, TPOT, E2E at p50 and p90; makespan)
 CHECKED = {"ttft": ("p50", "p90"), "tpot": ("p50", "p90"), "e2e": ("p50", "p90")}
-
-
-def stats(values: np.ndarray) -> dict[str, float]:
-    if not len(values):
-        return {"n": 0, **dict.fromkeys(STATS, math.nan)}
-    return {"n": int(len(values)), "mean": float(values.mean()),
-            **{f"p{p}": float(np.percentile(values, p)) for p in (50, 90, 99)}}
-
-
-def rel_error(sim: float, live: float) -> float:
-    """(sim - live) / live in %; NaN where live is 0 or unknown (a queue p50 of 0, say)."""
-    if not (math.isfinite(sim) and math.isfinite(live)) or live == 0:
-        return math.nan
-    return (sim - live) / live * 100
 
 
 def compare(live: dict[str, np.ndarray], sim: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:

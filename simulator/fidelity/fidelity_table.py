@@ -24,7 +24,8 @@ from typing import Any
 
 from simulator.cost.cost_model import CostModel
 from simulator.fidelity.config_diff import flat
-from simulator.fidelity.fidelity import CHECKED, compare, fidelity, rel_error, times_of_log
+from simulator.fidelity.fidelity import CHECKED, compare, fidelity, times_of_log
+from simulator.fidelity.statistics import rel_error
 from simulator.replay.replay import log_config
 from traces.workload import Workload
 

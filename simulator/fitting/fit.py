@@ -243,7 +243,6 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
             host, launch = with_eager_launch(host, wall, device)
             if launch is not None:
                 report["launch"] = launch
-    served = None
     if front_door:
         probe = read_runs([front_door], cache)[0]
         door = fit_front_door(probe.events)
@@ -251,9 +250,8 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
             raise CostModelError(f"{probe.path}: no request reached an idle engine: not a front-door probe's log")
         host = replace(host, intake_delay=door.intake_delay, intake_per_token=door.intake_per_token, wake=0.0)
         report["front_door"] = {"log": probe.path, **asdict(door)}
-        served = fit_served_steps(probe, model)
-    if served is not None:
-        report["served_steps"] = asdict(served)
+        if (served := fit_served_steps(probe, model)) is not None:
+            report["served_steps"] = asdict(served)
     if co_located:
         members = read_runs(co_located, cache)
         model = model.with_shared_device(fit_shared_device(members, model))

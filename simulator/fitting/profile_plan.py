@@ -232,7 +232,7 @@ def sweep_plan(limits: SweepLimits, *, quick: bool = False) -> list[Case]:
                 case = DecodeCase(b, ctx, max(2, steps // 2), spread=True)
                 if sum(case.contexts) <= lim.max_kv_tokens:
                     decode.append(case)
-        if b in MIXED_PREFIX_BATCHES or quick and b == batches[0]:
+        if b in MIXED_PREFIX_BATCHES or (quick and b == batches[0]):
             # a prompt's chunks on its cached prefix beside the batch's decodes (chunked prefill as served)
             ctx = min(decode_ctx, key=lambda c: abs(c - 256))  # a served decode's context, not the longest
             fill = min(lim.budget - b, lim.max_context)
