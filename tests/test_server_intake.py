@@ -233,3 +233,29 @@ def test_a_closed_intake_starts_no_worker(caplog):
     for thread in set(threading.enumerate()) - before:
         thread.join(10)
     assert intake._pool is None and "did not start" not in caplog.text
+
+
+def test_serve_starts_every_worker_before_it_is_ready(served):
+    """``start`` (what ``minivllm serve`` calls) spawns each worker and has it answer before ``up``:
+    the first large requests after start-up wait for no process to import its modules."""
+    taken = served.app.state.server.intake
+    intake = Intake(taken.prompts, taken.tokenizer, "m", workers=2)
+    try:
+        intake.start()
+        assert not intake.up.is_set()
+        wait_until(intake.up.is_set, 120, "the intake workers to start")
+        procs = list(intake._pool._processes.values())
+        assert len(procs) == 2 and all(p.is_alive() for p in procs)
+    finally:
+        intake.close()
+
+
+def test_ready_waits_for_the_intake_workers(served):
+    intake: Intake = served.app.state.server.intake
+    intake.up.clear()
+    try:
+        r = httpx.get(served.url + "/ready", timeout=10)
+        assert r.status_code == 503 and r.json() == {"status": "starting intake workers"}
+    finally:
+        intake.up.set()
+    assert httpx.get(served.url + "/ready", timeout=10).json() == {"status": "ready"}

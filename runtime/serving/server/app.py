@@ -156,11 +156,15 @@ def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str, *, api_k
 
     @app.get("/ready")
     async def ready() -> JSONResponse:
-        """200 once warmed up (every kernel compiled, every graph captured); 503 before, as vLLM."""
+        """200 once warmed up (every kernel compiled, every graph captured) and the intake workers
+        started; 503 before, as vLLM."""
         if not engine.alive:
             return await health()
-        ok = engine.ready.is_set()
-        return JSONResponse({"status": "ready" if ok else "warming up"}, status_code=200 if ok else 503)
+        if not engine.ready.is_set():
+            return JSONResponse({"status": "warming up"}, status_code=503)
+        if not server.intake.up.is_set():
+            return JSONResponse({"status": "starting intake workers"}, status_code=503)
+        return JSONResponse({"status": "ready"})
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -8,7 +8,10 @@ as a packed array (unpickled in µs). A small body stays on the loop, its tokeni
 (HF tokenizers drop the GIL), since a process round trip costs more than it saves (``INLINE_BYTES``).
 
 The pool starts with the first large request (a process spawned, the tokenizer sent once), or
-at start-up under ``minivllm serve`` (``start``). A worker that dies (killed, out of memory) fails
+at start-up under ``minivllm serve`` (``start``): there every worker is spawned and has run a task
+before ``up`` is set, and ``/ready`` waits for it. A worker's start imports the tokenizer's library
+(seconds on a GPU machine); a pool started on demand made the first long prompts after start-up
+wait that long (5-7 s on an H200 machine). A worker that dies (killed, out of memory) fails
 its request with a 503 and the pool is made afresh; a worker whose server is gone exits.
 
 A body's bytes become the endpoint's body model as FastAPI reads a body parameter (``parse_body``),
@@ -57,6 +60,7 @@ log = logging.getLogger("minivllm.server")
 # and queues it behind the other large ones. At 16 KiB the loop's cost stays under a fast
 # engine's token interval (~4 ms); below it, the round trip would cost more than it saves.
 INLINE_BYTES = 16 << 10
+WORKER_START_S = 300.0  # the longest the workers' start may take before /ready gives up waiting
 
 
 def worker_count(cores: int, front_ends: int) -> int:
@@ -92,6 +96,8 @@ class Intake:
         self.max_pending = PENDING_PER_WORKER * workers
         self.pending = 0  # large requests given to the workers and not answered yet
         self.refused_busy = 0  # large requests refused because that many were pending
+        self.up = threading.Event()  # every worker started (``start``); set at once when none is asked for
+        self.up.set()
 
     async def take(self, endpoint: Any, raw: Request) -> tuple[Any, list[list[int]]]:
         """(the request, its prompts' ids), or an exception the error handlers answer (a 400 naming
@@ -132,16 +138,32 @@ class Intake:
             raise ModelNotFound(self.model_name)
 
     def start(self) -> None:
-        """Start a worker now, in the background (``minivllm serve``): the first large request then
-        finds it ready instead of waiting seconds for a process to import its modules."""
+        """Start every worker now, in the background (``minivllm serve``); ``up`` is set once each
+        has run a task (or the start failed: a request then says so with a 500), so the first
+        large requests find them ready instead of waiting seconds for processes to import."""
+        self.up.clear()
+
         def start() -> None:
             try:
-                self._get_pool().submit(int)
-            except Exception as exc:  # (a request then says so too, with a 500)
+                self._start_workers()
+            except Exception as exc:
                 if not self._closed:  # (stopped before it started: nothing to say)
                     log.warning("intake workers did not start: %s", type(exc).__name__)
+            finally:
+                self.up.set()
 
         threading.Thread(target=start, name="minivllm-intake-start", daemon=True).start()
+
+    def _start_workers(self) -> None:
+        """Rounds of one short task per worker until as many workers have answered as the pool has:
+        the pool spawns a process for each task no idle worker takes, and a task runs only once its
+        worker has started."""
+        pool, seen = self._get_pool(), set()
+        deadline = time.monotonic() + WORKER_START_S
+        while len(seen) < self.workers:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(seen)} of {self.workers} intake workers started in {WORKER_START_S} s")
+            seen.update(job.result() for job in [pool.submit(_hello) for _ in range(self.workers)])
 
     def _get_pool(self) -> concurrent.futures.ProcessPoolExecutor:
         with self._lock:
@@ -227,6 +249,13 @@ def _exit_with(parent: int) -> None:
     while os.getppid() == parent:
         time.sleep(1.0)
     os._exit(0)
+
+
+def _hello() -> int:
+    """A worker's answer once it has started (``Intake._start_workers``): held briefly, so the
+    round's other tasks go to other workers."""
+    time.sleep(0.05)
+    return os.getpid()
 
 
 def _take_in(endpoint_index: int, data: bytes, content_type: str | None) -> tuple[int, Any, list[array]]:

@@ -108,7 +108,7 @@ class _EngineCollector:
         yield gauge("kv_blocks_cached_free", "Unreferenced blocks kept for prefix reuse", state.kv_blocks_cached_free)
         yield gauge("kv_blocks_reserved", "Blocks promised to admitted requests", state.kv_blocks_reserved)
         yield gauge("engine_alive", "1 while the engine runs", 1.0 if e.alive else 0.0)
-        yield gauge("engine_ready", "1 once warmed up (/ready answers 200)", 1.0 if e.ready.is_set() else 0.0)
+        yield gauge("engine_ready", "1 once the engine is warmed up", 1.0 if e.ready.is_set() else 0.0)
         replica_health = getattr(e, "replica_health", None)
         if replica_health is not None:  # a fleet: how many replicas serve, how often one was started again
             replicas = replica_health()
