@@ -77,9 +77,11 @@ def test_a_step_keeps_its_device_time_through_the_log(tmp_path):
 def test_a_fit_prices_steps_by_the_device_and_the_launch_apart(tmp_path):
     _run(tmp_path / "timed.jsonl", timed=True)
     _run(tmp_path / "untimed.jsonl", timed=False)
-    timed = fit_cost_model([tmp_path / "timed.jsonl"], kind="linear-absolute", eager_launch=True)
+    timed = fit_cost_model([tmp_path / "timed.jsonl"], kind="linear-absolute")  # the launch modelled by default
     untimed = fit_cost_model([tmp_path / "untimed.jsonl"], kind="linear-absolute")
-    assert "device_timed" not in fit_cost_model([tmp_path / "timed.jsonl"], kind="linear-absolute").meta
+    assert untimed.launch_time is None  # (no device times: off by default)
+    wall = fit_cost_model([tmp_path / "timed.jsonl"], kind="linear-absolute", eager_launch=False)
+    assert "device_timed" not in wall.meta and wall.launch_time is None
     batch = [Span(i, 200, 1, True) for i in range(8)]
     assert timed.meta["device_timed"] and "device_timed" not in untimed.meta
     assert timed.step_time(0, batch) == pytest.approx(DECODE_DEVICE, rel=0.05)

@@ -32,7 +32,7 @@ def fit_logs(logs: Sequence[str | LoggedRun], *, holdout: list[str] | None = Non
              holdout_block: int = 32, kind: str = "auto", weighting: str | None = None,
              model_identity: str | None = None, hardware: str | None = None, dtype: str | None = None,
              command: str | None = None, calibrate_on: list[str] | None = None,
-             decode_steps_of: list[str] | None = None, eager_launch: bool = False,
+             decode_steps_of: list[str] | None = None, eager_launch: bool | None = None,
              weights: dict[str, int] | None = None, front_door: str | None = None,
              co_located: Sequence[str | LoggedRun] | None = None):
     """Fit a cost model on ``logs`` (paths, or logs already read: simulator.cost.logged_run;
@@ -258,12 +258,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--decode-steps-of", nargs="+", metavar="LOG",
                    help="logs of which only the pure-decode steps join the fit (e.g. a profile sweep whose prefill "
                         "steps an engine change made stale, still covering the large batches) (default: none)")
-    f.add_argument("--eager-launch", action="store_true",
+    f.add_argument("--eager-launch", action=argparse.BooleanOptionalAction, default=None,
                    help="with overlapped logs: also fit the host time to launch a step that carries prefill, which "
                         "holds back the step before it; the step model then learns the steps' times on the device "
-                        "where the logs carry them (a GPU profile sweep), else leaves out the steps a launch moves "
-                        "(simulator/cost/launch.py; docs/BENCHMARKS.md: it fixes the TTFT p50 bias by load on the "
-                        "H200 logs, but prices TPOT lower than live on long prompts) (default: off)")
+                        "where the logs carry them, else leaves out the steps a launch moves "
+                        "(simulator/cost/launch.py) (default: on for logs whose every step carries its time on the "
+                        "device, a GPU profile sweep; off for others)")
     f.add_argument("--front-door", metavar="LOG",
                    help="a front-door probe's log (what `minivllm profile` writes beside its sweep): the intake delay "
                         "(arrival stamp to the engine's first step, by prompt length) is fitted on it (default: "

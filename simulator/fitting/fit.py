@@ -175,7 +175,7 @@ def decode_steps(logs: Sequence[LogPath | LoggedRun]) -> StepData:
 def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[LogPath] | None = None,
                    holdout_every: int = 5, holdout_block: int = HOLDOUT_BLOCK, kind: str = "auto",
                    meta: dict[str, Any] | None = None, calibrate_on: Sequence[LogPath] | None = None,
-                   decode_steps_of: Sequence[LogPath] | None = None, eager_launch: bool = False,
+                   decode_steps_of: Sequence[LogPath] | None = None, eager_launch: bool | None = None,
                    weights: dict[str, int] | None = None, front_door: LogPath | None = None,
                    co_located: Sequence[LogPath | LoggedRun] = ()) -> TimedModel:
     """The model for ``logs``: every candidate (``kind="auto"``) or one, fitted on the training
@@ -187,6 +187,8 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
     ``eager_launch``: with overlapped logs, fit the host time to launch a step that carries prefill
     too (simulator/cost/launch.py): from the steps' times on the device where the logs carry them (a GPU
     profile sweep), the step model then learning those; else from the step model's predictions.
+    None (the default): on exactly when every step carries its time on the device, since a logged
+    duration there mixes the host's launch of the next step into the step's own time.
     ``weights``: a log of ``logs`` → how many times its training steps
     count (a profile sweep's few steps against many live ones); its held-out steps count once.
     ``front_door``: a front-door probe's log (runtime/bench/front_door_probe.py) the intake delay is
@@ -201,6 +203,8 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
     if decode_steps_of:
         data = StepData.concat([data, decode_steps(read_runs(decode_steps_of, cache))])
     host = fit_host_timing(runs)
+    if eager_launch is None:
+        eager_launch = data.device_timed
     # with the launch modelled, steps timed on the device too (a GPU profile sweep) while the host
     # planned ahead: the step model learns the device's times, the launch is fitted from them
     timed = eager_launch and host.overlap and data.device_timed
