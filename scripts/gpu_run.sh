@@ -65,6 +65,8 @@
 #              serve --launch, which sends a turn when the previous answer has arrived; SESSIONS_RUNS times (default
 #              2: the spread); the workload, the served logs and the client JSON into $OUT
 #   machine    which machine this is (GPU UUID, host), for runs compared across machines
+#   bundle     pack everything in $OUT into $OUT/bundle.tar.part_* of at most 9 MiB each (put it last: a
+#              transfer that takes few, small files); cat bundle.tar.part_* | tar xf - unpacks it
 # The packages the machine lacks travel as wheels in .whl/: run scripts/gpu_wheels.sh here first and
 # copy .whl to the GPU machine with the tree.
 set -uo pipefail
@@ -227,6 +229,8 @@ for pc in ('off', 'on'):
                   --tokenizer .gpu/tokenizer_152k --device cuda --dtype bfloat16 --max-model-len 8192 ${ENGINE_FLAGS:-} | tail -n 14
                 gzip -c /tmp/sessions_$i.jsonl > "$OUT/sessions_serve_$i.jsonl.gz"
               done ;;
+    bundle) (cd "$OUT" && files=$(ls -A | grep -v '^bundle\.tar\.part_') && [ -n "$files" ] \
+              && tar cf - $files | split -b 9m - bundle.tar.part_ && rm -rf $files; ls -la) ;;
     machine) nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader; hostname; nproc ;;
     modeltests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_model_gpu.py tests/test_fused_norm_rope_gpu.py 2>&1 | tail -n 30 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
