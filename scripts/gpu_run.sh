@@ -13,6 +13,8 @@
 #   probe      torch-profiler table of one 2048-token prefill step
 #   launch     scripts/launch_probe.py: the host's launch of a prefill step while a decode step runs, by
 #              prompt size (what holds a decode step back before a prefill; simulator/cost/launch.py)
+#   launchload the same probe at 256 and 1,024 tokens, greedy and sampled (temperature 1), alone and with half the
+#              cores spinning in other processes: what moves a served engine's launch past the profile's
 #   (Qwen3-0.6B shapes are served with .gpu/tokenizer_152k: SmolLM2's tokenizer widened to the shape's 151,936
 #   ids, so every sampled id decodes to text and streams a chunk; SmolLM2 shapes with .gpu/tokenizer)
 #   serve      the OpenAI server on Qwen3-0.6B shapes (random weights):
@@ -117,6 +119,13 @@ for stage in "$@"; do
     kernel) minivllm bench decode-kernel --json "$OUT/decode_kernel.json" ;;
     probe) python3 -m runtime.bench.prefill_probe ;;
     launch) python3 scripts/launch_probe.py --json "$OUT/launch_probe.json" --trace "${TRACE_TOKENS:-8000}" ;;
+    launchload) for busy in 0 $(( $(nproc) / 2 )); do
+                  for t in 0 1; do
+                    echo "temperature $t, $busy processes spinning"
+                    python3 scripts/launch_probe.py --sizes 256,1024 --repeats 5 --decodes 16 --temperature $t \
+                      --busy "$busy" --json "$OUT/launch_t${t}_busy${busy}.json"
+                  done
+                done ;;
     serve) # ENGINE_FLAGS: both the server and bench live (e.g. chunked off); SERVE_FLAGS: the server only
            SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer_152k --device cuda --dtype bfloat16
                 --max-model-len 8192 ${ENGINE_FLAGS:-})

@@ -9,7 +9,10 @@ For each prompt size P: 64 requests decode; after a few decode steps one P-token
 Printed per P (medians over the repeats): the decode steps before (device-bound), the decode step
 held back by the prefill's launch, the prefill step, the host time of the prefill's launch, and the
 same launch with the device idle (synchronised first). With ``--trace P`` a torch profiler table of
-the host calls in one busy launch of a P-token prefill is printed too.
+the host calls in one busy launch of a P-token prefill is printed too. ``--temperature`` samples
+every request (the API's default is 1; the profile's sweep is greedy) and ``--busy N`` keeps N other
+processes spinning on the CPU meanwhile (a loaded server's front ends and clients): how each moves
+the launch.
 
     python scripts/launch_probe.py --sizes 512,2048,4096,8000 --json out.json
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
 import statistics
 import time
 
@@ -58,8 +62,26 @@ class TimedLaunches:
         return self.runner.collect(handle)
 
 
-def one_case(parts, size: int, seed: int, *, decodes: int, context: int, sync_first: bool = False,
-             profile: bool = False) -> dict:
+def _spin() -> None:
+    while True:
+        pass
+
+
+@contextlib.contextmanager
+def busy_processes(n: int):
+    """``n`` processes spinning on the CPU until the block ends (forked before CUDA is initialised)."""
+    procs = [multiprocessing.get_context("fork").Process(target=_spin, daemon=True) for _ in range(n)]
+    for proc in procs:
+        proc.start()
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.terminate()
+
+
+def one_case(parts, size: int, seed: int, *, decodes: int, context: int, temperature: float = 0.0,
+             sync_first: bool = False, profile: bool = False) -> dict:
     """One P-token prompt arriving while ``decodes`` requests of ``context`` prompt tokens decode."""
     vocab = parts.loaded.spec.vocab_size
     parts.runner.reset()
@@ -67,14 +89,14 @@ def one_case(parts, size: int, seed: int, *, decodes: int, context: int, sync_fi
     timed = TimedLaunches(parts.runner, sync_first, profile)
     loop = StepLoop(core, timed, time.perf_counter, overlap=True)
     g = torch.Generator().manual_seed(seed)
-    decode = SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True)
+    decode = SamplingParams(max_tokens=400, temperature=temperature, ignore_eos=True)
     for _ in range(decodes):
         core.add_request(torch.randint(0, vocab, (context,), generator=g).tolist(), decode, 0.0)
     steps = []
     while len(steps) < 40 + decodes // 8:  # prompts in, then plain decode steps
         steps.extend(loop.step())
     core.add_request(torch.randint(0, vocab, (size,), generator=g).tolist(),
-                     SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True), 0.0)
+                     SamplingParams(max_tokens=2, temperature=temperature, ignore_eos=True), 0.0)
     launched_before = len(timed.launches)  # (the first prompts' prefill steps are launches too)
     after = []
     while len(after) < 4:
@@ -100,13 +122,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-model-len", type=int, default=8192)
     p.add_argument("--trace", type=int, default=None, help="profile the host calls of one busy P-token launch")
     p.add_argument("--device", default="cuda")
+    p.add_argument("--temperature", type=float, default=0.0, help="every request's (0: greedy)")
+    p.add_argument("--busy", type=int, default=0, help="processes spinning on the CPU meanwhile")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    with busy_processes(args.busy):
+        return _probe(args)
+
+
+def _probe(args: argparse.Namespace) -> int:
     dtype = "bfloat16" if args.device == "cuda" else "float32"
     parts = build_engine(f"random:{args.model_shape}", device=args.device, dtype=dtype,
                          max_model_len=args.max_model_len, max_num_batched_tokens=args.max_model_len,
                          enable_chunked_prefill=False)
-    batch = {"decodes": args.decodes, "context": args.context}
+    batch = {"decodes": args.decodes, "context": args.context, "temperature": args.temperature}
     sizes = [int(s) for s in args.sizes.split(",")]
     for size in sizes:  # warm-up: every size once (kernel compilation, allocator growth)
         one_case(parts, size, 999, **batch)
@@ -126,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name() if args.device == "cuda" else args.device,
-                       "rows": rows}, f, indent=2)
+                       "temperature": args.temperature, "busy": args.busy, "rows": rows}, f, indent=2)
     return 0
 
 
