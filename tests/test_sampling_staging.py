@@ -35,3 +35,16 @@ def test_views_on_cuda():
     host = {"a": np.arange(3, dtype=np.float32), "b": np.arange(5, dtype=np.int64)}
     dev, _ = stage(host, torch.device("cuda"))
     assert dev["a"].is_cuda and dev["b"].tolist() == list(range(5))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_staging_does_not_wait_for_the_work_queued_on_the_device():
+    """A copy from pageable memory waits for the stream; through pinned memory the host returns at
+    once, and each buffer keeps its bytes until its copy has run, however many follow it."""
+    torch.cuda.synchronize()
+    torch.cuda._sleep(2_000_000_000)  # the stream busy for about a second
+    staged = [stage({"a": np.full(1000, i, dtype=np.int64)}, torch.device("cuda"))[0]["a"] for i in range(50)]
+    assert not torch.cuda.current_stream().query()  # the host did not wait for the device
+    torch.cuda.synchronize()
+    assert all(t.unique().tolist() == [i] for i, t in enumerate(staged))

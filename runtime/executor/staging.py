@@ -21,8 +21,11 @@ _TORCH_DTYPE = {np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32
 def stage(arrays: dict[str, np.ndarray], device: torch.device) -> tuple[dict[str, torch.Tensor], int]:
     """1-D device views of ``arrays`` (same names) and the number of bytes copied.
 
-    The copy is ``non_blocking`` from pageable memory: the host returns once the bytes are
-    staged by the driver, so the numpy arrays may be reused right away.
+    On CUDA the bytes go through pinned memory (PyTorch's caching host allocator, which keeps a
+    block until its copy has run): a copy from pageable memory makes the host wait for all the work
+    queued on the stream first, and a step's launch then waited for the step before (its inputs)
+    or for its own forward (its sampling parameters), which undid the overlap of host and device.
+    The numpy arrays may be reused as soon as this returns.
     """
     parts, spans, pos = [], {}, 0
     for name, a in arrays.items():
@@ -33,8 +36,12 @@ def stage(arrays: dict[str, np.ndarray], device: torch.device) -> tuple[dict[str
             parts.append(np.zeros(pad, np.uint8))
         spans[name] = (pos, raw.size, _TORCH_DTYPE[a.dtype])
         pos += raw.size + pad
-    if pos:
-        buf = torch.from_numpy(np.concatenate(parts)).to(device, non_blocking=True)
+    if pos and device.type == "cuda":
+        host = torch.empty(pos, dtype=torch.uint8, pin_memory=True)
+        np.concatenate(parts, out=host.numpy())
+        buf = host.to(device, non_blocking=True)
+    elif pos:
+        buf = torch.from_numpy(np.concatenate(parts)).to(device)
     else:
         buf = torch.empty(0, dtype=torch.uint8, device=device)
     return {name: buf[o:o + n].view(dt) for name, (o, n, dt) in spans.items()}, pos
