@@ -119,7 +119,7 @@ for stage in "$@"; do
     kernel) minivllm bench decode-kernel --json "$OUT/decode_kernel.json" ;;
     probe) python3 -m runtime.bench.prefill_probe ;;
     launch) python3 scripts/launch_probe.py --json "$OUT/launch_probe.json" --trace "${TRACE_TOKENS:-8000}" ;;
-    launchload) for busy in 0 $(( $(nproc) / 2 )); do
+    launchload) for busy in 0 $(( ($(nproc) + 1) / 2 )); do
                   for t in 0 1; do
                     echo "temperature $t, $busy processes spinning"
                     python3 scripts/launch_probe.py --sizes 256,1024 --repeats 5 --decodes 16 --temperature $t \
@@ -238,8 +238,11 @@ for pc in ('off', 'on'):
                   --tokenizer .gpu/tokenizer_152k --device cuda --dtype bfloat16 --max-model-len 8192 ${ENGINE_FLAGS:-} | tail -n 14
                 gzip -c /tmp/sessions_$i.jsonl > "$OUT/sessions_serve_$i.jsonl.gz"
               done ;;
-    bundle) (cd "$OUT" && files=$(ls -A | grep -v '^bundle\.tar\.part_') && [ -n "$files" ] \
-              && tar cf - $files | split -b 9m - bundle.tar.part_ && rm -rf $files; ls -la) ;;
+    bundle) (cd "$OUT" || exit 1
+             if ls bundle.tar.part_* >/dev/null 2>&1; then echo "bundle: $OUT already holds a bundle"; exit 1; fi
+             mapfile -t files < <(ls -A)
+             [ ${#files[@]} -gt 0 ] || exit 0
+             tar cf - -- "${files[@]}" | split -b 9m - bundle.tar.part_ && rm -rf -- "${files[@]}" && ls -la) ;;
     machine) nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader; hostname; nproc ;;
     modeltests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_model_gpu.py tests/test_fused_norm_rope_gpu.py 2>&1 | tail -n 30 ;;
     *) echo "unknown stage $stage"; exit 2 ;;

@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import json
 import multiprocessing
+import os
 import statistics
 import time
 
@@ -62,15 +63,16 @@ class TimedLaunches:
         return self.runner.collect(handle)
 
 
-def _spin() -> None:
-    while True:
+def _spin(parent: int) -> None:
+    while os.getppid() == parent:  # (a probe killed outright leaves no spinner behind)
         pass
 
 
 @contextlib.contextmanager
 def busy_processes(n: int):
     """``n`` processes spinning on the CPU until the block ends (forked before CUDA is initialised)."""
-    procs = [multiprocessing.get_context("fork").Process(target=_spin, daemon=True) for _ in range(n)]
+    procs = [multiprocessing.get_context("fork").Process(target=_spin, args=(os.getpid(),), daemon=True)
+             for _ in range(n)]
     for proc in procs:
         proc.start()
     try:
@@ -78,6 +80,7 @@ def busy_processes(n: int):
     finally:
         for proc in procs:
             proc.terminate()
+            proc.join()
 
 
 def one_case(parts, size: int, seed: int, *, decodes: int, context: int, temperature: float = 0.0,

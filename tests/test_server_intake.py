@@ -244,8 +244,7 @@ def test_serve_starts_every_worker_before_it_is_ready(served):
         intake.start()
         assert not intake.up.is_set()
         wait_until(intake.up.is_set, 120, "the intake workers to start")
-        procs = list(intake._pool._processes.values())
-        assert len(procs) == 2 and all(p.is_alive() for p in procs)
+        assert len(intake.worker_pids) == 2 and intake.worker_pids == set(intake._pool._processes)
     finally:
         intake.close()
 

@@ -16,9 +16,9 @@ span); the step in flight ends no earlier than that launch; the launched step's 
 the step before's and its own last launch. Fitted here from the logs: a step followed by a prefill
 step lasts ``max(GPU time, launch of the next)``, the GPU time being the step model's.
 
-Opt-in (``cost-model fit --eager-launch``): on the H200 logs it removes the TTFT p50 bias by load,
-but on a machine it was not fitted on it scores 2 cells lower than the shipped model (the launch
-differs by machine and load: 5.5-8.8 ms), so no shipped model has one.
+On by default where every fitted step carries its time on the device (a GPU profile sweep: the step
+model then learns those and the launch is fitted apart); ``cost-model fit --eager-launch`` elsewhere.
+The shipped models are fitted on served logs without device times and have none.
 """
 
 from __future__ import annotations

@@ -156,8 +156,9 @@ def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str, *, api_k
 
     @app.get("/ready")
     async def ready() -> JSONResponse:
-        """200 once warmed up (every kernel compiled, every graph captured) and the intake workers
-        started; 503 before, as vLLM."""
+        """200 once warmed up (every kernel compiled, every graph captured) and this front end's
+        intake workers started; 503 before, as vLLM. (With several front ends each answers for its
+        own workers: they start together, seconds apart at most.)"""
         if not engine.alive:
             return await health()
         if not engine.ready.is_set():

@@ -98,6 +98,7 @@ class Intake:
         self.refused_busy = 0  # large requests refused because that many were pending
         self.up = threading.Event()  # every worker started (``start``); set at once when none is asked for
         self.up.set()
+        self.worker_pids: set[int] = set()  # the workers that have answered ``start``'s tasks
 
     async def take(self, endpoint: Any, raw: Request) -> tuple[Any, list[list[int]]]:
         """(the request, its prompts' ids), or an exception the error handlers answer (a 400 naming
@@ -139,8 +140,9 @@ class Intake:
 
     def start(self) -> None:
         """Start every worker now, in the background (``minivllm serve``); ``up`` is set once each
-        has run a task (or the start failed: a request then says so with a 500), so the first
-        large requests find them ready instead of waiting seconds for processes to import."""
+        has run a task, or once the start has failed or timed out (logged; the workers are then
+        spawned on demand, and a broken pool answers a 503), so the first large requests find them
+        ready instead of waiting seconds for processes to import."""
         self.up.clear()
 
         def start() -> None:
@@ -148,7 +150,7 @@ class Intake:
                 self._start_workers()
             except Exception as exc:
                 if not self._closed:  # (stopped before it started: nothing to say)
-                    log.warning("intake workers did not start: %s", type(exc).__name__)
+                    log.warning("intake workers did not start: %s: %s", type(exc).__name__, exc)
             finally:
                 self.up.set()
 
@@ -158,12 +160,15 @@ class Intake:
         """Rounds of one short task per worker until as many workers have answered as the pool has:
         the pool spawns a process for each task no idle worker takes, and a task runs only once its
         worker has started."""
-        pool, seen = self._get_pool(), set()
+        pool = self._get_pool()
         deadline = time.monotonic() + WORKER_START_S
-        while len(seen) < self.workers:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(seen)} of {self.workers} intake workers started in {WORKER_START_S} s")
-            seen.update(job.result() for job in [pool.submit(_hello) for _ in range(self.workers)])
+        while len(self.worker_pids) < self.workers:
+            jobs = [pool.submit(_hello) for _ in range(self.workers)]
+            try:
+                self.worker_pids.update(job.result(timeout=max(0.0, deadline - time.monotonic())) for job in jobs)
+            except concurrent.futures.TimeoutError:
+                raise TimeoutError(f"{len(self.worker_pids)} of {self.workers} intake workers started "
+                                   f"in {WORKER_START_S:.0f} s") from None
 
     def _get_pool(self) -> concurrent.futures.ProcessPoolExecutor:
         with self._lock:
