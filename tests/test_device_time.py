@@ -87,3 +87,22 @@ def test_a_fit_prices_steps_by_the_device_and_the_launch_apart(tmp_path):
     assert timed.step_time(0, batch) == pytest.approx(DECODE_DEVICE, rel=0.05)
     assert untimed.step_time(0, batch) > 1.1 * DECODE_DEVICE  # the held-back steps averaged in
     assert timed.host.eager_launch == pytest.approx(PREFILL_LAUNCH, rel=0.1)
+
+
+def test_cost_model_fit_models_the_launch_by_default_on_device_timed_steps(tmp_path, capsys):
+    """The CLI: on a log whose steps carry device times the launch is fitted unless
+    ``--no-eager-launch``; on one without, only with ``--eager-launch``."""
+    from runtime.cli import main
+    from simulator.cost.loading import load_cost_model
+
+    _run(tmp_path / "timed.jsonl", timed=True)
+    _run(tmp_path / "untimed.jsonl", timed=False)
+    out = tmp_path / "m.json"
+    fit = ["cost-model", "fit", "--kind", "linear-absolute", "--out", str(out)]
+    assert main([*fit, str(tmp_path / "timed.jsonl")]) == 0
+    assert "eager launch:" in capsys.readouterr().out
+    assert load_cost_model(out).host.eager_launch == pytest.approx(PREFILL_LAUNCH, rel=0.1)
+    assert main([*fit, str(tmp_path / "timed.jsonl"), "--no-eager-launch"]) == 0
+    assert "eager launch:" not in capsys.readouterr().out and load_cost_model(out).launch_time is None
+    assert main([*fit, str(tmp_path / "untimed.jsonl")]) == 0
+    assert load_cost_model(out).launch_time is None
