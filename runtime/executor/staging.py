@@ -23,8 +23,8 @@ def stage(arrays: dict[str, np.ndarray], device: torch.device) -> tuple[dict[str
 
     On CUDA the bytes go through pinned memory (PyTorch's caching host allocator, which keeps a
     block until its copy has run): a copy from pageable memory makes the host wait for all the work
-    queued on the stream first, and a step's launch then waited for the step before (its inputs)
-    or for its own forward (its sampling parameters), which undid the overlap of host and device.
+    queued on the stream first, so a step's launch would wait for the step before (its inputs) or
+    for its own forward (its sampling parameters), and host and device would no longer overlap.
     The numpy arrays may be reused as soon as this returns.
     """
     parts, spans, pos = [], {}, 0
