@@ -50,8 +50,8 @@ def weigh(base: dict[str, Any], change: dict[str, Any], live: dict[str, Any],
     the change is the one over the redrawn arrivals, pooled, with its per-draw range beside it."""
     out = []
     for family, stats in FAMILIES.items():
-        if draws is not None:
-            cells = draws["metrics"][family.lower()]
+        cells = draws["metrics"][family.lower()] if draws is not None else None
+        if cells is not None:
             moves = [(name, cells[name]["pooled_pct"]) for name, _ in stats]
         else:
             moves = [(name, delta_pct(get(change), get(base))) for name, get in stats]
@@ -60,8 +60,7 @@ def weigh(base: dict[str, Any], change: dict[str, Any], live: dict[str, Any],
         errors = [e for e in errors if e == e]
         if not moves or not errors:
             continue
-        if draws is not None:  # the largest change that moves (past the floor, most draws agreeing), else the largest
-            cells = draws["metrics"][family.lower()]
+        if cells is not None:  # the largest change that moves (past the floor, most draws agreeing), else the largest
             moving = [m for m in moves if abs(m[1]) > FLOOR_PCT and cells[m[0]]["same_sign"] >= AGREEING_DRAWS]
             stat, effect = max(moving or moves, key=lambda m: abs(m[1]))
             out.append({"family": family, "stat": stat, "effect_pct": effect, "error_pct": max(errors),

@@ -79,7 +79,7 @@ def test_a_fit_prices_steps_by_the_device_and_the_launch_apart(tmp_path):
     _run(tmp_path / "untimed.jsonl", timed=False)
     timed = fit_cost_model([tmp_path / "timed.jsonl"], kind="linear-absolute")  # the launch modelled by default
     untimed = fit_cost_model([tmp_path / "untimed.jsonl"], kind="linear-absolute")
-    assert untimed.launch_time is None  # (no device times: off by default)
+    assert untimed.launch_time is None  # (no times on the device: off by default)
     wall = fit_cost_model([tmp_path / "timed.jsonl"], kind="linear-absolute", eager_launch=False)
     assert "device_timed" not in wall.meta and wall.launch_time is None
     batch = [Span(i, 200, 1, True) for i in range(8)]
@@ -90,7 +90,7 @@ def test_a_fit_prices_steps_by_the_device_and_the_launch_apart(tmp_path):
 
 
 def test_cost_model_fit_models_the_launch_by_default_on_device_timed_steps(tmp_path, capsys):
-    """The CLI: on a log whose steps carry device times the launch is fitted unless
+    """The CLI: on a log whose steps carry their times on the device the launch is fitted unless
     ``--no-eager-launch``; on one without, only with ``--eager-launch``."""
     from runtime.cli import main
     from simulator.cost.loading import load_cost_model

@@ -18,7 +18,7 @@ step lasts ``max(GPU time, launch of the next)``, the GPU time being the step mo
 
 On by default where every fitted step carries its time on the device (a GPU profile sweep: the step
 model then learns those and the launch is fitted apart); ``cost-model fit --eager-launch`` elsewhere.
-The shipped models are fitted on served logs without device times and have none.
+The shipped models are fitted on served logs without times on the device and have none.
 """
 
 from __future__ import annotations
