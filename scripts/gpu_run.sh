@@ -66,6 +66,12 @@
 #              SESSIONS_RATE, default 8, a second; think time 2 s; prompts extend the last turn) served by bench
 #              serve --launch, which sends a turn when the previous answer has arrived; SESSIONS_RUNS times (default
 #              2: the spread); the workload, the served logs and the client JSON into $OUT
+#   idle       the conv replay (RATE_SCALE, default 6) on Qwen3-0.6B shapes, alone and then beside IDLE_N (default 500)
+#              idle and IDLE_N trickling connections (bench serve --idle-connections / --trickling-connections): what
+#              they cost a normal request, and when the server closed them (serve's default timeouts)
+#   dpkill     serve --data-parallel-size 2 on the one GPU under the conv replay (RATE_SCALE, default 8); KILL_AT s
+#              (default 10) into the replay, kill -9 one replica's engine: the client's errors by replica, the
+#              fleet log's outage line (minivllm analyze), and the logs' requests against the client's
 #   machine    which machine this is (GPU UUID, host), for runs compared across machines
 #   bundle     pack everything in $OUT into $OUT/bundle.tar.part_* of at most 9 MiB each (put it last: a
 #              transfer that takes few, small files); cat bundle.tar.part_* | tar xf - unpacks it
@@ -243,6 +249,29 @@ for pc in ('off', 'on'):
              mapfile -t files < <(ls -A)
              [ ${#files[@]} -gt 0 ] || exit 0
              tar cf - -- "${files[@]}" | split -b 9m - bundle.tar.part_ && rm -rf -- "${files[@]}" && ls -la) ;;
+    idle) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer_152k --device cuda --dtype bfloat16 --max-model-len 8192)
+          for held in 0 "${IDLE_N:-500}"; do
+            minivllm bench serve .gpu/conv_head1200.csv --limit 800 --rate-scale "${RATE_SCALE:-6}" --client-processes 4 \
+              --idle-connections "$held" --trickling-connections "$held" --no-progress --json "$OUT/idle_$held.json" \
+              --server-trace /tmp/idle_$held.jsonl --server-log "$OUT/idle_server_$held.log" --launch "${SRV[@]}" | tail -n 14
+          done ;;
+    dpkill) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer_152k --device cuda --dtype bfloat16 --max-model-len 8192)
+            rm -rf /tmp/dpkill; mkdir -p /tmp/dpkill
+            minivllm bench serve .gpu/conv_head1200.csv --limit 800 --rate-scale "${RATE_SCALE:-8}" --client-processes 4 \
+              --no-progress --json "$OUT/dpkill.json" --server-trace /tmp/dpkill/fleet.jsonl \
+              --server-log "$OUT/dpkill_server.log" --launch "${SRV[@]}" --data-parallel-size 2 > "$OUT/dpkill_bench.txt" 2>&1 &
+            bench=$!
+            until grep -q '^replaying' "$OUT/dpkill_bench.txt" || ! kill -0 $bench 2>/dev/null; do sleep 0.2; done
+            sleep "${KILL_AT:-10}"
+            victim=$(pgrep -x minivllm-engine | head -n 1)
+            echo "kill -9 engine process $victim at $(date -u +%H:%M:%S.%N)"; kill -9 "$victim"
+            wait $bench; echo "bench serve exit status $?"; tail -n 16 "$OUT/dpkill_bench.txt"
+            minivllm analyze /tmp/dpkill/fleet.jsonl 2>&1 | grep -E '^outage|replica'
+            python3 -c "import collections, json
+rows = json.load(open('$OUT/dpkill.json'))['requests']
+errs = collections.Counter((r['error'], (r.get('detail') or '')[:80]) for r in rows if r['error'])
+print(f'{len(rows)} requests, {sum(errs.values())} failed:', dict(errs))"
+            tar czf "$OUT/dpkill_logs.tgz" -C /tmp/dpkill . ;;
     machine) nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader; hostname; nproc ;;
     modeltests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_model_gpu.py tests/test_fused_norm_rope_gpu.py 2>&1 | tail -n 30 ;;
     *) echo "unknown stage $stage"; exit 2 ;;

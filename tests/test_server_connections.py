@@ -132,3 +132,45 @@ def test_serve_takes_both_timeouts_as_flags_with_defaults():
     assert timeouts(args) == DEFAULT_TIMEOUTS and DEFAULT_TIMEOUTS.keep_alive_s > 0 and DEFAULT_TIMEOUTS.header_s > 0
     args = build_parser().parse_args(["serve", "--timeout-keep-alive", "2.5", "--timeout-header", "7"])
     assert timeouts(args) == Timeouts(keep_alive_s=2.5, header_s=7.0)
+
+
+def test_bench_serve_s_idle_and_trickling_clients_see_the_server_close_them(server):
+    """``bench serve --idle-connections / --trickling-connections``: held open beside a replay, each
+    is closed by the server once its headers are late, and the report counts them."""
+    from runtime.bench.idle_clients import IdleClients
+
+    with IdleClients(server.host, server.port, idle=6, trickling=4) as held:
+        start = time.monotonic()
+        while held.still_open() and time.monotonic() - start < DEADLINE:
+            assert httpx.get(server.url + "/ping", timeout=DEADLINE).json() == {"ok": True}
+            time.sleep(0.05)
+    report = held.report()
+    assert (report.idle, report.trickling, report.refused) == (6, 4, 0)
+    assert report.closed == 10 and report.open_at_end == 0
+    assert TIMEOUT <= report.lifetime_p50_s <= report.lifetime_max_s < DEADLINE
+    assert "10 closed by the server" in report.render()
+
+
+def test_bench_serve_s_connections_are_reported_open_when_the_server_keeps_them(server):
+    """Against a server that never closes them (timeouts longer than the hold), none is counted closed."""
+    from runtime.bench.idle_clients import IdleClients
+
+    with ServerThread(FastAPI(), timeouts=Timeouts(keep_alive_s=60, header_s=60)) as lax:
+        with IdleClients(lax.host, lax.port, idle=3, trickling=2) as held:
+            time.sleep(1.5)  # trickling ones have sent a byte or two: a server that took them as done would close
+        report = held.report()
+    assert (report.closed, report.open_at_end, report.refused) == (0, 5, 0)
+    assert report.lifetime_p50_s is None and "none" in report.render()
+
+
+def test_serve_raises_its_open_files_limit():
+    """Every connection is a file: serve lifts its soft limit toward the hard one (65,536 at most)."""
+    import resource
+
+    from runtime.serving.server.connections import OPEN_FILES_WANTED, raise_open_files_limit
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    wanted = OPEN_FILES_WANTED if hard == resource.RLIM_INFINITY else min(OPEN_FILES_WANTED, hard)
+    soft = raise_open_files_limit()
+    assert soft == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert soft == resource.RLIM_INFINITY or soft >= wanted

@@ -16,6 +16,7 @@ workload); ``--synthetic N`` draws Poisson/gamma arrivals instead. ``--launch`` 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from dataclasses import asdict
@@ -139,6 +140,22 @@ def _engine_side(records, log: str, decode) -> dict | None:
     return gap
 
 
+@contextlib.contextmanager
+def _connections_without_requests(args: argparse.Namespace, url: str):
+    """--idle-connections / --trickling-connections held open during the replay (None if neither)."""
+    if not (args.idle_connections or args.trickling_connections):
+        yield None
+        return
+    from urllib.parse import urlsplit
+
+    from runtime.bench.idle_clients import IdleClients
+
+    where = urlsplit(url)
+    with IdleClients(where.hostname or "127.0.0.1", where.port or 80, args.idle_connections,
+                     args.trickling_connections) as held:
+        yield held
+
+
 def _serve(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -190,7 +207,7 @@ def _serve(args: argparse.Namespace) -> int:
             if failed[0]:
                 bar.set_postfix(errors=failed[0], refresh=False)
 
-        with bar:
+        with bar, _connections_without_requests(args, url) as held:
             if args.client_processes == 1:
                 records, wall = serve_client.run(url, wl, model, api_key=args.api_key,
                                                  ignore_eos=not args.no_ignore_eos, vocab=args.prompt_vocab,
@@ -209,6 +226,9 @@ def _serve(args: argparse.Namespace) -> int:
             server.stop()
     summary = serve_client.summarize(records, wall, slo)
     print(serve_client.render(summary))
+    held_report = held.report() if held is not None else None
+    if held_report is not None:
+        print(held_report.render())
     gap = _engine_side(records, args.server_trace, decode) if server is not None else None
     queue = gap["engine_queue_ms"]["p99"] if gap else None
     line = verdict(summary["send_lag_ms"]["p99"], queue)
@@ -220,6 +240,7 @@ def _serve(args: argparse.Namespace) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         doc = {"benchmark": "serve", "url": url, "model": model, "workload": wl.source or "synthetic",
                "launch": args.launch, "summary": summary, "engine_vs_client": gap,
+               "connections_without_requests": asdict(held_report) if held_report else None,
                "requests": [asdict(r) for r in records]}  # serve_client.RequestRecord(**row) reads one back
         Path(args.json).write_text(json.dumps(doc, indent=2))
         print(f"wrote {args.json}")
@@ -299,6 +320,12 @@ def add_parsers(kinds: argparse._SubParsersAction) -> None:
     c.add_argument("--client-processes", type=int, default=1, action=Bounded, at_least=1, metavar="N",
                    help="send from N processes (request i from process i mod N, one common start): one process "
                         "falls behind at thousands of streamed tokens a second (default: %(default)s)")
+    c.add_argument("--idle-connections", type=int, default=0, action=Bounded, at_least=0, metavar="N",
+                   help="hold N connections open that send nothing during the replay, and report when the server "
+                        "closed them (default: %(default)s)")
+    c.add_argument("--trickling-connections", type=int, default=0, action=Bounded, at_least=0, metavar="N",
+                   help="hold N connections that send a request line one byte a second and never end its headers "
+                        "(default: %(default)s)")
     c.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     c.add_argument("--json", metavar="PATH", help="also write the summary and every request as JSON")
     sv.set_defaults(func=_serve)

@@ -286,10 +286,12 @@ def resolve_model(args: argparse.Namespace) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     from runtime.cli.listen import bind
+    from runtime.serving.server.connections import raise_open_files_limit
     from runtime.serving.server.launch import http_server
 
     args.model = resolve_model(args)
     args.api_server_count = resolve_api_server_count(args)
+    raise_open_files_limit()  # (inherited by the engine and front-end processes)
     # before the model loads: a taken port is an error at once
     sock = bind(args.host, args.port, reuse_port=args.api_server_count > 1)
     died = EngineDeath()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import resource
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +72,21 @@ class TimedH11Protocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+
+
+OPEN_FILES_WANTED = 65536
+
+
+def raise_open_files_limit() -> int:
+    """Raise the soft limit of open files toward the hard one (as vLLM's server does): every
+    connection is a file, and a common soft limit of 1,024 would refuse clients long before the
+    machine runs short. The limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = OPEN_FILES_WANTED if hard == resource.RLIM_INFINITY else min(OPEN_FILES_WANTED, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def timed_config(config: Any, timeouts: Timeouts) -> Any:
