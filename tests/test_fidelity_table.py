@@ -21,6 +21,7 @@ from simulator.fidelity.fidelity_table import (
     repeat_spread,
     run_row,
     sensitivity_table,
+    short_names,
     sign_table,
     signs_beyond,
     within,
@@ -35,6 +36,12 @@ TRUTH = VARYING_TRUTH
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory):
     return record_on_off(tmp_path_factory.mktemp("table"))
+
+
+def test_rows_of_logs_with_one_file_name_are_told_apart_by_their_folders():
+    paths = ["runs/demo1/live.jsonl", "runs/demo2/live.jsonl", "live1.jsonl", "x/live1.jsonl.gz", "/t/y/b.jsonl"]
+    assert short_names(paths) == {"runs/demo1/live.jsonl": "demo1/live", "runs/demo2/live.jsonl": "demo2/live",
+                                  "live1.jsonl": "live1", "x/live1.jsonl.gz": "x/live1", "/t/y/b.jsonl": "b"}
 
 
 def test_overrides_name_every_config_difference(logs):

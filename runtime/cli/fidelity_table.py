@@ -72,7 +72,7 @@ def _print_tables(rows: list[dict], spread: dict | None, sensitivity: float | No
 
 def _run(args: argparse.Namespace) -> int:
     from runtime.cli.fidelity import closed_loop_workload
-    from simulator.fidelity.fidelity_table import pair_row, repeat_spread, run_row
+    from simulator.fidelity.fidelity_table import pair_row, repeat_spread, run_row, short_names
 
     runs = [_split("--run", spec, "ROLE:LOG") for spec in args.run]
     closed = [_split("--closed-loop", spec, "ROLE:LOG:WORKLOAD") for spec in args.closed_loop]
@@ -83,10 +83,12 @@ def _run(args: argparse.Namespace) -> int:
         raise CLIError("--run: give at least one --run ROLE:LOG, --pair ROLE:ON_LOG:OFF_LOG or --closed-loop "
                        "ROLE:LOG:WORKLOAD")
     cost_models.load(args.cost_model)  # a bad name is a flag error before any row is simulated
-    rows = [run_row(log, cost_models.load(args.cost_model), role, args.sensitivity) for role, log in runs]
-    rows += [run_row(log, cost_models.load(args.cost_model), role, args.sensitivity, workload)
+    names = short_names([log for _, log in runs] + [log for _, log, _ in closed]
+                        + [log for _, on, off in pairs for log in (on, off)])
+    rows = [run_row(log, cost_models.load(args.cost_model), role, args.sensitivity, names=names) for role, log in runs]
+    rows += [run_row(log, cost_models.load(args.cost_model), role, args.sensitivity, workload, names)
              for role, log, workload in closed]
-    rows += [pair_row(on, off, cost_models.load(args.cost_model), role) for role, on, off in pairs]
+    rows += [pair_row(on, off, cost_models.load(args.cost_model), role, names) for role, on, off in pairs]
     spread = None
     if repeats:
         spreads = [repeat_spread(a, b) for a, b in repeats]

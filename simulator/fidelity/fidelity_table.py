@@ -44,6 +44,27 @@ def _name(path: str | Path) -> str:
     return name
 
 
+def short_names(paths: list[str | Path]) -> dict[str, str]:
+    """Each path's row name: its file name less the log suffixes, with as many parent folders as
+    tell it from the other paths (``demo1/live`` and ``demo2/live``, not ``live`` twice)."""
+    depth = {str(p): 0 for p in paths}
+
+    def name(p: str) -> str:
+        parents = Path(p).parent.parts[len(Path(p).parent.parts) - depth[p]:] if depth[p] else ()
+        return "/".join([*parents, _name(p)])
+
+    while True:
+        by_name: dict[str, list[str]] = {}
+        for p in depth:
+            by_name.setdefault(name(p), []).append(p)
+        clashes = [p for same in by_name.values() if len(same) > 1 for p in same
+                   if depth[p] < len(Path(p).parent.parts)]
+        if not clashes:
+            return {p: name(p) for p in depth}
+        for p in clashes:
+            depth[p] += 1
+
+
 def overrides_between(base_log: str | Path, other_log: str | Path) -> list[str]:
     """FIELD=VALUE for every config field in which ``other_log``'s Header differs from ``base_log``'s."""
     _, a = log_config(base_log)
@@ -59,10 +80,11 @@ def overrides_between(base_log: str | Path, other_log: str | Path) -> list[str]:
 
 
 def run_row(log: str | Path, model: CostModel, role: str = "", sensitivity_pct: float | None = None,
-            workload: Workload | None = None) -> dict[str, Any]:
-    """``workload``: the closed-loop workload the run replayed, simulated in place of its arrivals."""
+            workload: Workload | None = None, names: dict[str, str] | None = None) -> dict[str, Any]:
+    """``workload``: the closed-loop workload the run replayed, simulated in place of its arrivals;
+    ``names``: row names by path (``short_names``), else the file name."""
     report, _ = fidelity(log, model, replay=True, sensitivity_pct=sensitivity_pct, workload=workload)
-    name = _name(log) + (" (closed loop)" if workload is not None else "")
+    name = (names or {}).get(str(log), _name(log)) + (" (closed loop)" if workload is not None else "")
     replay = report.get("replay")  # (none of a fleet log: its replicas replay one by one)
     row = {"kind": "run" if replay is not None else "fleet", "run": name, "role": role, "notes": report["notes"],
            "errors": {f"{m}_{p}": report["metrics"][m][p]["error_pct"] for m, p in COLUMNS},
@@ -76,7 +98,9 @@ def run_row(log: str | Path, model: CostModel, role: str = "", sensitivity_pct: 
     return row
 
 
-def pair_row(on_log: str | Path, off_log: str | Path, model: CostModel, role: str = "") -> dict[str, Any]:
+def pair_row(on_log: str | Path, off_log: str | Path, model: CostModel, role: str = "",
+             names: dict[str, str] | None = None) -> dict[str, Any]:
+    name_on, name_off = ((names or {}).get(str(p), _name(p)) for p in (on_log, off_log))
     overrides = overrides_between(on_log, off_log)
     report, _ = fidelity(on_log, model, overrides=overrides, what_if_live=off_log, replay=False)
     w = report["what_if"]
@@ -87,7 +111,7 @@ def pair_row(on_log: str | Path, off_log: str | Path, model: CostModel, role: st
     predicted = rel_error(w["makespan"]["sim_s"], base_ms)
     actual = rel_error(w["makespan"]["live_s"], live_on_ms)
     signs["makespan"] = math.isfinite(predicted) and math.isfinite(actual) and (predicted > 0) == (actual > 0)
-    return {"kind": "what-if", "run": f"{_name(on_log)} → {_name(off_log)}", "role": role, "overrides": overrides,
+    return {"kind": "what-if", "run": f"{name_on} → {name_off}", "role": role, "overrides": overrides,
             "notes": report["notes"],
             "errors": {f"{m}_{p}": w["vs_live"][m][p]["error_pct"] for m, p in COLUMNS},
             "makespan": w["makespan"]["error_pct"], "signs": signs,
