@@ -42,7 +42,8 @@
 #              prompts, PROFILE_S seconds (default 150); the sweep and front-door logs gzipped into $OUT (fit them
 #              on any machine)
 #   mcserve    bench serve --launch of that trace's first LIMIT (default 120) requests at RATE_SCALE (default
-#              0.7), MC_RUNS times (default 2: the live spread), --max-model-len 40960; served logs into $OUT
+#              0.7), MC_RUNS times (default 2: the live spread), --max-model-len 40960; served logs into $OUT;
+#              BENCH_FLAGS: more bench serve flags (e.g. --text-prompts .gpu/tokenizer_152k)
 #   stream     the front end under heavy streaming (SmolLM2-135M shapes): STREAM_N (default 1500) requests of
 #              128 prompt + 1,000 output tokens at STREAM_RATE (default 60) req/s, 8 client processes; then
 #              40k-token prompts (a shared 39,936-token prefix, cached) at 60 req/s on Qwen3-0.6B shapes;
@@ -200,7 +201,7 @@ for pc in ('off', 'on'):
                   ${ENGINE_FLAGS:-})
              for i in $(seq "${MC_RUNS:-2}"); do
                minivllm bench serve .gpu/mooncake_40k.jsonl --limit "${LIMIT:-120}" --rate-scale "${RATE_SCALE:-0.7}" \
-                 --slo ttft_ms=2000,tpot_ms=50 --client-processes 4 --no-progress --json "$OUT/mooncake_serve_$i.json" \
+                 --slo ttft_ms=2000,tpot_ms=50 --client-processes 4 --no-progress ${BENCH_FLAGS:-} --json "$OUT/mooncake_serve_$i.json" \
                  --server-trace /tmp/mooncake_$i.jsonl --server-log "$OUT/mooncake_server_$i.log" --launch "${SRV[@]}"
                gzip -c /tmp/mooncake_$i.jsonl > "$OUT/mooncake_serve_$i.jsonl.gz"
              done ;;
