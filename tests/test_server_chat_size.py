@@ -1,7 +1,7 @@
 """A chat request that cannot fit the context is refused before its template is rendered: its
 messages' template markers and text bound its tokens from below, checked on the raw body's message
-count before the body model reads each message, and on every message's role and text before the
-template. The bound is a bound: it never exceeds what the template makes."""
+count before the body is parsed, and on every message's role and text before the template. The bound
+is a bound: it never exceeds what the template makes."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from runtime.serving.server import raw_body
 from runtime.serving.server.chat_size import ROLES, ChatSize
 from runtime.serving.server.prompts import max_chars_per_token
 from tests.test_server_harness import TokenizerProxy, assert_still_serving, serve
@@ -95,3 +96,34 @@ def test_the_bound_never_exceeds_what_the_template_makes(smollm2_tokenizer, size
     kept = [(m["role"], 0 if m["role"] == "assistant" else len(m["content"])) for m in messages]
     assert size.at_least(len(messages)) <= size.of(kept) <= len(ids)
     assert size.min_marker_tokens >= 1  # SmolLM2's markers are added tokens: each message costs them
+
+
+def test_the_counts_are_checked_before_the_body_is_parsed(monkeypatch):
+    from runtime.serving.server import intake
+    from runtime.serving.server.protocol import ChatCompletionRequest
+
+    def never(*_):
+        raise AssertionError("the body was parsed")
+
+    class TooMany(Exception):
+        pass
+
+    def precheck(top):
+        if len(raw_body.items(top["messages"])) > 3:
+            raise TooMany
+
+    monkeypatch.setattr(intake.json, "loads", never)
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}] * 4}).encode()
+    with pytest.raises(TooMany):
+        intake.parse_body(ChatCompletionRequest, body, "application/json", precheck)
+
+
+def test_the_raw_body_is_read_as_json_reads_it():
+    data = b'{"n": 2, "prompt": [ "a", [1, 2], {"x": "]"} ], "prompt": ["b"], "messages": "no"}'
+    top = raw_body.members(data)
+    assert sorted(top) == ["messages", "n", "prompt"]
+    assert [json.loads(bytes(i)) for i in raw_body.items(top["prompt"])] == json.loads(data)["prompt"]
+    assert raw_body.value(top["n"]) == 2 and raw_body.value(top.get("seed")) is None
+    assert raw_body.items(top["messages"]) is None and raw_body.items(None) is None
+    for not_an_object in (b"[1]", b'{"a": 1', b"", b'"x"'):
+        assert raw_body.members(not_an_object) is None

@@ -1,11 +1,13 @@
 """What differs between /v1/completions and /v1/chat/completions, and nothing else: the request
-body (and the counts checked on it raw, before the body model reads every item), how it becomes
+body (and the counts checked on it raw, before it is parsed), how it becomes
 prompt ids and sampling params, and the shape of a choice (whole or as a stream's chunk). The one
 handler that serves both is ``app.handler``."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from msgspec import Raw
 
 from runtime.serving.server.prompts import Prompts
 from runtime.serving.server.protocol import ChatCompletionRequest, CompletionRequest
@@ -20,7 +22,7 @@ class Completions:
     id_prefix, object, chunk_object = "cmpl", "text_completion", "text_completion"
     prompt_param = "prompt"  # what a too-long error names
 
-    def precheck(self, prompts: Prompts, body: dict) -> None:
+    def precheck(self, prompts: Prompts, body: dict[str, Raw]) -> None:
         prompts.precheck_completion(body)
 
     async def prompts(self, prompts: Prompts, req: CompletionRequest) -> list[list[int]]:
@@ -57,7 +59,7 @@ class Chat:
     id_prefix, object, chunk_object = "chatcmpl", "chat.completion", "chat.completion.chunk"
     prompt_param = "messages"
 
-    def precheck(self, prompts: Prompts, body: dict) -> None:
+    def precheck(self, prompts: Prompts, body: dict[str, Raw]) -> None:
         prompts.precheck_chat(body)
 
     async def prompts(self, prompts: Prompts, req: ChatCompletionRequest) -> list[list[int]]:

@@ -5,7 +5,7 @@ before paying for it.
   bound on its token count (characters / the most characters one token covers; a chat's template
   markers per message, runtime/serving/server/chat_size.py), so a 10 MB prompt is refused without
   being tokenized and 240,000 tiny messages without being templated. The counts (prompts, messages)
-  are checked on the raw body too, before the body model reads every item (``precheck_*``).
+  are checked on the raw body too, before it is parsed (``precheck_*``, runtime/serving/server/raw_body.py).
 - Tokenizing and chat templating run in a worker thread (``asyncio.to_thread``; HF tokenizers
   drop the GIL): /health answers while a big prompt is encoded. A large body's whole intake,
   templating included (Jinja holds the GIL), runs in an intake process instead (``*_now``,
@@ -21,8 +21,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
+from msgspec import Raw
 
 from runtime.serving.async_engine import AsyncLLMEngine
+from runtime.serving.server import raw_body
 from runtime.serving.server.chat_size import ChatSize
 from runtime.serving.server.protocol import ChatCompletionRequest, FieldError, message_text
 from traces.params import InvalidRequest, SamplingParams
@@ -67,14 +69,15 @@ class Prompts:
 
     # --- the raw body, before the body model validates each of its items ----------------------------
 
-    def precheck_completion(self, body: dict) -> None:
-        prompt, n = body.get("prompt"), body.get("n")
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+    def precheck_completion(self, body: dict[str, Raw]) -> None:
+        prompt = raw_body.items(body.get("prompt"))
+        if prompt and memoryview(prompt[0])[:1] in (b'"', b"["):  # a batch of texts or of id lists
+            n = raw_body.value(body.get("n"))
             self._check_batch(len(prompt), n if type(n) is int and n > 0 else 1)
 
-    def precheck_chat(self, body: dict) -> None:
-        messages = body.get("messages")
-        if isinstance(messages, list):
+    def precheck_chat(self, body: dict[str, Raw]) -> None:
+        messages = raw_body.items(body.get("messages"))
+        if messages is not None:
             self._check_length(self.chat_size.at_least(len(messages)), "messages", f"{len(messages)} messages")
 
     # --- completions ------------------------------------------------------------------------------
