@@ -126,7 +126,7 @@ for stage in "$@"; do
     kernel) minivllm bench decode-kernel --json "$OUT/decode_kernel.json" ;;
     probe) python3 -m runtime.bench.prefill_probe ;;
     launch) python3 scripts/launch_probe.py --json "$OUT/launch_probe.json" --trace "${TRACE_TOKENS:-8000}" ;;
-    launchload) for busy in 0 $(( ($(nproc) + 1) / 2 )); do
+    launchload) for busy in ${BUSY:-0 $(( ($(nproc) + 1) / 2 ))}; do
                   for t in 0 1; do
                     echo "temperature $t, $busy processes spinning"
                     python3 scripts/launch_probe.py --sizes 256,1024 --repeats 5 --decodes 16 --temperature $t \

@@ -127,3 +127,20 @@ def test_the_raw_body_is_read_as_json_reads_it():
     assert raw_body.items(top["messages"]) is None and raw_body.items(None) is None
     for not_an_object in (b"[1]", b'{"a": 1', b"", b'"x"'):
         assert raw_body.members(not_an_object) is None
+
+
+def test_bench_serve_s_oversized_requests_are_refused_and_reported(counted):
+    from runtime.bench.oversized_requests import MESSAGES, OversizedRequests
+
+    served, proxy = counted
+    renders = proxy.encode_calls
+    with OversizedRequests(served.url + "/v1", "m", rate=20) as sender:
+        deadline = time.monotonic() + 60
+        while not sender.report().sent and time.monotonic() < deadline:
+            time.sleep(0.1)
+    report = sender.report()
+    assert report.sent >= 1 and report.answers == {"400": report.sent}, report
+    assert report.latency_p50_ms <= report.latency_p99_ms
+    assert f"{MESSAGES:,} chat messages each, 20/s): {report.sent:,} sent: {report.sent:,} × 400" in report.render()
+    assert proxy.encode_calls == renders
+    assert_still_serving(served)

@@ -141,19 +141,24 @@ def _engine_side(records, log: str, decode) -> dict | None:
 
 
 @contextlib.contextmanager
-def _connections_without_requests(args: argparse.Namespace, url: str):
-    """--idle-connections / --trickling-connections held open during the replay (None if neither)."""
-    if not (args.idle_connections or args.trickling_connections):
-        yield None
-        return
-    from urllib.parse import urlsplit
+def _beside_the_replay(args: argparse.Namespace, url: str, model: str):
+    """(connections without requests, oversized requests) held or sent during the replay: each None
+    unless its flags ask for it (--idle-connections / --trickling-connections, --oversized-rate)."""
+    with contextlib.ExitStack() as stack:
+        held = oversized = None
+        if args.idle_connections or args.trickling_connections:
+            from urllib.parse import urlsplit
 
-    from runtime.bench.idle_clients import IdleClients
+            from runtime.bench.idle_clients import IdleClients
 
-    where = urlsplit(url)
-    with IdleClients(where.hostname or "127.0.0.1", where.port or 80, args.idle_connections,
-                     args.trickling_connections) as held:
-        yield held
+            where = urlsplit(url)
+            held = stack.enter_context(IdleClients(where.hostname or "127.0.0.1", where.port or 80,
+                                                   args.idle_connections, args.trickling_connections))
+        if args.oversized_rate:
+            from runtime.bench.oversized_requests import OversizedRequests
+
+            oversized = stack.enter_context(OversizedRequests(url, model, args.oversized_rate, args.api_key))
+        yield held, oversized
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -207,7 +212,7 @@ def _serve(args: argparse.Namespace) -> int:
             if failed[0]:
                 bar.set_postfix(errors=failed[0], refresh=False)
 
-        with bar, _connections_without_requests(args, url) as held:
+        with bar, _beside_the_replay(args, url, model) as (held, oversized):
             if args.client_processes == 1:
                 records, wall = serve_client.run(url, wl, model, api_key=args.api_key,
                                                  ignore_eos=not args.no_ignore_eos, vocab=args.prompt_vocab,
@@ -227,8 +232,10 @@ def _serve(args: argparse.Namespace) -> int:
     summary = serve_client.summarize(records, wall, slo)
     print(serve_client.render(summary))
     held_report = held.report() if held is not None else None
-    if held_report is not None:
-        print(held_report.render())
+    oversized_report = oversized.report() if oversized is not None else None
+    for report in (held_report, oversized_report):
+        if report is not None:
+            print(report.render())
     gap = _engine_side(records, args.server_trace, decode) if server is not None else None
     queue = gap["engine_queue_ms"]["p99"] if gap else None
     line = verdict(summary["send_lag_ms"]["p99"], queue)
@@ -241,6 +248,7 @@ def _serve(args: argparse.Namespace) -> int:
         doc = {"benchmark": "serve", "url": url, "model": model, "workload": wl.source or "synthetic",
                "launch": args.launch, "summary": summary, "engine_vs_client": gap,
                "connections_without_requests": asdict(held_report) if held_report else None,
+               "oversized_requests": asdict(oversized_report) if oversized_report else None,
                "requests": [asdict(r) for r in records]}  # serve_client.RequestRecord(**row) reads one back
         Path(args.json).write_text(json.dumps(doc, indent=2))
         print(f"wrote {args.json}")
@@ -326,6 +334,10 @@ def add_parsers(kinds: argparse._SubParsersAction) -> None:
     c.add_argument("--trickling-connections", type=int, default=0, action=Bounded, at_least=0, metavar="N",
                    help="hold N connections that send a request line one byte a second and never end its headers "
                         "(default: %(default)s)")
+    c.add_argument("--oversized-rate", type=float, default=0.0, action=Bounded, at_least=0, metavar="R",
+                   help="send R chat requests a second during the replay that no context can fit (240,000 "
+                        "one-character messages, 8 MB), and report how the server answered them and how fast "
+                        "(default: none)")
     c.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     c.add_argument("--json", metavar="PATH", help="also write the summary and every request as JSON")
     sv.set_defaults(func=_serve)
