@@ -13,9 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.serving.server import raw_body
 from runtime.serving.server.chat_size import ROLES, ChatSize
-from runtime.serving.server.prompts import max_chars_per_token
+from runtime.serving.server.prompts import max_chars_per_token, raw_items, raw_members, raw_value
 from tests.test_server_harness import TokenizerProxy, assert_still_serving, serve
 
 MANY = 240_000  # one-character messages: 8 MB, under the body limit
@@ -109,7 +108,7 @@ def test_the_counts_are_checked_before_the_body_is_parsed(monkeypatch):
         pass
 
     def precheck(top):
-        if len(raw_body.items(top["messages"])) > 3:
+        if len(raw_items(top["messages"])) > 3:
             raise TooMany
 
     monkeypatch.setattr(intake.json, "loads", never)
@@ -120,13 +119,13 @@ def test_the_counts_are_checked_before_the_body_is_parsed(monkeypatch):
 
 def test_the_raw_body_is_read_as_json_reads_it():
     data = b'{"n": 2, "prompt": [ "a", [1, 2], {"x": "]"} ], "prompt": ["b"], "messages": "no"}'
-    top = raw_body.members(data)
+    top = raw_members(data)
     assert sorted(top) == ["messages", "n", "prompt"]
-    assert [json.loads(bytes(i)) for i in raw_body.items(top["prompt"])] == json.loads(data)["prompt"]
-    assert raw_body.value(top["n"]) == 2 and raw_body.value(top.get("seed")) is None
-    assert raw_body.items(top["messages"]) is None and raw_body.items(None) is None
+    assert [json.loads(bytes(i)) for i in raw_items(top["prompt"])] == json.loads(data)["prompt"]
+    assert raw_value(top["n"]) == 2 and raw_value(top.get("seed")) is None
+    assert raw_items(top["messages"]) is None and raw_items(None) is None
     for not_an_object in (b"[1]", b'{"a": 1', b"", b'"x"'):
-        assert raw_body.members(not_an_object) is None
+        assert raw_members(not_an_object) is None
 
 
 def test_bench_serve_s_oversized_requests_are_refused_and_reported(counted):

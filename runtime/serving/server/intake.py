@@ -18,7 +18,7 @@ A body's bytes become the endpoint's body model as FastAPI reads a body paramete
 the same code on the loop and in a worker: JSON only under a JSON content type (none given: not
 JSON, as FastAPI's strict default), a decode error as ``json_invalid``, every validation error
 located under ``body``. The counts on the raw body (``precheck``) run before it is parsed, on its
-members as raw JSON (``raw_body``): 240,000 messages are refused before any of them is built.
+members as raw JSON (``prompts.raw_members``): 240,000 messages are refused before any of them is built.
 """
 
 from __future__ import annotations
@@ -48,9 +48,8 @@ from starlette.requests import ClientDisconnect
 from runtime.engine.admission import validate_request
 from runtime.engine.config import EngineConfig
 from runtime.serving.process_name import INTAKE, name_process
-from runtime.serving.server import raw_body
 from runtime.serving.server.errors import Classified, ModelNotFound, classify, error_body, log_unexpected
-from runtime.serving.server.prompts import Prompts
+from runtime.serving.server.prompts import Prompts, raw_members
 from traces.params import SamplingParams
 
 log = logging.getLogger("minivllm.server")
@@ -212,7 +211,7 @@ def parse_body(model: type[BaseModel], data: bytes, content_type: str | None,
     if data:
         body = data
         if _is_json(content_type):
-            top = raw_body.members(data)
+            top = raw_members(data)
             if top is not None:  # counted before a single object is built (not JSON: the parse says why)
                 precheck(top)
             try:
