@@ -297,12 +297,14 @@ def test_check_compatible_names_what_differs():
 
 
 def test_build_engine_wires_the_drafter(tiny, other):
+    from runtime.engine.drafters import ThrottledDrafter
     from runtime.executor.draft_model import DraftModelDrafter
     from runtime.executor.setup import build_engine
 
     parts = build_engine(loaded=tiny.loaded, speculative=f"model:{other.folder}:3", num_blocks=40, block_size=4,
                          max_model_len=128)
-    assert isinstance(parts.drafter, DraftModelDrafter) and parts.drafter.num_tokens == 3
+    assert isinstance(parts.drafter, ThrottledDrafter) and isinstance(parts.drafter.inner, DraftModelDrafter)
+    assert parts.drafter.num_tokens == 3
     assert parts.drafter.num_blocks == 40 + 256  # K=3 <= one block past each running request's tokens
     core = parts.core()
     assert core.drafter is parts.drafter

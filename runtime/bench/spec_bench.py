@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from runtime.bench import spec_sim
-from runtime.engine.drafters import parse_speculative
+from runtime.engine.drafters import ThrottledDrafter, parse_speculative
 from runtime.executor.heap import frozen_heap
 from traces.events import Step
 from traces.log import LogWriter
@@ -76,7 +76,8 @@ class ReplayDrafter:
     ``rate`` (seeded by request and position) and replaced by the next id otherwise: acceptance
     under control, whatever the weights. The proposals are drawn up front, so proposing costs a
     list slice a request, less than the ngram drafter's lookup: the measured step times are the
-    engine's, not this instrument's."""
+    engine's, not this instrument's. Measured as a draft model is served: throttled by how many of
+    each request's drafts are kept (``ThrottledDrafter``)."""
 
     def __init__(self, outputs: Sequence[Sequence[int]], num_tokens: int, rate: float, vocab: int,
                  seed: int = 0) -> None:
@@ -206,8 +207,8 @@ def run(model: str | None, *, speculative: str, batches: Sequence[int] = (1, 8),
                 if cost_model is not None:
                     _simulate(plain, log, cost_model)
                 tries = [(speculative, None, None)] if speculative else []
-                tries += [(f"ngram:{k}", ReplayDrafter(outputs, k, rate, vocab), f"replay@{rate:g}:{k}")
-                          for rate in acceptance]
+                tries += [(f"ngram:{k}", ThrottledDrafter(ReplayDrafter(outputs, k, rate, vocab)),
+                           f"replay@{rate:g}:{k}") for rate in acceptance]
                 runs, run_logs = [], []
                 for value, drafter, label in tries:
                     print(f"{workload}, batch {batch}: {label or value} …", file=sys.stderr, flush=True)

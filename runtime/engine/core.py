@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from runtime.engine.admission import check_cache_salt, validate_request
 from runtime.engine.block_manager import BlockManager, root_hash
 from runtime.engine.config import EngineConfig
-from runtime.engine.drafters import Drafter, make_drafter, parse_speculative
+from runtime.engine.drafters import Drafter, make_drafter, may_draft_next, parse_speculative
 from runtime.engine.prompt_record import PromptRecorder
 from runtime.engine.request import Request, RequestStatus, TextStop
 from runtime.engine.scheduler import Scheduler
@@ -168,11 +168,11 @@ class EngineCore:
         """True when no token this step samples can change the next schedule or the executor's
         next inputs (see ``Request.next_token_matters``): then the next step may be planned and
         launched before these tokens reach the host, and the log stays what a sequential run writes."""
-        if self.drafter is not None and plan.num_sampling:  # the next drafts follow these tokens
-            return False
+        requests = self.requests
+        if self.drafter is not None and plan.num_sampling and may_draft_next(self.drafter, plan, requests):
+            return False  # the next drafts follow these tokens
         if not self._watched:  # no unfinished request's token values matter
             return True
-        requests = self.requests
         for s in plan.spans:
             if s.sample:
                 req = requests[s.request_id]

@@ -35,11 +35,12 @@ Registry: ``DRAFTERS`` (the pure ones, built here); ``make_drafter(spec)``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from runtime.engine.request import Request
+from runtime.engine.types import StepPlan
 from traces.speculation import num_accepted
 
 MAX_SPECULATIVE_TOKENS = 16  # K: a verify span is 1 + K tokens
@@ -80,7 +81,10 @@ def parse_speculative(text: str) -> SpeculativeSpec | None:
 
 
 class Drafter(Protocol):
-    """Proposes drafts for the decoding requests of a step, once per step, before it is budgeted."""
+    """Proposes drafts for the decoding requests of a step, once per step, before it is budgeted.
+    A drafter may also say, by a method ``drafts_next(requests) -> bool``, whether it may propose
+    for any of ``requests`` in the step after the one sampling their next tokens (``may_draft_next``):
+    while it may not, that step is planned before those tokens land, as without speculation."""
 
     num_tokens: int  # K: the most drafts a request is proposed
 
@@ -88,6 +92,16 @@ class Drafter(Protocol):
         """Per request, at most ``limits[i]`` (<= K) token ids to follow its committed tokens
         (``token_ids``); fewer or none when there is nothing worth proposing."""
         ...
+
+
+def may_draft_next(drafter: Drafter, plan: StepPlan, requests: Mapping[int, Request]) -> bool:
+    """Whether the step after ``plan`` may propose drafts that follow the tokens ``plan`` samples
+    (``requests``: by id): always after a verify step (how many drafts it keeps is known only
+    then), else as ``drafter.drafts_next`` says (a drafter without it: always)."""
+    ask = getattr(drafter, "drafts_next", None)
+    if plan.drafts or ask is None:
+        return True
+    return ask([requests[s.request_id] for s in plan.spans if s.sample])
 
 
 class MatchOdds:
@@ -203,6 +217,121 @@ class NgramDrafter:
                     return n, list(tokens[first:first + limit])
                 end = at + len(pattern) - 1
         return 0, []
+
+
+class _Record:
+    """One request's drafts under ``ThrottledDrafter``: faded counts of positions kept and tried,
+    the proposal not decided yet (where it was made, its tokens), and when a stopped request
+    tries one draft again."""
+
+    __slots__ = ("request", "kept", "tried", "pending", "resume_at", "backoff")
+
+    def __init__(self, request: Request, backoff: int) -> None:
+        self.request = request
+        self.kept = self.tried = 0.0
+        self.pending: tuple[int, list[int]] | None = None
+        self.resume_at: int | None = None  # stopped: the length at which it drafts one token again
+        self.backoff = backoff
+
+
+class ThrottledDrafter:
+    """Any drafter, each request proposed only as many drafts as its own drafts have earned: a
+    verified draft that is rejected costs the step and buys nothing, so a request whose drafts keep
+    failing drafts less, then stops, and tries one draft again after 16, 32, … 256 tokens.
+
+    Each proposal is scored against the tokens the request then commits (verified or not): its
+    positions kept and tried fade by MEMORY a proposal, with a prior of PRIOR_TRIES tries all kept.
+    A request is proposed the most drafts whose odds of all being kept (the keep rate to that power)
+    stay at MIN_KEEP or above. The inner drafter is not asked for a request given none, so a draft
+    model stops running for it, and while none of a step's requests may draft next, the step after
+    it is planned before its tokens land (``drafts_next``): a stopped request decodes as it would
+    without speculation. Everything is a function of the requests' own tokens: a run stays
+    deterministic and its log reproducible."""
+
+    MIN_KEEP = 0.1
+    MEMORY = 0.9
+    PRIOR_TRIES = 0.5
+    FIRST_RETRY, LAST_RETRY = 16, 256  # tokens a stopped request decodes before one draft again
+
+    def __init__(self, inner: Drafter) -> None:
+        self.inner = inner
+        self.num_tokens = inner.num_tokens
+        self._records: dict[int, _Record] = {}
+
+    def __getattr__(self, name: str):  # the inner drafter's own (its spec, stats, name)
+        if name == "inner":  # (not set yet: being copied)
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def reset(self) -> None:
+        self._records.clear()
+        reset = getattr(self.inner, "reset", None)
+        if reset is not None:
+            reset()
+
+    def propose(self, requests: Sequence[Request], limits: Sequence[int]) -> list[list[int]]:
+        records = [self._record(req) for req in requests]
+        caps = [min(limit, self._length(rec, len(req.token_ids)))
+                for req, rec, limit in zip(requests, records, limits)]
+        if not any(caps):
+            return [[] for _ in requests]
+        proposed = self.inner.propose(requests, caps)
+        for req, rec, cap, drafts in zip(requests, records, caps, proposed):
+            if cap and drafts:
+                rec.pending = (len(req.token_ids), list(drafts[:cap]))
+        if len(self._records) > 2 * len(requests) + 64:  # forget the requests that are done
+            self._records = {rid: r for rid, r in self._records.items() if not r.request.status.done}
+        return proposed
+
+    def drafts_next(self, requests: Sequence[Request]) -> bool:
+        for req in requests:
+            rec = self._records.get(req.request_id)
+            if rec is None or rec.request is not req or rec.pending is not None:
+                return True
+            if self._odds_length(rec) or (rec.resume_at is not None and len(req.token_ids) + 1 >= rec.resume_at):
+                return True
+        return False
+
+    def _record(self, req: Request) -> _Record:
+        """The request's record, its pending proposal scored once what it committed decides it."""
+        rec = self._records.get(req.request_id)
+        if rec is None or rec.request is not req:
+            rec = self._records[req.request_id] = _Record(req, self.FIRST_RETRY)
+        if rec.pending is not None:
+            at, drafts = rec.pending
+            committed = req.token_ids[at:at + len(drafts)]
+            kept = num_accepted(drafts, committed)
+            if kept < len(committed) or kept == len(drafts):  # a wrong token, or all came true
+                rec.kept = rec.kept * self.MEMORY + kept
+                rec.tried = rec.tried * self.MEMORY + kept + (kept < len(drafts))
+                rec.pending = None
+                if rec.resume_at is not None:  # that was a retry
+                    rec.backoff = self.FIRST_RETRY if kept else min(2 * rec.backoff, self.LAST_RETRY)
+                    rec.resume_at = None
+        return rec
+
+    def _odds_length(self, rec: _Record) -> int:
+        keep = (rec.kept + self.PRIOR_TRIES) / (rec.tried + self.PRIOR_TRIES)
+        odds, n = 1.0, 0
+        while n < self.num_tokens:
+            odds *= keep
+            if odds < self.MIN_KEEP:
+                break
+            n += 1
+        return n
+
+    def _length(self, rec: _Record, length: int) -> int:
+        """How many drafts the request is worth now (its length is ``length``): by its odds, else
+        one when its retry is due."""
+        if rec.pending is not None and rec.pending[0] == length:  # its last proposal was not verified
+            rec.pending = None
+        n = self._odds_length(rec)
+        if n:
+            rec.resume_at = None
+            return n
+        if rec.resume_at is None:
+            rec.resume_at = length + rec.backoff
+        return 1 if length >= rec.resume_at else 0
 
 
 def _int32_bytes(tokens: Sequence[int]) -> bytes:

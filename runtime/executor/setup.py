@@ -26,13 +26,12 @@ import torch
 
 from runtime.engine.config import CacheConfig, ConfigError, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
-from runtime.engine.drafters import Drafter, SpeculativeError, SpeculativeSpec, parse_speculative
+from runtime.engine.drafters import Drafter, SpeculativeError, SpeculativeSpec, ThrottledDrafter, parse_speculative
 from runtime.engine.step_loop import StepLoop
 from runtime.engine.types import EventSink, Executor
 from runtime.executor.config import RunnerConfig
 from runtime.executor.cpu_threads import busy_warning, choose_threads, others_load, usable_cores
 from runtime.executor.draft_model import (
-    DraftModelDrafter,
     build_draft_drafter,
     draft_block_bytes,
     draft_pool_blocks,
@@ -53,7 +52,7 @@ class EngineParts:
     loaded: LoadedModel
     runner: ModelRunner
     config: EngineConfig
-    drafter: DraftModelDrafter | None = None  # ``model:PATH:K``'s (built for the config's spec)
+    drafter: ThrottledDrafter | None = None  # ``model:PATH:K``'s (built for the config's spec)
 
     def header(self, clock: str = "wall") -> Header:
         spec, runner = self.loaded.spec, self.runner
@@ -175,12 +174,14 @@ def _speculative(text: str) -> SpeculativeSpec | None:
 
 
 def _draft_drafter(spec: SpeculativeSpec, loaded: LoadedModel, config: EngineConfig, rc: RunnerConfig,
-                   draft: LoadedModel | None = None) -> DraftModelDrafter:
+                   draft: LoadedModel | None = None) -> ThrottledDrafter:
+    """The draft model's drafter, each request throttled by how many of its drafts are kept."""
     sched = config.scheduler
-    return build_draft_drafter(spec, loaded, block_size=config.cache.block_size, num_blocks=config.cache.num_blocks,
+    made = build_draft_drafter(spec, loaded, block_size=config.cache.block_size, num_blocks=config.cache.num_blocks,
                                max_model_len=sched.max_model_len, max_num_seqs=sched.max_num_seqs,
                                attention_backend=rc.attention_backend, enforce_eager=rc.enforce_eager,
                                seed=config.seed, draft=draft)
+    return ThrottledDrafter(made)
 
 
 def set_cpu_threads(requested: int) -> int:
