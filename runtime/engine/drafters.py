@@ -23,7 +23,8 @@ home of the rule):
   while an eight-token match keeps most of its K (measured on the default model, open text).
 - ``model:PATH:K``: a small draft model (any model the loader reads that shares the target's
   tokenizer), its greedy continuation: built by the executor (runtime/executor/draft_model.py),
-  since it runs on the device.
+  since it runs on the device, and throttled per request by how many of its drafts are kept
+  (``ThrottledDrafter``): a request it cannot predict stops costing verify steps.
 
 A deterministic drafter is the one-hot case of lossless acceptance (accept with min(1, p/q),
 resample from norm(max(p - q, 0))): the target samples each position as it would without
