@@ -289,7 +289,8 @@ class ThrottledDrafter:
             rec = self._records.get(req.request_id)
             if rec is None or rec.request is not req or rec.pending is not None:
                 return True
-            if self._odds_length(rec) or (rec.resume_at is not None and len(req.token_ids) + 1 >= rec.resume_at):
+            if self._keep(rec) >= self.MIN_KEEP or (rec.resume_at is not None
+                                                    and len(req.token_ids) + 1 >= rec.resume_at):
                 return True
         return False
 
@@ -311,8 +312,12 @@ class ThrottledDrafter:
                     rec.resume_at = None
         return rec
 
+    def _keep(self, rec: _Record) -> float:
+        """The request's rate of drafts kept (positions kept / tried, faded, with the prior)."""
+        return (rec.kept + self.PRIOR_TRIES) / (rec.tried + self.PRIOR_TRIES)
+
     def _odds_length(self, rec: _Record) -> int:
-        keep = (rec.kept + self.PRIOR_TRIES) / (rec.tried + self.PRIOR_TRIES)
+        keep = self._keep(rec)
         odds, n = 1.0, 0
         while n < self.num_tokens:
             odds *= keep
