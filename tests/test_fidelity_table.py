@@ -42,6 +42,10 @@ def test_rows_of_logs_with_one_file_name_are_told_apart_by_their_folders():
     paths = ["runs/demo1/live.jsonl", "runs/demo2/live.jsonl", "live1.jsonl", "x/live1.jsonl.gz", "/t/y/b.jsonl"]
     assert short_names(paths) == {"runs/demo1/live.jsonl": "demo1/live", "runs/demo2/live.jsonl": "demo2/live",
                                   "live1.jsonl": "live1", "x/live1.jsonl.gz": "x/live1", "/t/y/b.jsonl": "b"}
+    assert short_names(["/r/live.jsonl", "/s/r/live.jsonl"]) == {"/r/live.jsonl": "r/live",
+                                                                 "/s/r/live.jsonl": "s/r/live"}
+    assert short_names(["a/live.jsonl", "a/live.jsonl.gz"]) == {"a/live.jsonl": "a/live.jsonl",
+                                                                "a/live.jsonl.gz": "a/live.jsonl.gz"}
 
 
 def test_overrides_name_every_config_difference(logs):

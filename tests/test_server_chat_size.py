@@ -124,8 +124,29 @@ def test_the_raw_body_is_read_as_json_reads_it():
     assert [json.loads(bytes(i)) for i in raw_items(top["prompt"])] == json.loads(data)["prompt"]
     assert raw_value(top["n"]) == 2 and raw_value(top.get("seed")) is None
     assert raw_items(top["messages"]) is None and raw_items(None) is None
-    for not_an_object in (b"[1]", b'{"a": 1', b"", b'"x"'):
+    for not_an_object in (b"[1]", b'{"a": 1', b"", b'"x"', b'{"x": ' + b"[" * 5000 + b"]" * 5000 + b"}"):
         assert raw_members(not_an_object) is None
+    assert raw_value(raw_members(b'{"n": 1e400}')["n"]) is None  # past float range: the body model's 400
+
+
+@pytest.mark.parametrize("odd", ["bom", "nan"])
+def test_json_that_only_json_loads_reads_is_counted_too(monkeypatch, odd):
+    from runtime.serving.server import intake
+    from runtime.serving.server.protocol import ChatCompletionRequest
+
+    class TooMany(Exception):
+        pass
+
+    def precheck(top):
+        if len(raw_items(top["messages"])) > 3:
+            raise TooMany
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}] * 4}
+    data = json.dumps(body | ({"top_p": float("nan")} if odd == "nan" else {})).encode()
+    data = b"\xef\xbb\xbf" + data if odd == "bom" else data
+    assert raw_members(data) is None
+    with pytest.raises(TooMany):
+        intake.parse_body(ChatCompletionRequest, data, "application/json", precheck)
 
 
 def test_bench_serve_s_oversized_requests_are_refused_and_reported(counted):

@@ -7,10 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from runtime.engine.drafters import ThrottledDrafter, may_draft_next
-from tests.helpers import OracleDrafter
+from runtime.engine.types import PLACEHOLDER
+from tests.helpers import OracleDrafter, VerifyingExecutor
+from tests.test_core_properties import build, configs, requests
 from tests.test_speculative_core import PROMPTS, TARGET, engine, run
+from tests.test_step_loop import run_loop, untimed
 from traces.events import Step
 from traces.params import SamplingParams
 from traces.speculation import rounds
@@ -136,3 +141,50 @@ def test_a_step_of_stopped_requests_overlaps_the_next_one():
     assert not any(o for drafts, o, _ in overlaps if drafts)  # a verify step never overlaps
     assert sum(o for _, o, _ in overlaps) >= len(overlaps) // 2  # once the drafts stop, steps overlap
     assert all(o == (not may) for _, o, may in overlaps)
+
+
+def test_a_retry_the_inner_drafter_has_nothing_for_waits_its_backoff_again():
+    class Silent(Fixed):
+        def propose(self, requests, limits):
+            self.asked += 1
+            if len(requests[0].token_ids) > 20:  # from token 20 on it has nothing to propose
+                return [[] for _ in requests]
+            return super().propose(requests, limits)
+
+    inner = Silent(right=False)
+    decode(ThrottledDrafter(inner), 400)
+    assert inner.asked < 20  # not asked every step once its retry came back empty
+
+
+class OverlappingVerifier(VerifyingExecutor):
+    def launch(self, plan, requests):
+        return self.execute(plan, requests)
+
+    def collect(self, handle):
+        return handle
+
+
+class NoPlaceholders:
+    """An inner drafter that fails if it is asked to draft for a request whose last token is not
+    known yet (a step planned before the previous one's tokens landed)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.num_tokens = inner, inner.num_tokens
+
+    def propose(self, requests, limits):
+        assert not any(PLACEHOLDER in r.token_ids for r, n in zip(requests, limits) if n)
+        return self.inner.propose(requests, limits)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=configs, reqs=requests, seed=st.integers(0, 5), rate=st.sampled_from([0.0, 0.2, 0.5]))
+def test_throttled_speculation_overlapped_logs_what_a_sequential_run_logs(config, reqs, seed, rate):
+    logs = []
+    for overlap in (False, True):
+        events: list = []
+        core, _ = build(config, reqs, events)
+        target = OverlappingVerifier(seed=seed, vocab=50, eos_id=0, eos_every=11)
+        core.drafter = ThrottledDrafter(NoPlaceholders(OracleDrafter(target, K, rate)))
+        run_loop(core, target, overlap)
+        logs.append(untimed(events))
+    assert logs[0] == logs[1]

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 import httpx
+import numpy as np
 
 MESSAGES = 240_000
 
@@ -64,27 +65,27 @@ class OversizedRequests:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self._pool.shutdown(wait=True)
+        self._pool.shutdown(wait=True, cancel_futures=True)  # (none still queued is sent after the replay)
         self._client.close()
 
     def _send_at_rate(self) -> None:
         due = time.monotonic()
         while not self._stop.wait(max(0.0, due - time.monotonic())):
-            self._pool.submit(self._send_one)
+            self._pool.submit(self._send_one, due)
             due += 1.0 / self.rate
 
-    def _send_one(self) -> None:
-        start = time.perf_counter()
+    def _send_one(self, due: float) -> None:
+        """One request, timed from when it was due (a wait for a free sender counts)."""
         try:
             answer = str(self._client.post(self.url, content=self._body).status_code)
         except httpx.HTTPError as e:
             answer = type(e).__name__
         with self._lock:
             self._answers[answer] += 1
-            self._latencies.append((time.perf_counter() - start) * 1000)
+            self._latencies.append((time.monotonic() - due) * 1000)
 
     def report(self) -> OversizedReport:
-        """After the ``with`` block."""
-        took = sorted(self._latencies)
-        return OversizedReport(self.rate, len(took), dict(self._answers), took[len(took) // 2] if took else None,
-                               took[min(len(took) - 1, int(len(took) * 0.99))] if took else None)
+        with self._lock:
+            took, answers = list(self._latencies), dict(self._answers)
+        p50, p99 = (float(np.percentile(took, q)) for q in (50, 99)) if took else (None, None)
+        return OversizedReport(self.rate, len(took), answers, p50, p99)

@@ -274,15 +274,23 @@ class ThrottledDrafter:
         records = [self._record(req) for req in requests]
         caps = [min(limit, self._length(rec, len(req.token_ids)))
                 for req, rec, limit in zip(requests, records, limits)]
-        if not any(caps):
-            return [[] for _ in requests]
-        proposed = self.inner.propose(requests, caps)
-        for req, rec, cap, drafts in zip(requests, records, caps, proposed):
-            if cap and drafts:
-                rec.pending = (len(req.token_ids), list(drafts[:cap]))
+        out: list[list[int]] = [[] for _ in requests]
+        asked = [i for i, cap in enumerate(caps) if cap]
+        if not asked:
+            return out
+        proposed = self.inner.propose([requests[i] for i in asked], [caps[i] for i in asked])
+        for i, drafts in zip(asked, proposed):
+            req, rec = requests[i], records[i]
+            length = len(req.token_ids)
+            out[i] = drafts = list(drafts[:caps[i]])
+            if drafts:
+                rec.pending = (length, drafts)
+            elif rec.resume_at is not None and length >= rec.resume_at:  # a retry with nothing to try: failed
+                rec.backoff = min(2 * rec.backoff, self.LAST_RETRY)
+                rec.resume_at = length + rec.backoff
         if len(self._records) > 2 * len(requests) + 64:  # forget the requests that are done
             self._records = {rid: r for rid, r in self._records.items() if not r.request.status.done}
-        return proposed
+        return out
 
     def drafts_next(self, requests: Sequence[Request]) -> bool:
         for req in requests:

@@ -46,22 +46,23 @@ def _name(path: str | Path) -> str:
 
 def short_names(paths: list[str | Path]) -> dict[str, str]:
     """Each path's row name: its file name less the log suffixes, with as many parent folders as
-    tell it from the other paths (``demo1/live`` and ``demo2/live``, not ``live`` twice)."""
-    depth = {str(p): 0 for p in paths}
+    tell it from the other paths (``demo1/live`` and ``demo2/live``, not ``live`` twice); the whole
+    path where nothing else does."""
+    parents = {str(p): [part for part in Path(p).parent.parts if part != Path(p).anchor] for p in paths}
+    depth = dict.fromkeys(parents, 0)
 
     def name(p: str) -> str:
-        parents = Path(p).parent.parts[len(Path(p).parent.parts) - depth[p]:] if depth[p] else ()
-        return "/".join([*parents, _name(p)])
+        return "/".join([*parents[p][len(parents[p]) - depth[p]:], _name(p)])
 
     while True:
         by_name: dict[str, list[str]] = {}
         for p in depth:
             by_name.setdefault(name(p), []).append(p)
-        clashes = [p for same in by_name.values() if len(same) > 1 for p in same
-                   if depth[p] < len(Path(p).parent.parts)]
-        if not clashes:
-            return {p: name(p) for p in depth}
-        for p in clashes:
+        clashes = [p for same in by_name.values() if len(same) > 1 for p in same]
+        growing = [p for p in clashes if depth[p] < len(parents[p])]
+        if not growing:
+            return {p: p if p in clashes else name(p) for p in depth}
+        for p in growing:
             depth[p] += 1
 
 

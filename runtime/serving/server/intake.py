@@ -49,7 +49,7 @@ from runtime.engine.admission import validate_request
 from runtime.engine.config import EngineConfig
 from runtime.serving.process_name import INTAKE, name_process
 from runtime.serving.server.errors import Classified, ModelNotFound, classify, error_body, log_unexpected
-from runtime.serving.server.prompts import Prompts, raw_members
+from runtime.serving.server.prompts import Prompts, members_of, raw_members
 from traces.params import SamplingParams
 
 log = logging.getLogger("minivllm.server")
@@ -222,6 +222,8 @@ def parse_body(model: type[BaseModel], data: bytes, content_type: str | None,
             except RecursionError:  # nesting deeper than the parser goes: not a body anyone sends
                 raise RequestValidationError([{"type": "json_invalid", "loc": ("body",),
                                                "msg": "JSON nested too deeply", "input": {}}]) from None
+            if top is None and isinstance(body, dict) and (late := members_of(body)) is not None:
+                precheck(late)  # JSON msgspec does not read (a byte-order mark, NaN): counted now
     if body is None:
         raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
     try:

@@ -211,7 +211,16 @@ def raw_members(data: bytes) -> dict[str, Raw] | None:
     ``json.loads``); None if ``data`` is not one: the full parse then says why."""
     try:
         return _MEMBERS.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
+        return None
+
+
+def members_of(body: dict) -> dict[str, Raw] | None:
+    """``raw_members`` of a body ``json.loads`` read and msgspec does not (a byte-order mark, NaN):
+    its members written out again; None if they cannot be."""
+    try:
+        return {k: Raw(msgspec.json.encode(v)) for k, v in body.items()}
+    except (TypeError, ValueError, RecursionError, msgspec.EncodeError):
         return None
 
 
@@ -223,5 +232,10 @@ def raw_items(raw: Raw | None) -> list[Raw] | None:
 
 
 def raw_value(raw: Raw | None) -> Any:
-    """A small member's value (a number, a flag); None if absent."""
-    return None if raw is None else _VALUE.decode(raw)
+    """A small member's value (a number, a flag); None if absent or unreadable."""
+    if raw is None:
+        return None
+    try:
+        return _VALUE.decode(raw)
+    except msgspec.DecodeError:  # (a number past float range): the body model says what is wrong
+        return None
