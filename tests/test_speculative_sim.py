@@ -187,6 +187,23 @@ def test_rate_zero_costs_the_extra_tokens_only():
     assert [e for e in none[1:] if type(e) is Step] == [e for e in plain_events[1:] if type(e) is Step]
 
 
+def test_rounds_drawn_no_drafts_overlap_as_a_throttled_live_drafter_s_do():
+    """Under async scheduling a simulated step of a draft model's config whose requests draw no
+    drafts next is planned before its tokens land, as without speculation: never proposing gives
+    the plain run's steps, times included. An ngram config's steps never overlap, as live."""
+    model = LinearCostModel(MODEL).with_host(HostTiming(overlap=True))
+    assert model.timing(512).plans_ahead
+
+    def steps(spec, speculation):
+        events = []
+        simulate(workload(), config(spec), model, sink=events.append, speculation=speculation)
+        return [e for e in events if type(e) is Step]
+
+    never = Speculation.constant(0.5, proposal=0.0)
+    assert steps("model:draft:4", never) == steps("", None)
+    assert steps("ngram:4", never) != steps("", None)  # an ngram drafter reads every token: no overlap
+
+
 def test_a_speculative_config_without_rates_is_refused():
     with pytest.raises(SimulationError, match="acceptance"):
         simulate(workload(5), config(), LinearCostModel(MODEL))

@@ -76,7 +76,7 @@ class Replica:
                                       "drafts from (--acceptance LOG or RATE): its tokens are placeholders, a "
                                       "drafter's proposals on them would mean nothing")
             draws = RoundDraws(spec.num_tokens, rates, rates.speculation.seed)
-            drafter = SimDrafter(draws)
+            drafter = SimDrafter(draws, throttled=spec.method == "model")
         self.core = EngineCore(config, eos_token_id=None, sink=sink, drafter=drafter)
         clock = self._clock
         self.executor = CostModelExecutor(timing, clock, token_fn, draws, device)

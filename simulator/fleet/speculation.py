@@ -7,7 +7,8 @@ nothing (the ngram drafter would find the same token repeated everywhere and eve
 
 - ``SimDrafter`` (the engine core's drafter in a simulation) proposes for a decode with probability
   ``proposal``, ``d`` drafts drawn from the size distribution for the config's K (capped at what
-  the scheduler allows), each the placeholder ``DRAFT_TOKEN``;
+  the scheduler allows), each the placeholder ``DRAFT_TOKEN``; for a draft model's config (throttled
+  live) a step whose requests draw no drafts next overlaps the next one, as live;
 - the cost-model executor (simulator/fleet/executor.py) accepts draft j + 1 with ``alpha[j]`` after
   the first j were accepted and commits the accepted drafts and one token of its own
   (``SYNTHETIC_TOKEN``, which no draft equals: the log's ``num_accepted`` reads the acceptance back).
@@ -169,12 +170,17 @@ class RoundDraws:
                                                       tuple(r.alpha_at(j) for j in range(k)))
         return drawn
 
+    def proposes(self, req: Request, position: int) -> bool:
+        """Whether ``req``'s round at ``position`` (its decode's start + 1) is proposed drafts."""
+        r = self._rates(req)
+        return bool(r.proposal) and unit(self.seed, req.request_id, position, _PROPOSE) < r.proposal
+
     def drafts(self, req: Request, limit: int) -> int:
         """How many drafts ``req``'s decode is proposed (at most ``limit``)."""
         r = self._rates(req)
         position = len(req.token_ids)  # the decode's start + 1: the round's name
         rid, seed = req.request_id, self.seed
-        if not r.proposal or unit(seed, rid, position, _PROPOSE) >= r.proposal:
+        if not self.proposes(req, position):
             return 0
         sizes = r.sizes
         d = min(bisect_right(sizes, unit(seed, rid, position, _SIZE) * sizes[-1]), len(sizes) - 1) + 1
@@ -198,10 +204,22 @@ class SimDrafter:
 
     name = "simulated"
 
-    def __init__(self, draws: RoundDraws) -> None:
+    def __init__(self, draws: RoundDraws, throttled: bool = False) -> None:
+        """``throttled``: the live drafter it stands for is a ``ThrottledDrafter`` (a draft model's),
+        whose stopped requests' steps overlap; an ngram drafter reads every token, so none does."""
         self.draws = draws
         self.num_tokens = draws.num_tokens
+        self.throttled = throttled
 
     def propose(self, requests: Sequence[Request], limits: Sequence[int]) -> list[list[int]]:
         drafts = self.draws.drafts
         return [[DRAFT_TOKEN] * drafts(r, n) if n > 0 else [] for r, n in zip(requests, limits)]
+
+    def drafts_next(self, requests: Sequence[Request]) -> bool:
+        """Whether any of ``requests`` is drawn drafts in its next round (after the token it samples
+        now): for a throttled drafter, a round drawn none is planned before that token lands, as a
+        live run overlaps the steps of its stopped requests."""
+        if not self.throttled:
+            return bool(requests)
+        proposes = self.draws.proposes
+        return any(proposes(r, len(r.token_ids) + 1) for r in requests)
