@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass
 
 import httpx
-import numpy as np
+
+from runtime.bench.serve_client import percentiles
 
 MESSAGES = 240_000
 
@@ -87,5 +88,5 @@ class OversizedRequests:
     def report(self) -> OversizedReport:
         with self._lock:
             took, answers = list(self._latencies), dict(self._answers)
-        p50, p99 = (float(np.percentile(took, q)) for q in (50, 99)) if took else (None, None)
-        return OversizedReport(self.rate, len(took), answers, p50, p99)
+        pct = percentiles(took, scale=1.0)
+        return OversizedReport(self.rate, len(took), answers, pct["p50"], pct["p99"])

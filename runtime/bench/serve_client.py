@@ -267,7 +267,8 @@ def run(base_url: str, workload: Workload, model: str, *, api_key: str | None = 
     return records, wall
 
 
-def _percentiles(values: Sequence[float], scale: float = 1e3) -> dict[str, float | None]:
+def percentiles(values: Sequence[float], scale: float = 1e3) -> dict[str, float | None]:
+    """mean, p50, p90, p99 and max of ``values`` (seconds) in ms (``scale``); None each when empty."""
     if not values:
         return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
     a = np.asarray(values) * scale
@@ -291,11 +292,11 @@ def summarize(records: Sequence[RequestRecord], wall: float, slo: Slo | None = N
         "request_throughput": len(ok) / wall if wall > 0 else 0.0,
         "output_throughput_tok_s": out_tokens / wall if wall > 0 else 0.0,
         "total_throughput_tok_s": (out_tokens + sum(r.prompt_tokens for r in ok)) / wall if wall > 0 else 0.0,
-        "ttft_ms": _percentiles([r.ttft for r in ok if r.ttft is not None]),
-        "tpot_ms": _percentiles([r.tpot for r in ok if r.tpot is not None]),
-        "itl_ms": _percentiles([g for r in ok for g in r.itl]),
-        "e2e_ms": _percentiles([r.e2e for r in ok]),
-        "send_lag_ms": _percentiles([max(0.0, r.sent - r.arrival) for r in records]),
+        "ttft_ms": percentiles([r.ttft for r in ok if r.ttft is not None]),
+        "tpot_ms": percentiles([r.tpot for r in ok if r.tpot is not None]),
+        "itl_ms": percentiles([g for r in ok for g in r.itl]),
+        "e2e_ms": percentiles([r.e2e for r in ok]),
+        "send_lag_ms": percentiles([max(0.0, r.sent - r.arrival) for r in records]),
     }
     if slo is not None:
         good = sum(slo.met(r) for r in records)

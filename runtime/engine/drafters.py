@@ -318,6 +318,8 @@ class ThrottledDrafter:
                 if rec.resume_at is not None:  # that was a retry
                     rec.backoff = self.FIRST_RETRY if kept else min(2 * rec.backoff, self.LAST_RETRY)
                     rec.resume_at = None
+            elif not committed:  # it has not moved since: the proposal was not verified
+                rec.pending = None
         return rec
 
     def _keep(self, rec: _Record) -> float:
@@ -337,8 +339,6 @@ class ThrottledDrafter:
     def _length(self, rec: _Record, length: int) -> int:
         """How many drafts the request is worth now (its length is ``length``): by its odds, else
         one when its retry is due."""
-        if rec.pending is not None and rec.pending[0] == length:  # its last proposal was not verified
-            rec.pending = None
         n = self._odds_length(rec)
         if n:
             rec.resume_at = None

@@ -66,6 +66,10 @@ def short_names(paths: list[str | Path]) -> dict[str, str]:
             depth[p] += 1
 
 
+def _row_name(path: str | Path, names: dict[str, str] | None) -> str:
+    return (names or {}).get(str(path)) or _name(path)
+
+
 def overrides_between(base_log: str | Path, other_log: str | Path) -> list[str]:
     """FIELD=VALUE for every config field in which ``other_log``'s Header differs from ``base_log``'s."""
     _, a = log_config(base_log)
@@ -85,7 +89,7 @@ def run_row(log: str | Path, model: CostModel, role: str = "", sensitivity_pct: 
     """``workload``: the closed-loop workload the run replayed, simulated in place of its arrivals;
     ``names``: row names by path (``short_names``), else the file name."""
     report, _ = fidelity(log, model, replay=True, sensitivity_pct=sensitivity_pct, workload=workload)
-    name = (names or {}).get(str(log), _name(log)) + (" (closed loop)" if workload is not None else "")
+    name = _row_name(log, names) + (" (closed loop)" if workload is not None else "")
     replay = report.get("replay")  # (none of a fleet log: its replicas replay one by one)
     row = {"kind": "run" if replay is not None else "fleet", "run": name, "role": role, "notes": report["notes"],
            "errors": {f"{m}_{p}": report["metrics"][m][p]["error_pct"] for m, p in COLUMNS},
@@ -101,7 +105,6 @@ def run_row(log: str | Path, model: CostModel, role: str = "", sensitivity_pct: 
 
 def pair_row(on_log: str | Path, off_log: str | Path, model: CostModel, role: str = "",
              names: dict[str, str] | None = None) -> dict[str, Any]:
-    name_on, name_off = ((names or {}).get(str(p), _name(p)) for p in (on_log, off_log))
     overrides = overrides_between(on_log, off_log)
     report, _ = fidelity(on_log, model, overrides=overrides, what_if_live=off_log, replay=False)
     w = report["what_if"]
@@ -112,7 +115,8 @@ def pair_row(on_log: str | Path, off_log: str | Path, model: CostModel, role: st
     predicted = rel_error(w["makespan"]["sim_s"], base_ms)
     actual = rel_error(w["makespan"]["live_s"], live_on_ms)
     signs["makespan"] = math.isfinite(predicted) and math.isfinite(actual) and (predicted > 0) == (actual > 0)
-    return {"kind": "what-if", "run": f"{name_on} → {name_off}", "role": role, "overrides": overrides,
+    return {"kind": "what-if", "run": f"{_row_name(on_log, names)} → {_row_name(off_log, names)}", "role": role,
+            "overrides": overrides,
             "notes": report["notes"],
             "errors": {f"{m}_{p}": w["vs_live"][m][p]["error_pct"] for m, p in COLUMNS},
             "makespan": w["makespan"]["error_pct"], "signs": signs,

@@ -172,15 +172,17 @@ class RoundDraws:
 
     def proposes(self, req: Request, position: int) -> bool:
         """Whether ``req``'s round at ``position`` (its decode's start + 1) is proposed drafts."""
-        r = self._rates(req)
-        return bool(r.proposal) and unit(self.seed, req.request_id, position, _PROPOSE) < r.proposal
+        return self._proposes(self._rates(req), req.request_id, position)
+
+    def _proposes(self, r: _Drawn, rid: int, position: int) -> bool:
+        return bool(r.proposal) and unit(self.seed, rid, position, _PROPOSE) < r.proposal
 
     def drafts(self, req: Request, limit: int) -> int:
         """How many drafts ``req``'s decode is proposed (at most ``limit``)."""
         r = self._rates(req)
         position = len(req.token_ids)  # the decode's start + 1: the round's name
         rid, seed = req.request_id, self.seed
-        if not self.proposes(req, position):
+        if not self._proposes(r, rid, position):
             return 0
         sizes = r.sizes
         d = min(bisect_right(sizes, unit(seed, rid, position, _SIZE) * sizes[-1]), len(sizes) - 1) + 1
