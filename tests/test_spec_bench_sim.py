@@ -11,6 +11,7 @@ import pytest
 
 from runtime.cli import main
 from simulator.cost.linear_model import LinearCostModel
+from simulator.replay.replay import log_config
 from tests.model_helpers import make_tiny, one_thread
 
 pytestmark = pytest.mark.usefixtures(one_thread.__name__)
@@ -70,6 +71,8 @@ def test_the_table_has_the_simulated_columns_and_the_logs_are_kept(bench):
     assert "sim speed-up" in head and "sim error" in head
     assert sorted(p.name for p in logs.iterdir()) == sorted(
         f"repetitive-b{b}-{d}.jsonl" for b in (1, 3) for d in ("off", "ngram_2", "replay_0_2", "replay_1_2"))
+    # a replay drafter stands for a draft model, and its logs say so: re-simulated, it is throttled as one is
+    assert log_config(logs / "repetitive-b1-replay_0_2.jsonl")[1].speculative == "model:replay:2"
 
 
 def test_a_bad_cost_model_is_a_flag_error_before_the_model_loads(capsys):

@@ -54,6 +54,9 @@ TOPICS = ("a lighthouse keeper who finds a map", "a robot learning to paint", "a
           "two rivals stranded on a mountain", "a baker who can hear thoughts", "the last train of the night",
           "a garden that grows in winter", "a detective who is afraid of the dark")
 WORKLOADS = ("repetitive", "open")
+# the draft "model" a replay drafter's runs are logged with: it stands for a draft model, served as
+# one is (throttled, the next step planned ahead while no drafts may come), so the log re-simulates so
+REPLAY = "replay"
 
 
 def messages(workload: str, i: int) -> list[dict[str, str]]:
@@ -207,7 +210,7 @@ def run(model: str | None, *, speculative: str, batches: Sequence[int] = (1, 8),
                 if cost_model is not None:
                     _simulate(plain, log, cost_model)
                 tries = [(speculative, None, None)] if speculative else []
-                tries += [(f"ngram:{k}", ThrottledDrafter(ReplayDrafter(outputs, k, rate, vocab)),
+                tries += [(f"model:{REPLAY}:{k}", ThrottledDrafter(ReplayDrafter(outputs, k, rate, vocab)),
                            f"replay@{rate:g}:{k}") for rate in acceptance]
                 runs, run_logs = [], []
                 for value, drafter, label in tries:
