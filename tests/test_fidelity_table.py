@@ -126,6 +126,18 @@ def test_command_writes_tables_and_json(logs, tmp_path, capsys):
     assert [r["kind"] for r in rows] == ["run", "what-if"]
 
 
+def test_a_flag_takes_several_logs_at_once(logs, tmp_path, capsys):
+    from runtime.cli import main
+
+    on, off = logs
+    model = tmp_path / "m.json"
+    LinearCostModel(TRUTH).save(model)
+    out = tmp_path / "t.json"
+    assert main(["fidelity-table", "--cost-model", str(model), "--run", f"fit:{on}", f"held-out:{off}",
+                 "--json", str(out)]) == 0
+    assert [(r["run"], r["role"]) for r in json.loads(out.read_text())["rows"]] == [("on", "fit"), ("off", "held-out")]
+
+
 def test_sensitivity_rows_divide_each_error_by_its_elasticity(logs):
     on, _ = logs
     slow = LinearCostModel({k: 1.1 * v for k, v in TRUTH.items()})

@@ -107,21 +107,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "the fidelity tables", description=__doc__.split("\n\n")[1] if __doc__ else None)
     p.add_argument("--cost-model", required=True, metavar="M",
                    help="cost-model JSON, a shipped name (e.g. qwen3-0.6b-h200), or recorded:LOG")
-    p.add_argument("--run", action="append", default=[], metavar="ROLE:LOG",
+    p.add_argument("--run", action="extend", nargs="+", default=[], metavar="ROLE:LOG",
                    help="re-simulate LOG under its own config; ROLE labels the row, e.g. fit or held-out "
-                        "(repeatable)")
-    p.add_argument("--pair", action="append", default=[], metavar="ROLE:ON_LOG:OFF_LOG",
+                        "(one or more; repeatable)")
+    p.add_argument("--pair", action="extend", nargs="+", default=[], metavar="ROLE:ON_LOG:OFF_LOG",
                    help="re-simulate ON_LOG's workload under OFF_LOG's config and check it against OFF_LOG "
-                        "(repeatable)")
-    p.add_argument("--closed-loop", action="append", default=[], metavar="ROLE:LOG:WORKLOAD",
+                        "(one or more; repeatable)")
+    p.add_argument("--closed-loop", action="extend", nargs="+", default=[], metavar="ROLE:LOG:WORKLOAD",
                    help="simulate the closed-loop WORKLOAD that LOG's run replayed (bench serve of a workload "
                         "sessions file), its turns released by the simulation's own answers, under LOG's config "
-                        "(repeatable)")
+                        "(one or more; repeatable)")
     p.add_argument("--sensitivity", type=float, metavar="PCT", action=Bounded, above=0, below=50,
                    help="per run, also re-simulate with every step PCT %% shorter and longer (elasticities) "
                         "(default: off)")
-    p.add_argument("--repeat", action="append", default=[], metavar="A_LOG:B_LOG",
+    p.add_argument("--repeat", action="extend", nargs="+", default=[], metavar="A_LOG:B_LOG",
                    help="two live runs of one config: their spread per metric (the largest over the repeats) "
-                        "decides which on → off signs are judged (repeatable)")
+                        "decides which on → off signs are judged (one or more; repeatable)")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p.set_defaults(func=_run)
