@@ -30,7 +30,7 @@ from simulator.fitting.profile_plan import (
     warmup_plan,
 )
 from tests.model_helpers import make_tiny, one_thread
-from traces.events import Finished, Header, Span, Step, make_header
+from traces.events import Arrived, Finished, Header, Span, Step, make_header
 from traces.log import LogWriter, fold, read_log
 from traces.params import SamplingParams
 from traces.step_padding import StepPadding
@@ -72,6 +72,9 @@ def test_quick_profile_writes_a_genuine_log_with_every_shape_class(quick_run):
     assert {shape_class(s) for s in steps} == {"prefill", "prefill+context", "decode", "mixed", "verify"}
     assert all(s.end > s.start for s in steps)
     assert any(e.reason == FINISH_REASON for e in events if isinstance(e, Finished))
+    # its requests sample, as served ones do by default (the API's temperature)
+    assert header.extra["profile"]["temperature"] == 1.0
+    assert {e.params.temperature for e in events if isinstance(e, Arrived)} == {1.0}
     state = fold(events)  # the block events replay: a consistent engine log
     assert not state.tables
 
@@ -241,10 +244,11 @@ def test_sweep_speculates_only_in_verify_cases():
     assert sweep.executor.classes >= {"verify"}
 
 
-@pytest.mark.parametrize("flag", ["--max-batch", "--max-context", "--holdout-every"])
-def test_bad_sweep_flags_name_the_flag(flag, capsys):
+@pytest.mark.parametrize(("flag", "value"), [("--max-batch", "0"), ("--max-context", "0"), ("--holdout-every", "0"),
+                                           ("--temperature", "-1"), ("--temperature", "101")])
+def test_bad_sweep_flags_name_the_flag(flag, value, capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["profile", "--quick", flag, "0", "--out", "/dev/null"])
+        main(["profile", "--quick", flag, value, "--out", "/dev/null"])
     assert exc.value.code == 2 and flag in capsys.readouterr().err
 
 

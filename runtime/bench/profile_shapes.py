@@ -79,8 +79,12 @@ class ShapeSweep:
     log's wall clock). ``overlap``: steps overlap as the live engine's do (``EngineParts.overlap``)."""
 
     def __init__(self, core: EngineCore, executor: Executor | OverlappingExecutor, *, vocab_size: int,
-                 seed: int = 0, clock: Callable[[], float] = time.monotonic, overlap: bool = False) -> None:
+                 seed: int = 0, clock: Callable[[], float] = time.monotonic, overlap: bool = False,
+                 temperature: float = 0.0) -> None:
+        """``temperature``: every request's (0: greedy, whose steps copy no sampling parameters to the
+        device and run an argmax in place of the sampler)."""
         self.core = core
+        self.temperature = temperature
         self.executor = executor
         self.vocab_size = vocab_size
         self.seed = seed
@@ -113,7 +117,7 @@ class ShapeSweep:
                                vocab_size=self.vocab_size, **shared)
 
     def add(self, prompt: PromptSynthetic, max_tokens: int) -> Request:
-        params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+        params = SamplingParams(max_tokens=max_tokens, temperature=self.temperature, ignore_eos=True)
         rid = self.core.add_request(prompt, params, self.now())
         return self.core.requests[rid]
 
@@ -335,12 +339,15 @@ def device_timed(runner):
 def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str | Path, *,
             limits: SweepLimits, quick: bool = False, deadline: float | None = None, seed: int = 0,
             quiet_wait: float = 0.0, progress: bool = True, passes: int = 1,
-            before_sweep: Callable[[], float | None] | None = None) -> ProfileResult:
+            before_sweep: Callable[[], float | None] | None = None,
+            temperature: float = SamplingParams().temperature) -> ProfileResult:
     """Warm up on a scratch core (same runner and KV pool, nothing logged), then run ``plan``
     ``passes`` times on a fresh core whose events go to ``out``. The Header's ``extra`` adds
     ``hardware`` and the sweep. ``quiet_wait`` (CPU devices): before each case wait up to that long
     for other processes to leave the CPU. ``before_sweep``: runs after the warm-up, just before the
-    sweep's clock starts (a co-located member's barrier); a time it returns is the sweep's deadline."""
+    sweep's clock starts (a co-located member's barrier); a time it returns is the sweep's deadline.
+    ``temperature``: the requests' (default: a served request's, which samples unless it asks for
+    greedy: its steps stage sampling parameters and run the sampler, which a greedy sweep never prices)."""
     from runtime.bench.cpu_quiet import wait_until_quiet
     from runtime.bench.hardware import cuda_alloc_retries, describe_device
 
@@ -351,11 +358,11 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
         gate()  # the warm-up too: it would slow whatever else is running
     overlap = parts.overlap  # the live engine's loop: async scheduling where serve has it
     warm = run_sweep(ShapeSweep(sweep_core(parts, None), parts.runner, vocab_size=vocab, seed=seed + 1,
-                                overlap=overlap), warmup, progress=progress, desc="warm-up")
+                                overlap=overlap, temperature=temperature), warmup, progress=progress, desc="warm-up")
     header = parts.header("wall")
     extra = {**header.extra, "hardware": describe_device(parts.runner.device),
              "profile": {"quick": quick, **asdict(limits), "cases": plan_summary(plan), "passes": passes,
-                         "warmup_steps": warm.steps, "git_commit": git_commit()}}
+                         "temperature": temperature, "warmup_steps": warm.steps, "git_commit": git_commit()}}
     retries_before = cuda_alloc_retries(parts.runner.device)
     if before_sweep is not None:
         deadline = before_sweep() or deadline
@@ -363,7 +370,8 @@ def profile(parts: EngineParts, plan: list[Case], warmup: list[Case], out: str |
     # logged beside the host's view of it (a launch of the next step can hold a step back)
     with frozen_heap(), LogWriter(out) as writer, device_timed(parts.runner):
         writer(msgspec.structs.replace(header, extra=extra))
-        sweep = ShapeSweep(sweep_core(parts, writer), parts.runner, vocab_size=vocab, seed=seed, overlap=overlap)
+        sweep = ShapeSweep(sweep_core(parts, writer), parts.runner, vocab_size=vocab, seed=seed, overlap=overlap,
+                           temperature=temperature)
         result = run_sweep(sweep, plan * passes, deadline=deadline, before_case=gate, progress=progress)
     retries = cuda_alloc_retries(parts.runner.device)
     return ProfileResult(**vars(result), warmup_steps=warm.steps, warmup_seconds=warm.seconds,

@@ -24,6 +24,7 @@ from dataclasses import asdict
 from runtime.cli.checks import Bounded
 from runtime.cli.config_flags import add_engine_args, announce_load, engine_options, flag_error
 from runtime.cli.errors import CLIError
+from traces.params import InvalidRequest, SamplingParams
 
 # (max context, max batch) on the CPU, where a sweep to the engine's limits would take hours; elsewhere
 # the sweep covers what the engine takes: contexts to its max_model_len, batches to its max_num_seqs
@@ -83,6 +84,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"with --co-located: seconds the engines sweep together (default: {CO_LOCATED_TIME:.0f}, "
                         "with --quick 10)")
     g.add_argument("--co-located-member", help=argparse.SUPPRESS)  # i/K/BARRIER_DIR: one of those engines
+    g.add_argument("--temperature", type=float, default=SamplingParams().temperature, metavar="T",
+                   help="the sweep's requests' temperature: as served requests sample by default (the API's "
+                        "default), a step's sampling is priced with them; 0 profiles greedy decoding, for "
+                        "greedy-only traffic (default: %(default)s)")
     g.add_argument("--fit", metavar="M.json", help="fit a cost model from the log right away")
     g.add_argument("--holdout-every", type=int, default=5, action=Bounded, at_least=2,
                    help="with --fit: hold out every Nth step (default: %(default)s)")
@@ -224,6 +229,7 @@ def _co_located(args: argparse.Namespace) -> list[str] | None:
              if value is not None for w in (flag, str(value))]
     seconds = _co_located_time(args)
     command = [*python_command(), "profile", *engine_flags(args), *sweep, *(["--quick"] if args.quick else []),
+               "--temperature", str(args.temperature),
                "--front-door", "0", "--quiet-wait", "0", "--time-limit", str(seconds), "--no-progress"]
     logs = [beside(args.out, f"co_located{i}") for i in range(k)]
     print(f"co-located: {k} engines sweeping the device together for {seconds:.0f} s …", file=sys.stderr, flush=True)
@@ -280,6 +286,10 @@ def run(args: argparse.Namespace) -> int:
     from runtime.bench.profile_shapes import pass_spread, profile
     from simulator.fitting.profile_plan import plan_summary, sweep_plan, warmup_plan
 
+    try:
+        SamplingParams(temperature=args.temperature)
+    except InvalidRequest as e:
+        raise CLIError(f"--temperature: {e}") from None
     member = _member(args)
     if member is not None:
         args.front_door = 0
@@ -304,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
           f"{limits.max_batch}, budget {limits.budget}, whole prompts up to {limits.max_prefill}", file=sys.stderr)
     result = profile(parts, plan, warmup_plan(plan, limits), args.out, limits=limits, quick=args.quick,
                      deadline=started + time_limit if time_limit > 0 else None, quiet_wait=_quiet_wait(args),
-                     progress=not args.no_progress, passes=args.passes,
+                     progress=not args.no_progress, passes=args.passes, temperature=args.temperature,
                      before_sweep=None if member is None else lambda: member.wait_for_the_others() + time_limit)
     waited = f", {result.waited:.0f} s of it waiting for a quiet CPU" if result.waited >= 1 else ""
     print(f"{result.steps:,} steps in {result.seconds:.1f} s{waited} (+ {result.warmup_steps} warm-up steps, "
