@@ -13,8 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.serving.server.chat_size import ROLES, ChatSize
-from runtime.serving.server.prompts import max_chars_per_token, raw_items, raw_members, raw_value
+from runtime.serving.server.prompts import ROLES, ChatSize, max_chars_per_token, raw_items, raw_members, raw_value
 from tests.test_server_harness import TokenizerProxy, assert_still_serving, serve
 
 MANY = 240_000  # one-character messages: 8 MB, under the body limit

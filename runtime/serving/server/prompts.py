@@ -3,7 +3,7 @@ before paying for it.
 
 - On the loop, cheap checks only: the prompt's shape, the batch against the queue, and a lower
   bound on its token count (characters / the most characters one token covers; a chat's template
-  markers per message, runtime/serving/server/chat_size.py), so a 10 MB prompt is refused without
+  markers per message, ``ChatSize``), so a 10 MB prompt is refused without
   being tokenized and 240,000 tiny messages without being templated. The counts (prompts, messages)
   are checked on the raw body too, before it is parsed (``precheck_*``): its members read as raw JSON
   spans, one scan that builds no object inside them, count 240,000 tiny chat messages (8 MB) in ~20 ms
@@ -19,15 +19,14 @@ before paying for it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, get_args
 
 import msgspec
 from msgspec import Raw
 
 from runtime.serving.async_engine import AsyncLLMEngine
-from runtime.serving.server.chat_size import ChatSize
-from runtime.serving.server.protocol import ChatCompletionRequest, FieldError, message_text
+from runtime.serving.server.protocol import ChatCompletionRequest, FieldError, Role, message_text
 from traces.params import InvalidRequest, SamplingParams
 
 try:  # jinja2 comes with transformers' chat templates
@@ -48,6 +47,76 @@ def max_chars_per_token(tokenizer: Any) -> int | None:
         return None
     normalizer = getattr(getattr(tokenizer, "backend_tokenizer", None), "normalizer", None)
     return longest * (1 if normalizer is None else 2) or None
+
+
+ROLES: tuple[str, ...] = get_args(Role)
+
+
+class ChatSize:
+    """A lower bound on a chat prompt's tokens, known before its template is rendered, so that a request
+    that cannot fit the context is refused for the price of counting (rendering 240,000 tiny messages
+    takes the template tens of seconds).
+
+    Each message costs its template markers at least. They are measured once per role, by rendering
+    the template around one empty message of that role (``[user, R]`` less ``[user]``): the characters
+    the markers add, and the added tokens among them (``<|im_start|>``…: the tokenizer splits those out
+    before any merge, so they never share a token with text). A prompt then has at least
+
+    - its added marker tokens, plus its content characters over the most characters one token covers;
+    - all of its characters (markers and content) over that same figure,
+
+    whichever is more. A role the template refuses, or a template that writes nothing per message,
+    counts 0: the bound stays a bound, only weaker.
+    """
+
+    def __init__(self, tokenizer: Any, chars_per_token: int | None) -> None:
+        self.chars_per_token = chars_per_token
+        self.marker_tokens: dict[str, int] = {}
+        self.marker_chars: dict[str, int] = {}
+        added = set(getattr(tokenizer, "added_tokens_decoder", None) or ())
+        base = _render(tokenizer, [])
+        for role in ROLES:
+            one = _render(tokenizer, [role])
+            if base is None or one is None:
+                tokens = chars = 0
+            else:
+                tokens = sum(t in added for t in one[1]) - sum(t in added for t in base[1])
+                chars = len(one[0]) - len(base[0])
+            self.marker_tokens[role], self.marker_chars[role] = max(tokens, 0), max(chars, 0)
+        # what any message costs, whatever its role (the raw body's check, before roles are read)
+        self.min_marker_tokens = min(self.marker_tokens.values())
+        self.min_marker_chars = min(self.marker_chars.values())
+
+    def _bound(self, marker_tokens: int, marker_chars: int, content_chars: int) -> int:
+        cpt = self.chars_per_token
+        if not cpt:
+            return marker_tokens
+        return max(marker_tokens + -(-content_chars // cpt), -(-(marker_chars + content_chars) // cpt))
+
+    def at_least(self, num_messages: int) -> int:
+        """Fewest tokens ``num_messages`` messages of any roles and contents make."""
+        return self._bound(num_messages * self.min_marker_tokens, num_messages * self.min_marker_chars, 0)
+
+    def of(self, messages: Iterable[tuple[str, int]]) -> int:
+        """Fewest tokens messages of these (role, kept content characters) make."""
+        tokens = chars = content = 0
+        marker_tokens, marker_chars = self.marker_tokens, self.marker_chars
+        for role, n in messages:
+            tokens += marker_tokens[role]
+            chars += marker_chars[role]
+            content += n
+        return self._bound(tokens, chars, content)
+
+
+def _render(tokenizer: Any, roles: list[str]) -> tuple[str, list[int]] | None:
+    """The template's text and ids for a user message then ``roles``, all empty; None if it refuses."""
+    messages = [{"role": r, "content": ""} for r in ["user", *roles]]
+    try:
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    except Exception:  # the template's raise_exception(), or no template at all
+        return None
+    return text, list(ids)
 
 
 def _check_text(text: str, param: str) -> None:
