@@ -77,6 +77,24 @@ def test_a_stall_of_the_first_prompt_of_a_size_does_not_move_the_fit(tmp_path):
     assert fit.intake_delay == pytest.approx(CONST, rel=1e-6) and fit.intake_per_token == pytest.approx(PER_TOKEN)
 
 
+def test_a_length_whose_every_request_stalled_is_left_out_of_the_fit(tmp_path):
+    """Both of an H100 probe's 8,190-token prompts waited (36 ms and 2.5 s): kept, that one length set
+    the slope at 3.5 µs a token against the other lengths' 0.34."""
+    log = tmp_path / "probe.jsonl"
+    _probe_log(log, [16, 64, 256, 512, 1024, 2000, 4000, 4000], stalls={6: 0.036, 7: 2.5})
+    fit = fit_front_door(read_log(log))
+    assert fit.requests == 8 and fit.max_prompt == 4000
+    assert fit.intake_delay == pytest.approx(CONST, rel=1e-6) and fit.intake_per_token == pytest.approx(PER_TOKEN)
+
+
+def test_a_line_with_no_stall_keeps_every_length(tmp_path):
+    """The door's own growth with the prompt is no stall, however steep: every length is fitted."""
+    log = tmp_path / "probe.jsonl"
+    _probe_log(log, [16, 64, 256, 512, 1024, 2000, 4000])
+    fit = fit_front_door(read_log(log))
+    assert fit.intake_delay == pytest.approx(CONST, rel=1e-6) and fit.intake_per_token == pytest.approx(PER_TOKEN)
+
+
 def test_a_log_with_no_idle_arrival_has_no_front_door_fit(tmp_path):
     log = tmp_path / "empty.jsonl"
     with LogWriter(log) as writer:
