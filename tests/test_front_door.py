@@ -83,7 +83,16 @@ def test_a_length_whose_every_request_stalled_is_left_out_of_the_fit(tmp_path):
     log = tmp_path / "probe.jsonl"
     _probe_log(log, [16, 64, 256, 512, 1024, 2000, 4000, 4000], stalls={6: 0.036, 7: 2.5})
     fit = fit_front_door(read_log(log))
-    assert fit.requests == 8 and fit.max_prompt == 4000
+    assert fit.requests == 8 and fit.max_prompt == 4000 and fit.left_out == (4000,)
+    assert fit.intake_delay == pytest.approx(CONST, rel=1e-6) and fit.intake_per_token == pytest.approx(PER_TOKEN)
+
+
+def test_two_stalled_lengths_do_not_hide_each_other(tmp_path):
+    """Each length is judged by the shorter ones, so two stalled sizes cannot vouch for each other."""
+    log = tmp_path / "probe.jsonl"
+    _probe_log(log, [16, 32, 64, 256, 1024, 2000, 3000, 4000], stalls={6: 0.05, 7: 0.08})
+    fit = fit_front_door(read_log(log))
+    assert fit.left_out == (3000, 4000)
     assert fit.intake_delay == pytest.approx(CONST, rel=1e-6) and fit.intake_per_token == pytest.approx(PER_TOKEN)
 
 
@@ -92,6 +101,7 @@ def test_a_line_with_no_stall_keeps_every_length(tmp_path):
     log = tmp_path / "probe.jsonl"
     _probe_log(log, [16, 64, 256, 512, 1024, 2000, 4000])
     fit = fit_front_door(read_log(log))
+    assert fit.left_out == ()
     assert fit.intake_delay == pytest.approx(CONST, rel=1e-6) and fit.intake_per_token == pytest.approx(PER_TOKEN)
 
 

@@ -1,9 +1,10 @@
 """Drive the real engine through a sweep plan (simulator/fitting/profile_plan.py) and log every step.
 
-Nothing is invented: each case is a workload (random-token prompts, greedy, ``ignore_eos``) added
-to a real ``EngineCore`` and stepped by the engine's own ``StepLoop`` with the real executor, the
-way ``serve`` runs it: with overlapped steps (async scheduling on CUDA: step n+1 planned and
-launched while step n runs) wherever the engine ``serve`` builds from the same flags overlaps them.
+Nothing is invented: each case is a workload (random-token prompts, sampled at the API's default
+temperature unless told, ``ignore_eos``) added to a real ``EngineCore`` and stepped by the engine's
+own ``StepLoop`` with the real executor, the way ``serve`` runs it: with overlapped steps (async
+scheduling on CUDA: step n+1 planned and launched while step n runs) wherever the engine ``serve``
+builds from the same flags overlaps them.
 So the Step events — spans from the scheduler, times as the live loop stamps them — are a genuine
 engine log that ``minivllm cost-model fit`` (or ``replay``, ``fold``) reads like any other, and a
 step's logged time is what a served step of that shape logs (host work hidden behind the device's
@@ -80,9 +81,9 @@ class ShapeSweep:
 
     def __init__(self, core: EngineCore, executor: Executor | OverlappingExecutor, *, vocab_size: int,
                  seed: int = 0, clock: Callable[[], float] = time.monotonic, overlap: bool = False,
-                 temperature: float = 0.0) -> None:
-        """``temperature``: every request's (0: greedy, whose steps copy no sampling parameters to the
-        device and run an argmax in place of the sampler)."""
+                 temperature: float = SamplingParams().temperature) -> None:
+        """``temperature``: every request's (default: a served request's; 0: greedy, whose steps copy no
+        sampling parameters to the device and run an argmax in place of the sampler)."""
         self.core = core
         self.temperature = temperature
         self.executor = executor

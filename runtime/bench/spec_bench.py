@@ -54,8 +54,10 @@ TOPICS = ("a lighthouse keeper who finds a map", "a robot learning to paint", "a
           "two rivals stranded on a mountain", "a baker who can hear thoughts", "the last train of the night",
           "a garden that grows in winter", "a detective who is afraid of the dark")
 WORKLOADS = ("repetitive", "open")
-# the draft "model" a replay drafter's runs are logged with: it stands for a draft model, served as
-# one is (throttled, the next step planned ahead while no drafts may come), so the log re-simulates so
+# the draft "model" a replay drafter's runs are logged with (model:replay:K): it stands for a draft
+# model served as one is (throttled, the next step planned ahead while no drafts may come), and a
+# re-simulation of its log runs it that way. Only simulations read these logs: no model of that path
+# is ever loaded (run_once passes the drafter itself)
 REPLAY = "replay"
 
 

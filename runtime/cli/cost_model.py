@@ -95,7 +95,9 @@ def print_fit(model, out: str) -> None:
               + (", steps overlap" if host.overlap else ""))
         if door := model.meta.get("front_door"):
             print(f"  front door: {door['requests']} probe requests reaching an idle engine, prompts to "
-                  f"{door['max_prompt']:,} tokens, median delay {door['median_delay'] * 1e3:.2f} ms ({door['log']})")
+                  f"{door['max_prompt']:,} tokens, median delay {door['median_delay'] * 1e3:.2f} ms ({door['log']})"
+                  + (f"; left out, every request of them stalled: {', '.join(f'{n:,}' for n in left)}-token prompts"
+                     if (left := door.get("left_out")) else ""))
         if model.launch_time is not None:
             print(f"  eager launch: {host.eager_launch * 1e3:.3f} ms + {host.eager_launch_per_token * 1e6:.3f} µs per "
                   "token beyond one per span (holds back the step before)")

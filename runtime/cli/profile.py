@@ -254,6 +254,7 @@ def _fit(args: argparse.Namespace, result, plan, spread, front_door: str | None,
                                      "skipped_cases": len(result.skipped), "seconds": round(result.seconds, 1),
                                      "git_commit": sweep.header.extra["profile"]["git_commit"],
                                      "cuda_alloc_retries": result.alloc_retries, "passes": args.passes,
+                                     "temperature": args.temperature,
                                      "pass_spread": None if spread is None else asdict(spread)})
     model.save(args.fit)
     print_fit(model, args.fit)

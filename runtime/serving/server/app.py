@@ -116,8 +116,8 @@ class ApiKeyGuard:
         if scope["type"] == "http" and scope["path"] not in self.OPEN:
             given = Headers(scope=scope).get("authorization", "").encode("latin-1", "replace")
             if not hmac.compare_digest(given, self.expected):  # constant time: no key guessing by timing
-                response = errors.error_response(401, "missing or incorrect API key (Authorization: Bearer <key>)",
-                                          code="invalid_api_key")
+                response = errors.error_response(
+                    401, "missing or incorrect API key (Authorization: Bearer <key>)", code="invalid_api_key")
                 response.headers["WWW-Authenticate"] = "Bearer"
                 await response(scope, receive, send)
                 return
