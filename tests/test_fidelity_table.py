@@ -109,12 +109,19 @@ def test_decode_steps_of_a_log_join_the_fit(logs, tmp_path):
     assert model.meta["training"]["steps"] + model.meta["heldout"]["steps"] == n_on + len(dec.durations)
 
 
-def test_command_writes_tables_and_json(logs, tmp_path, capsys):
+@pytest.fixture
+def true_model(tmp_path):
+    """The model the test logs were written with, as a file."""
+    model = tmp_path / "m.json"
+    LinearCostModel(TRUTH).save(model)
+    return model
+
+
+def test_command_writes_tables_and_json(logs, true_model, tmp_path, capsys):
     from runtime.cli import main
 
     on, off = logs
-    model = tmp_path / "m.json"
-    LinearCostModel(TRUTH).save(model)
+    model = true_model
     out = tmp_path / "t.json"
     assert main(["fidelity-table", "--cost-model", str(model), "--run", f"fit:{on}", "--pair", f"what-if:{on}:{off}",
                  "--sensitivity", "2", "--json", str(out)]) == 0
@@ -126,12 +133,11 @@ def test_command_writes_tables_and_json(logs, tmp_path, capsys):
     assert [r["kind"] for r in rows] == ["run", "what-if"]
 
 
-def test_a_flag_takes_several_logs_at_once(logs, tmp_path, capsys):
+def test_a_flag_takes_several_logs_at_once(logs, true_model, tmp_path):
     from runtime.cli import main
 
     on, off = logs
-    model = tmp_path / "m.json"
-    LinearCostModel(TRUTH).save(model)
+    model = true_model
     out = tmp_path / "t.json"
     assert main(["fidelity-table", "--cost-model", str(model), "--run", f"fit:{on}", f"held-out:{off}",
                  "--json", str(out)]) == 0

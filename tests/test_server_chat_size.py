@@ -96,6 +96,16 @@ def test_the_bound_never_exceeds_what_the_template_makes(smollm2_tokenizer, size
     assert size.min_marker_tokens >= 1  # SmolLM2's markers are added tokens: each message costs them
 
 
+class _TooMany(Exception):
+    pass
+
+
+def _refuse_over_three_messages(top):
+    """A precheck of the raw body's members: more than three messages is too many."""
+    if len(raw_items(top["messages"])) > 3:
+        raise _TooMany
+
+
 def test_the_counts_are_checked_before_the_body_is_parsed(monkeypatch):
     from runtime.serving.server import intake
     from runtime.serving.server.protocol import ChatCompletionRequest
@@ -103,17 +113,10 @@ def test_the_counts_are_checked_before_the_body_is_parsed(monkeypatch):
     def never(*_):
         raise AssertionError("the body was parsed")
 
-    class TooMany(Exception):
-        pass
-
-    def precheck(top):
-        if len(raw_items(top["messages"])) > 3:
-            raise TooMany
-
     monkeypatch.setattr(intake.json, "loads", never)
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}] * 4}).encode()
-    with pytest.raises(TooMany):
-        intake.parse_body(ChatCompletionRequest, body, "application/json", precheck)
+    with pytest.raises(_TooMany):
+        intake.parse_body(ChatCompletionRequest, body, "application/json", _refuse_over_three_messages)
 
 
 def test_the_raw_body_is_read_as_json_reads_it():
@@ -133,19 +136,12 @@ def test_json_that_only_json_loads_reads_is_counted_too(monkeypatch, odd):
     from runtime.serving.server import intake
     from runtime.serving.server.protocol import ChatCompletionRequest
 
-    class TooMany(Exception):
-        pass
-
-    def precheck(top):
-        if len(raw_items(top["messages"])) > 3:
-            raise TooMany
-
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}] * 4}
     data = json.dumps(body | ({"top_p": float("nan")} if odd == "nan" else {})).encode()
     data = b"\xef\xbb\xbf" + data if odd == "bom" else data
     assert raw_members(data) is None
-    with pytest.raises(TooMany):
-        intake.parse_body(ChatCompletionRequest, data, "application/json", precheck)
+    with pytest.raises(_TooMany):
+        intake.parse_body(ChatCompletionRequest, data, "application/json", _refuse_over_three_messages)
 
 
 def test_bench_serve_s_oversized_requests_are_refused_and_reported(counted):
