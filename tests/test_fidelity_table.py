@@ -81,6 +81,30 @@ def test_pair_row_checks_the_what_if_against_the_other_live_run(logs):
     assert ("met" if not missed else f"{len(missed)} missed") in markdown([row])
 
 
+def test_a_pair_of_loads_simulates_each_run_from_its_own_log(tmp_path):
+    """Two runs of one config under other arrivals (a load what-if): no override, each run simulated
+    from its own log; the errors are the second run's, the changes sim against sim and live against
+    live."""
+    from tests.sim_helpers import VaryingDurationExecutor, mixed_workload, record_live, small_config
+    from traces.log import LogWriter
+
+    paths = []
+    for rate in (10, 60):
+        path = tmp_path / f"load_{rate}.jsonl"
+        with LogWriter(path) as w:
+            for ev in record_live(mixed_workload(40, seed=5, rate=rate), small_config(num_blocks=64, budget=64),
+                                  VaryingDurationExecutor(seed=2)):
+                w(ev)
+        paths.append(path)
+    low, high = paths
+    model = LinearCostModel(TRUTH)
+    row = pair_row(low, high, model, "what-if")
+    assert row["overrides"] == []
+    assert row["errors"] == pytest.approx(run_row(high, model)["errors"], nan_ok=True)
+    assert row["live_change"]["ttft_p90"] > 0 and row["predicted_change"]["ttft_p90"] > 0  # more load, longer waits
+    assert row["signs"]["ttft_p90"]
+
+
 def test_intake_delay_fitted_by_resimulation_matches_the_live_ttft(logs):
     on, _ = logs
     model = LinearCostModel(TRUTH)

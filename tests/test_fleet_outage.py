@@ -176,6 +176,33 @@ def _check_logs(trace: Path) -> None:
     assert line.startswith("outage: replica 1 down at") and f"{STREAMS // 2} requests in flight failed" in line
 
 
+def test_a_request_sent_to_a_replica_that_died_before_taking_it_in_is_served_by_another(fleet):
+    """Between a replica's death and its front end noticing, the router may still send it a request;
+    that request reached no engine (no log id, no token), so it goes to a replica up instead of
+    failing. A stopped replica holds its requests untaken until it is killed."""
+    os.kill(fleet.pid(1), signal.SIGSTOP)
+    answers: list[httpx.Response] = []
+
+    def ask(i: int) -> None:
+        answers.append(httpx.post(fleet.url + "/v1/completions", json={"model": "m", "prompt": f"q{i}",
+                                                                        "max_tokens": 3}, timeout=60))
+
+    clients = [threading.Thread(target=ask, args=(i,)) for i in range(2)]  # round-robin: one each
+    for c in clients:
+        c.start()
+    wait_until(lambda: [r.load().outstanding for r in fleet.engine.replicas][1] == 1, 30,
+               "a request to reach the stopped replica")
+    os.kill(fleet.pid(1), signal.SIGKILL)
+    for c in clients:
+        c.join(60)
+        assert not c.is_alive(), "a request hung"
+    assert [r.status_code for r in answers] == [200, 200], [r.text for r in answers]
+    wait_until(lambda: fleet.engine.settled, 30, "the fleet to go idle")
+    fleet.close()
+    routed = [r for r in FleetLog.read(fleet.trace).routes if r.request_id is not None]
+    assert sorted(r.replica for r in routed) == [0, 0]  # both served (and logged) by replica 0
+
+
 def test_analyze_shows_each_outage_on_a_line(fleet, capsys):
     from runtime.cli import main
 

@@ -425,6 +425,11 @@ class RequestStream:
             await asyncio.shield(handle.waiter)
         return handle.log_id
 
+    @property
+    def taken_in(self) -> bool:
+        """The engine told this request's log id (it took the request in)."""
+        return self._handle.log_id is not None
+
     async def name(self) -> RequestName:
         """The request's name in the log: the run, the replica (in a fleet) and the log's id."""
         log_id = await self.log_id()

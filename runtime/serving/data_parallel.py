@@ -31,6 +31,7 @@ from typing import Any
 from runtime.engine.routers import RouteRequest, make_router, prefix_key
 from runtime.serving.async_engine import AsyncLLMEngine, EngineDead, RequestStream
 from runtime.serving.engine_protocol import EngineState
+from runtime.serving.fleet_stream import FleetStream
 from runtime.serving.outputs import EngineStats
 from runtime.serving.replica_restarts import RestartPolicy, retry_start
 from traces.events import ReplicaDown, ReplicaUp, Routed
@@ -200,10 +201,19 @@ class DataParallelEngine:
     # --- routing ---------------------------------------------------------------------------------
 
     def submit(self, prompt_token_ids: Sequence[int], params: SamplingParams, priority: int = 0, *,
-               arrival_time: float | None = None, cache_salt: str | None = None) -> RequestStream:
+               arrival_time: float | None = None, cache_salt: str | None = None) -> FleetStream:
         """Route the request (the router's choice from the replicas' loads, of those up), then submit
-        it there. EngineDead (503) when none is up."""
+        it there; routed again if that replica dies before taking it in (runtime/serving/fleet_stream.py).
+        EngineDead (503) when none is up."""
         arrival = self.now() if arrival_time is None else arrival_time
+
+        def route() -> RequestStream:
+            return self._route(prompt_token_ids, params, priority, arrival, cache_salt)
+
+        return FleetStream(route(), route)
+
+    def _route(self, prompt_token_ids: Sequence[int], params: SamplingParams, priority: int, arrival: float,
+               cache_salt: str | None) -> RequestStream:
         key = prefix_key(prompt_token_ids) if self.router.needs_prefix else None
         with self._lock:  # one routing decision at a time, in arrival order: its index
             index = self._index

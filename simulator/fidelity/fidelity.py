@@ -308,15 +308,38 @@ def _what_if(live_log, model, config, overrides, sim_v, live_v, what_if_live, sp
         out["vs_live"] = compare(live2_v, sim2_v)
         out["makespan"] = {"live_s": live2.makespan, "sim_s": sim2.makespan,
                            "error_pct": rel_error(sim2.makespan, live2.makespan)}
+    out["predicted_change"] = _changes(base, changed)
+    return out, dists
+
+
+def _changes(predicted: dict[str, Any], live: dict[str, Any] | None) -> dict[str, Any]:
+    """Per metric and statistic: the predicted change (``compare`` of the simulated runs), the live one
+    where there is a live pair, and whether their signs agree."""
+    out: dict[str, Any] = {}
     for m in METRICS:
         row = {}
         for s in STATS:
-            cell = {"predicted_pct": base[m][s]["error_pct"]}
-            if changed is not None:
-                actual = changed[m][s]["error_pct"]
+            cell = {"predicted_pct": predicted[m][s]["error_pct"]}
+            if live is not None:
+                actual = live[m][s]["error_pct"]
                 cell["live_pct"] = actual
                 p = cell["predicted_pct"]
                 cell["same_sign"] = (math.isfinite(p) and math.isfinite(actual) and np.sign(p) == np.sign(actual))
             row[s] = cell
-        out["predicted_change"][m] = row
-    return out, dists
+        out[m] = row
+    return out
+
+
+def arrivals_what_if(live_log: str | Path, other_log: str | Path, model: CostModel
+                     ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The what-if of other arrivals under the same engine config (another load, another trace
+    slice): each live run simulated from its own log. (``live_log``'s report, the what-if in the
+    shape of ``fidelity``'s ``what_if`` with ``what_if_live=other_log``.)"""
+    report, dists = fidelity(live_log, model, replay=False)
+    other, other_dists = fidelity(other_log, model, replay=False)
+    what_if = {"live_log": str(other_log), "vs_live": other["metrics"], "makespan": other["makespan"],
+               "sim": other["sim"], "live": other["live"],
+               "predicted_change": _changes(compare(dists["sim"], other_dists["sim"]),
+                                            compare(dists["live"], other_dists["live"]))}
+    report["notes"] = report["notes"] + [n for n in other["notes"] if n not in report["notes"]]
+    return report, what_if

@@ -3,9 +3,10 @@
 ``run_row(log, model)``: the run re-simulated under its own config; signed errors of TTFT, TPOT
 and E2E at p50 and p90 and of the makespan. ``pair_row(on_log, off_log, model)``: the what-if —
 ``on_log``'s workload re-simulated under ``off_log``'s config (every field in which the two
-Headers differ becomes an override), the errors against ``off_log``, and whether the predicted
-difference (sim off vs sim on) has the sign of the live one (live off vs live on) per metric and
-for the makespan. ``markdown`` renders the rows; ``within`` says which goals a row misses;
+Headers differ becomes an override; two runs of one config under other arrivals, such as another
+load, are each simulated from their own log), the errors against ``off_log``, and whether the
+predicted difference (sim off vs sim on) has the sign of the live one (live off vs live on) per
+metric and for the makespan. ``markdown`` renders the rows; ``within`` says which goals a row misses;
 ``kind_table`` gives each run's step-time error by kind of step (decode-only, with prefill).
 ``run_row(..., sensitivity_pct=p)`` adds each metric's elasticity to the step time
 (``simulator.fidelity.fidelity.sensitivity``); ``sensitivity_table`` shows it with the step-time error each
@@ -24,7 +25,7 @@ from typing import Any
 
 from simulator.cost.cost_model import CostModel
 from simulator.fidelity.config_diff import flat
-from simulator.fidelity.fidelity import CHECKED, compare, fidelity, times_of_log
+from simulator.fidelity.fidelity import CHECKED, arrivals_what_if, compare, fidelity, times_of_log
 from simulator.fidelity.statistics import rel_error
 from simulator.replay.replay import log_config
 from traces.workload import Workload
@@ -106,8 +107,11 @@ def run_row(log: str | Path, model: CostModel, role: str = "", sensitivity_pct: 
 def pair_row(on_log: str | Path, off_log: str | Path, model: CostModel, role: str = "",
              names: dict[str, str] | None = None) -> dict[str, Any]:
     overrides = overrides_between(on_log, off_log)
-    report, _ = fidelity(on_log, model, overrides=overrides, what_if_live=off_log, replay=False)
-    w = report["what_if"]
+    if overrides:
+        report, _ = fidelity(on_log, model, overrides=overrides, what_if_live=off_log, replay=False)
+        w = report["what_if"]
+    else:  # the same config under other arrivals (another load): each run simulated from its own log
+        report, w = arrivals_what_if(on_log, off_log, model)
     signs: dict[str, bool] = {}
     for m, p in COLUMNS:
         signs[f"{m}_{p}"] = bool(w["predicted_change"][m][p]["same_sign"])
