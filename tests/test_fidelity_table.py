@@ -20,6 +20,7 @@ from simulator.fidelity.fidelity_table import (
     pair_row,
     repeat_spread,
     run_row,
+    same_workload,
     sensitivity_table,
     short_names,
     sign_table,
@@ -68,7 +69,7 @@ def test_recorded_durations_meet_every_goal(logs):
 def test_pair_row_checks_the_what_if_against_the_other_live_run(logs):
     on, off = logs
     row = pair_row(on, off, LinearCostModel(TRUTH), "what-if")
-    assert row["overrides"] == overrides_between(on, off)
+    assert row["overrides"] == overrides_between(on, off) and row["replayed"]  # on's workload, off's config
     assert set(row["signs"]) == {*row["errors"], "makespan"}
     for key, ok in row["signs"].items():
         p, a = row["predicted_change"][key], row["live_change"][key]
@@ -81,7 +82,7 @@ def test_pair_row_checks_the_what_if_against_the_other_live_run(logs):
     assert ("met" if not missed else f"{len(missed)} missed") in markdown([row])
 
 
-def test_a_pair_of_loads_simulates_each_run_from_its_own_log(tmp_path):
+def test_a_pair_of_loads_simulates_each_run_from_its_own_log(logs, tmp_path):
     """Two runs of one config under other arrivals (a load what-if): no override, each run simulated
     from its own log; the errors are the second run's, the changes sim against sim and live against
     live."""
@@ -97,9 +98,10 @@ def test_a_pair_of_loads_simulates_each_run_from_its_own_log(tmp_path):
                 w(ev)
         paths.append(path)
     low, high = paths
+    assert not same_workload(low, high) and same_workload(*logs)
     model = LinearCostModel(TRUTH)
     row = pair_row(low, high, model, "what-if")
-    assert row["overrides"] == []
+    assert row["overrides"] == [] and not row["replayed"]
     assert row["errors"] == pytest.approx(run_row(high, model)["errors"], nan_ok=True)
     assert row["live_change"]["ttft_p90"] > 0 and row["predicted_change"]["ttft_p90"] > 0  # more load, longer waits
     assert row["signs"]["ttft_p90"]

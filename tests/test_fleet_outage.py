@@ -180,7 +180,8 @@ def test_a_request_sent_to_a_replica_that_died_before_taking_it_in_is_served_by_
     """Between a replica's death and its front end noticing, the router may still send it a request;
     that request reached no engine (no log id, no token), so it goes to a replica up instead of
     failing. A stopped replica holds its requests untaken until it is killed."""
-    os.kill(fleet.pid(1), signal.SIGSTOP)
+    stopped = fleet.pid(1)
+    os.kill(stopped, signal.SIGSTOP)
     answers: list[httpx.Response] = []
 
     def ask(i: int) -> None:
@@ -188,19 +189,24 @@ def test_a_request_sent_to_a_replica_that_died_before_taking_it_in_is_served_by_
                                                                         "max_tokens": 3}, timeout=60))
 
     clients = [threading.Thread(target=ask, args=(i,)) for i in range(2)]  # round-robin: one each
-    for c in clients:
-        c.start()
-    wait_until(lambda: [r.load().outstanding for r in fleet.engine.replicas][1] == 1, 30,
-               "a request to reach the stopped replica")
-    os.kill(fleet.pid(1), signal.SIGKILL)
+    try:
+        for c in clients:
+            c.start()
+        wait_until(lambda: [r.load().outstanding for r in fleet.engine.replicas][1] == 1, 30,
+                   "a request to reach the stopped replica")
+    finally:
+        os.kill(stopped, signal.SIGKILL)
     for c in clients:
         c.join(60)
         assert not c.is_alive(), "a request hung"
     assert [r.status_code for r in answers] == [200, 200], [r.text for r in answers]
     wait_until(lambda: fleet.engine.settled, 30, "the fleet to go idle")
     fleet.close()
-    routed = [r for r in FleetLog.read(fleet.trace).routes if r.request_id is not None]
-    assert sorted(r.replica for r in routed) == [0, 0]  # both served (and logged) by replica 0
+    log = FleetLog.read(fleet.trace)
+    routed = [r for r in log.routes if r.request_id is not None]
+    # both served and logged by replica 0, each once, in their places in the arrival order
+    assert sorted((r.replica, r.index) for r in routed) == [(0, 0), (0, 1)]
+    assert sum(isinstance(e, Arrived) for e in read_log(log.replica_logs[0])) == 2
 
 
 def test_analyze_shows_each_outage_on_a_line(fleet, capsys):

@@ -3,7 +3,7 @@ against several live runs, as one table (the fidelity tables of docs/BENCHMARKS.
 
 ``--run ROLE:LOG`` re-simulates LOG under its own config; ``--pair ROLE:ON_LOG:OFF_LOG`` re-simulates
 ON_LOG's workload under OFF_LOG's config (the Headers' differences become ``--what-if`` overrides)
-and checks it against OFF_LOG, signs of the differences included (two runs of one config under other
+and checks it against OFF_LOG, signs of the differences included (two runs under other
 arrivals, such as 80 and 110 % load: each simulated from its own log, the change compared). The model
 is loaded afresh for each row (``fidelity`` adapts its overlap to the log). Prints the markdown tables.
 ``--sensitivity PCT`` adds, per run, each metric's elasticity to the step time and the step-time error
@@ -67,8 +67,9 @@ def _print_tables(rows: list[dict], spread: dict | None, sensitivity: float | No
                   f"({sum(every)}/{len(every)} of all)")
     for r in rows:
         if r["kind"] == "what-if":
-            print(f"{r['run']}: " + (f"overrides {' '.join(r['overrides'])}" if r['overrides']
-                                       else "one config, other arrivals: each run simulated from its own log"))
+            changes = f"overrides {' '.join(r['overrides'])}" if r["overrides"] else "one config"
+            print(f"{r['run']}: " + (changes if r["replayed"]
+                                       else f"other arrivals, each run simulated from its own log ({changes})"))
         for note in r["notes"]:
             print(f"{r['run']}: note: {note}")
 
@@ -115,7 +116,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(one or more; repeatable)")
     p.add_argument("--pair", action="extend", nargs="+", default=[], metavar="ROLE:ON_LOG:OFF_LOG",
                    help="re-simulate ON_LOG's workload under OFF_LOG's config and check it against OFF_LOG, "
-                        "or, for two runs of one config (another load), each from its own log "
+                        "or, for two runs under other arrivals (another load), each from its own log "
                         "(one or more; repeatable)")
     p.add_argument("--closed-loop", action="extend", nargs="+", default=[], metavar="ROLE:LOG:WORKLOAD",
                    help="simulate the closed-loop WORKLOAD that LOG's run replayed (bench serve of a workload "

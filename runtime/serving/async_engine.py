@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -68,7 +68,7 @@ from traces.params import InvalidRequest, SamplingParams
 from traces.request_names import RequestName
 
 __all__ = ["CLIENT_DISCONNECTED", "CLIENT_TOO_SLOW", "AsyncLLMEngine", "EngineConnection", "EngineDead",
-           "EngineOverloaded", "RequestAborted", "RequestStream", "SlowClient", "merge_deltas"]
+           "EngineOverloaded", "RequestAborted", "RequestStream", "ResponseStream", "SlowClient", "merge_deltas"]
 
 
 _CANCELLED = "the request was cancelled before the engine took it in"
@@ -83,7 +83,12 @@ class SlowClient(RuntimeError):
 
 
 class EngineDead(RuntimeError):
-    """The engine has stopped (HTTP 503)."""
+    """The engine has stopped (HTTP 503). ``failed``: on an error of its own (``EngineFailed``), not
+    because its process or thread vanished."""
+
+    def __init__(self, message: str = "", failed: bool = False) -> None:
+        super().__init__(message)
+        self.failed = failed
 
 
 class RequestAborted(RuntimeError):
@@ -265,7 +270,7 @@ class AsyncLLMEngine:
             if self.on_ready is not None:
                 self.on_ready(msg.warmup)
         elif isinstance(msg, EngineFailed):
-            self._lost(f"engine failed: {msg.error}")
+            self._lost(f"engine failed: {msg.error}", failed=True)
 
     def load(self) -> ReplicaLoad:
         """What a router sees of this engine: requests sent and not ended, the prompt tokens of those
@@ -330,16 +335,17 @@ class AsyncLLMEngine:
             elif item.finish_reason is not None:
                 handle.done = True
 
-    def _lost(self, reason: str) -> None:
-        """No more messages will come: every open stream ends with EngineDead."""
+    def _lost(self, reason: str, failed: bool = False) -> None:
+        """No more messages will come: every open stream ends with EngineDead (``failed``: the engine
+        reported an error of its own)."""
         with self._lock:  # no submit slips in between
             first = self.error is None
             if first:
-                self.error = EngineDead(reason)
+                self.error = EngineDead(reason, failed)
             handles, self._handles = list(self._handles.values()), {}
         for handle in handles:
             with contextlib.suppress(RuntimeError):
-                handle.loop.call_soon_threadsafe(self._fail, handle, EngineDead(str(self.error)))
+                handle.loop.call_soon_threadsafe(self._fail, handle, EngineDead(str(self.error), self.error.failed))
         if first and self.on_dead is not None:
             self.on_dead(str(self.error))
 
@@ -368,6 +374,18 @@ def _wake(handle: _Handle) -> None:
         waiter.set_result(handle.log_id)
     elif handle.error is not None:
         waiter.set_exception(handle.error)
+
+
+class ResponseStream(Protocol):
+    """What the server reads of one request: a ``RequestStream``, or a fleet's ``FleetStream``
+    (runtime/serving/fleet_stream.py)."""
+
+    def __aiter__(self) -> ResponseStream: ...
+    def __anext__(self) -> Awaitable[OutputDelta]: ...
+    async def log_id(self) -> int: ...
+    async def name(self) -> RequestName: ...
+    def cancel(self) -> None: ...
+    def fail(self, error: BaseException) -> None: ...
 
 
 class RequestStream:

@@ -14,7 +14,8 @@ To the server this is one engine: the same attributes an ``AsyncLLMEngine`` has,
 summed over the replicas.
 
 A replica that dies (its process killed or crashed) takes down only its own requests: their
-streams end with an error naming it, the others never notice. The router skips it while it is
+streams end with an error naming it, the others never notice; one routed to it that it never took
+in goes to another replica (runtime/serving/fleet_stream.py). The router skips it while it is
 down (no replica up: 503), it is started again as the restart policy allows
 (runtime/serving/replica_restarts.py) with a log of its own, and the fleet log records the death
 and the return (``ReplicaDown``, ``ReplicaUp``). Only when every replica is down for good does the
@@ -203,20 +204,22 @@ class DataParallelEngine:
     def submit(self, prompt_token_ids: Sequence[int], params: SamplingParams, priority: int = 0, *,
                arrival_time: float | None = None, cache_salt: str | None = None) -> FleetStream:
         """Route the request (the router's choice from the replicas' loads, of those up), then submit
-        it there; routed again if that replica dies before taking it in (runtime/serving/fleet_stream.py).
-        EngineDead (503) when none is up."""
+        it there: EngineDead (503) at once when none is up. Routed again if that replica vanishes
+        before taking it in (runtime/serving/fleet_stream.py), so EngineDead or EngineOverloaded may
+        also end the stream before its first output."""
         arrival = self.now() if arrival_time is None else arrival_time
-
-        def route() -> RequestStream:
-            return self._route(prompt_token_ids, params, priority, arrival, cache_salt)
-
-        return FleetStream(route(), route)
+        stream, index = self._route(prompt_token_ids, params, priority, arrival, cache_salt)
+        return FleetStream(stream, lambda: self._route(prompt_token_ids, params, priority, arrival, cache_salt,
+                                                       index)[0], resends=len(self.replicas) - 1)
 
     def _route(self, prompt_token_ids: Sequence[int], params: SamplingParams, priority: int, arrival: float,
-               cache_salt: str | None) -> RequestStream:
+               cache_salt: str | None, index: int | None = None) -> tuple[RequestStream, int]:
+        """Route and submit; the stream and the request's index in the fleet log's order (a new one,
+        or ``index``: a request sent again keeps its own)."""
         key = prefix_key(prompt_token_ids) if self.router.needs_prefix else None
         with self._lock:  # one routing decision at a time, in arrival order: its index
-            index = self._index
+            fresh = index is None
+            index = self._index if index is None else index
             up = self._routable()
             while True:
                 if not any(up):
@@ -236,8 +239,9 @@ class DataParallelEngine:
                     self._routed[choice].pop(replica.next_key, None)
                     raise
                 break
-            self._index += 1
-        return stream
+            if fresh:
+                self._index += 1
+        return stream, index
 
     def _routable(self) -> list[bool]:
         """The replicas the router may choose: those up, but of one started again only once warmed up
@@ -278,7 +282,7 @@ class DataParallelEngine:
             delay = self._policy.delay(self.restarts[i]) if self._restart is not None else None
             self.status[i] = RESTARTING if delay is not None else FAILED
             self.down_reasons[i] = reason
-            self._routed[i] = {}  # sent, never told an id: they failed with it, unlogged
+            self._routed[i] = {}  # sent, never told an id: sent again elsewhere (or failed), unlogged here
         self._log(ReplicaDown(time=self.now(), replica=i, reason=reason, restarting=delay is not None))
         named = reason if reason.startswith(f"replica {i}:") else f"replica {i}: {reason}"
         if delay is None:

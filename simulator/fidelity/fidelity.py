@@ -332,14 +332,18 @@ def _changes(predicted: dict[str, Any], live: dict[str, Any] | None) -> dict[str
 
 def arrivals_what_if(live_log: str | Path, other_log: str | Path, model: CostModel
                      ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The what-if of other arrivals under the same engine config (another load, another trace
-    slice): each live run simulated from its own log. (``live_log``'s report, the what-if in the
-    shape of ``fidelity``'s ``what_if`` with ``what_if_live=other_log``.)"""
+    """The what-if of other arrivals (another load, another trace slice; the config may differ
+    too): each live run simulated from its own log under its own config. ``live_log``'s report,
+    and the what-if's ``live_log``, ``sim``, ``live``, ``vs_live``, ``makespan`` and
+    ``predicted_change`` as ``fidelity``'s ``what_if`` has them with ``what_if_live=other_log``;
+    ``other_log``'s notes and range warning join the report's notes."""
     report, dists = fidelity(live_log, model, replay=False)
     other, other_dists = fidelity(other_log, model, replay=False)
     what_if = {"live_log": str(other_log), "vs_live": other["metrics"], "makespan": other["makespan"],
                "sim": other["sim"], "live": other["live"],
                "predicted_change": _changes(compare(dists["sim"], other_dists["sim"]),
                                             compare(dists["live"], other_dists["live"]))}
-    report["notes"] = report["notes"] + [n for n in other["notes"] if n not in report["notes"]]
+    warning = other.get("range", {}).get("warning")
+    notes = other["notes"] + ([f"{Path(other_log).name}: {warning}"] if warning else [])
+    report["notes"] = report["notes"] + [n for n in notes if n not in report["notes"]]
     return report, what_if

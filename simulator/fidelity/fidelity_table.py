@@ -3,8 +3,8 @@
 ``run_row(log, model)``: the run re-simulated under its own config; signed errors of TTFT, TPOT
 and E2E at p50 and p90 and of the makespan. ``pair_row(on_log, off_log, model)``: the what-if —
 ``on_log``'s workload re-simulated under ``off_log``'s config (every field in which the two
-Headers differ becomes an override; two runs of one config under other arrivals, such as another
-load, are each simulated from their own log), the errors against ``off_log``, and whether the
+Headers differ becomes an override; two runs under other arrivals, such as another load, are each
+simulated from their own log: ``same_workload``), the errors against ``off_log``, and whether the
 predicted difference (sim off vs sim on) has the sign of the live one (live off vs live on) per
 metric and for the makespan. ``markdown`` renders the rows; ``within`` says which goals a row misses;
 ``kind_table`` gives each run's step-time error by kind of step (decode-only, with prefill).
@@ -28,11 +28,15 @@ from simulator.fidelity.config_diff import flat
 from simulator.fidelity.fidelity import CHECKED, arrivals_what_if, compare, fidelity, times_of_log
 from simulator.fidelity.statistics import rel_error
 from simulator.replay.replay import log_config
+from traces.importers.log import read_log_workload
 from traces.workload import Workload
 
 COLUMNS = tuple((m, p) for m, ps in CHECKED.items() for p in ps)  # (ttft, p50), (ttft, p90), ...
 # |error| % a cell may have, by kind of row and metric: a run re-simulated under its own config;
-# a what-if (another run's config on this run's workload), whose live sign matters most
+ARRIVAL_SPAN_TOLERANCE = 0.05  # two runs of one workload: their arrival spans this close
+
+# a what-if (another run's config on this run's workload, or another run's arrivals: its errors are
+# that run's, judged by the what-if's goals), whose live sign matters most
 GOALS = {"run": {"ttft": 10.0, "tpot": 5.0, "e2e": 5.0, "makespan": 3.0},
          "fleet": {"ttft": 15.0, "tpot": 10.0, "e2e": 10.0, "makespan": 5.0},  # replicas sharing a device
          "what-if": {"ttft": 10.0, "tpot": 10.0, "e2e": 10.0, "makespan": 10.0}}
@@ -107,10 +111,11 @@ def run_row(log: str | Path, model: CostModel, role: str = "", sensitivity_pct: 
 def pair_row(on_log: str | Path, off_log: str | Path, model: CostModel, role: str = "",
              names: dict[str, str] | None = None) -> dict[str, Any]:
     overrides = overrides_between(on_log, off_log)
-    if overrides:
+    replayed = bool(overrides) and same_workload(on_log, off_log)
+    if replayed:
         report, _ = fidelity(on_log, model, overrides=overrides, what_if_live=off_log, replay=False)
         w = report["what_if"]
-    else:  # the same config under other arrivals (another load): each run simulated from its own log
+    else:  # other arrivals (another load): each run simulated from its own log
         report, w = arrivals_what_if(on_log, off_log, model)
     signs: dict[str, bool] = {}
     for m, p in COLUMNS:
@@ -120,7 +125,7 @@ def pair_row(on_log: str | Path, off_log: str | Path, model: CostModel, role: st
     actual = rel_error(w["makespan"]["live_s"], live_on_ms)
     signs["makespan"] = math.isfinite(predicted) and math.isfinite(actual) and (predicted > 0) == (actual > 0)
     return {"kind": "what-if", "run": f"{_row_name(on_log, names)} → {_row_name(off_log, names)}", "role": role,
-            "overrides": overrides,
+            "overrides": overrides, "replayed": replayed,
             "notes": report["notes"],
             "errors": {f"{m}_{p}": w["vs_live"][m][p]["error_pct"] for m, p in COLUMNS},
             "makespan": w["makespan"]["error_pct"], "signs": signs,
@@ -128,6 +133,16 @@ def pair_row(on_log: str | Path, off_log: str | Path, model: CostModel, role: st
             | {"makespan": actual},
             "predicted_change": {f"{m}_{p}": w["predicted_change"][m][p]["predicted_pct"] for m, p in COLUMNS}
             | {"makespan": predicted}}
+
+
+def same_workload(a_log: str | Path, b_log: str | Path) -> bool:
+    """Two live runs served one workload: the same prompt lengths, arriving over the same span
+    within ``ARRIVAL_SPAN_TOLERANCE`` (the engine stamps a live arrival when it takes it in)."""
+    a, b = read_log_workload(a_log).requests, read_log_workload(b_log).requests
+    if sorted(r.num_prompt_tokens for r in a) != sorted(r.num_prompt_tokens for r in b):
+        return False
+    span_a, span_b = (rs[-1].arrival - rs[0].arrival if rs else 0.0 for rs in (a, b))
+    return abs(span_b - span_a) <= ARRIVAL_SPAN_TOLERANCE * span_a
 
 
 def repeat_spread(a_log: str | Path, b_log: str | Path) -> dict[str, float]:

@@ -28,7 +28,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from runtime.serving.async_engine import AsyncLLMEngine, RequestStream
+from runtime.serving.async_engine import AsyncLLMEngine, ResponseStream
 from runtime.serving.outputs import OutputDelta
 from runtime.serving.server import errors
 from runtime.serving.server.endpoints import ENDPOINTS
@@ -142,13 +142,13 @@ class OpenAIServer:
         self.intake.close()
 
     def submit_all(self, prompts: list[list[int]], req: CompletionRequest | ChatCompletionRequest,
-                   params: SamplingParams, raw: Request, prompt_param: str) -> list[RequestStream]:
+                   params: SamplingParams, raw: Request, prompt_param: str) -> list[ResponseStream]:
         """One engine request per prompt and choice, all checked before any is queued."""
         params = self.engine.sampling_params(params)  # + the model's extra end-of-turn ids
         given = req.requested_max_tokens is not None
         fitted = [self.prompts.fit(p, params, prompt_param, req.max_tokens_param, given) for p in prompts]
         arrival = raw.state.arrival_time
-        streams: list[RequestStream] = []
+        streams: list[ResponseStream] = []
         try:
             for p, pp in zip(prompts, fitted):
                 for j in range(req.n):
@@ -171,7 +171,7 @@ async def _until_disconnected(raw: Request) -> None:
         await asyncio.Event().wait()
 
 
-async def unless_gone(raw: Request, streams: Sequence[RequestStream], work: Awaitable[T]) -> T | None:
+async def unless_gone(raw: Request, streams: Sequence[ResponseStream], work: Awaitable[T]) -> T | None:
     """``work``'s result, or None when the client left first (its requests are then aborted, as a
     stream's are, instead of running to the end for nobody)."""
     task = asyncio.ensure_future(work)

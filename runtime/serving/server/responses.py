@@ -27,7 +27,7 @@ import msgspec
 from sse_starlette.sse import EventSourceResponse
 from starlette.types import Message, Send
 
-from runtime.serving.async_engine import EngineDead, RequestStream
+from runtime.serving.async_engine import EngineDead, ResponseStream
 from runtime.serving.outputs import OutputDelta
 from runtime.serving.server.errors import classify, log_unexpected
 from runtime.serving.server.token_text import ChoiceTokens, TokenBytes
@@ -35,7 +35,7 @@ from runtime.serving.server.token_text import ChoiceTokens, TokenBytes
 HEADER = "X-Request-Id"
 
 
-async def response_ids(prefix: str, streams: Sequence[RequestStream]) -> list[str]:
+async def response_ids(prefix: str, streams: Sequence[ResponseStream]) -> list[str]:
     """``<prefix>-<name>`` of each stream's request, once the engine reported them all. Raises what
     ended a request that has none (refused, the engine gone), having cancelled them all."""
     try:
@@ -65,7 +65,7 @@ class EventStream(EventSourceResponse):
             await super()._send_with_timeout(send, message)
 
 
-async def merge_streams(streams: Sequence[RequestStream]) -> AsyncIterator[tuple[int, OutputDelta]]:
+async def merge_streams(streams: Sequence[ResponseStream]) -> AsyncIterator[tuple[int, OutputDelta]]:
     """Interleave several request streams as their items arrive; cancel them all on exit."""
     if len(streams) == 1:  # the common case, without a task per item
         try:
@@ -109,7 +109,7 @@ class Collected:
     finish_reason: str | None = None
 
 
-async def collect(streams: Sequence[RequestStream]) -> list[Collected]:
+async def collect(streams: Sequence[ResponseStream]) -> list[Collected]:
     out = [Collected() for _ in streams]
     async for i, d in merge_streams(streams):
         c = out[i]
@@ -166,7 +166,7 @@ async def build(make: Callable[[], dict], heavy: bool) -> dict:
     return await asyncio.to_thread(make) if heavy else make()
 
 
-async def sse_events(streams: Sequence[RequestStream], base: dict, prompt_tokens: int, include_usage: bool,
+async def sse_events(streams: Sequence[ResponseStream], base: dict, prompt_tokens: int, include_usage: bool,
                      choice: Callable[[int, OutputDelta], dict], first: Sequence[dict] = (),
                      shutdown: anyio.Event | None = None) -> AsyncIterator[bytes]:
     """SSE events, encoded: ``first`` chunks, one chunk per delta that carries something, usage,
@@ -203,7 +203,7 @@ def _event(payload: dict) -> bytes:
     return b"data: " + msgspec.json.encode(payload) + b"\r\n\r\n"
 
 
-async def _fail_on(shutdown: anyio.Event, streams: Sequence[RequestStream]) -> None:
+async def _fail_on(shutdown: anyio.Event, streams: Sequence[ResponseStream]) -> None:
     """When the server starts stopping, end the streams with EngineDead (one waiter per response,
     not a race per streamed item)."""
     await shutdown.wait()
