@@ -14,10 +14,13 @@ broke it could break the next.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from runtime.serving.async_engine import EngineDead, RequestStream
 from runtime.serving.outputs import OutputDelta
 from traces.request_names import RequestName
+
+T = TypeVar("T")
 
 
 class FleetStream:
@@ -35,21 +38,17 @@ class FleetStream:
     def __anext__(self) -> Awaitable[OutputDelta]:
         if self._stream.taken_in:  # nothing left to send again: the replica's stream as it is
             return self._stream.__anext__()
-        return self._next()
-
-    async def _next(self) -> OutputDelta:
-        while True:
-            stream = self._stream
-            try:
-                return await stream.__anext__()
-            except EngineDead as dead:
-                self._again(stream, dead)
+        return self._on_a_replica(lambda stream: stream.__anext__())
 
     async def log_id(self) -> int:
+        return await self._on_a_replica(lambda stream: stream.log_id())
+
+    async def _on_a_replica(self, call: Callable[[RequestStream], Awaitable[T]]) -> T:
+        """``call`` on the request's stream, again on the next one each time it is sent again."""
         while True:
             stream = self._stream
             try:
-                return await stream.log_id()
+                return await call(stream)
             except EngineDead as dead:
                 self._again(stream, dead)
 
