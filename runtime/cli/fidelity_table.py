@@ -69,7 +69,7 @@ def _print_tables(rows: list[dict], spread: dict | None, sensitivity: float | No
         if r["kind"] == "what-if":
             changes = f"overrides {' '.join(r['overrides'])}" if r["overrides"] else "one config"
             print(f"{r['run']}: " + (changes if r["replayed"]
-                                       else f"other arrivals, each run simulated from its own log ({changes})"))
+                                       else f"each run simulated from its own log ({changes})"))
         for note in r["notes"]:
             print(f"{r['run']}: note: {note}")
 
