@@ -235,3 +235,21 @@ def test_a_runs_goals_are_per_metric():
     missed = within({**row, "errors": {**errors, "tpot_p50": 5.5}, "makespan": 3.5})
     assert missed == ["tpot_p50 +5.5%", "makespan +3.5%"]
     assert within({**row, "kind": "what-if", "errors": {**errors, "tpot_p50": 9.0}, "makespan": 9.0, "signs": {}}) == []
+
+
+def test_a_pair_of_one_replica_and_a_fleet_is_simulated_run_by_run(tmp_path):
+    """1 → 2 replicas (a fleet log against a replica's): no config override says it, so each run is
+    simulated from its own log; with the model that made both, every error is 0 and each predicted
+    change the simulated one."""
+    from runtime.cli import main
+    from simulator.cost.loading import load_cost_model
+
+    wl, one, two = tmp_path / "w.jsonl", tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    assert main(["workload", "generate", "-n", "40", "--rate", "40", "--input-len", "uniform:32:256",
+                 "--output-len", "uniform:16:64", "--out", str(wl)]) == 0
+    for log, replicas in ((one, "1"), (two, "2")):
+        assert main(["simulate", str(wl), "--cost-model", "qwen3-0.6b-h200", "--replicas", replicas,
+                     "--devices", "1", "--out", str(log), "--no-progress"]) == 0
+    row = pair_row(one, two, load_cost_model("qwen3-0.6b-h200"), "what-if")
+    assert not row["replayed"] and all(abs(v) < 1e-9 for v in row["errors"].values())
+    assert row["predicted_change"] == pytest.approx(row["live_change"]) and row["live_change"]["tpot_p50"] > 0
