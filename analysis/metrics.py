@@ -29,7 +29,8 @@ PERCENTILES = (50, 90, 99)
 
 
 def latencies(requests: pd.DataFrame) -> pd.DataFrame:
-    """Per-request ttft, tpot, e2e, queue columns (NaN where undefined)."""
+    """Per-request ttft, tpot, e2e, queue, prefill columns (NaN where undefined); TTFT = queue +
+    prefill (first admission to the end of the first token's step)."""
     r = requests
     done = r["status"] == "finished"
     out = pd.DataFrame({"request_id": r["request_id"]})
@@ -38,6 +39,7 @@ def latencies(requests: pd.DataFrame) -> pd.DataFrame:
     multi = done & (r["num_output_tokens"] >= 2)
     out["tpot"] = ((r["finish"] - r["first_token"]) / (r["num_output_tokens"] - 1)).where(multi)
     out["queue"] = r["admitted"] - r["arrival"]
+    out["prefill"] = r["first_token"] - r["admitted"]
     return out
 
 
@@ -84,6 +86,7 @@ def summarize(frames: LogFrames, stall_s: float | None = None, stall_factor: flo
         "tpot_s": percentiles(lat["tpot"]),
         "e2e_s": percentiles(lat["e2e"]),
         "queue_s": percentiles(lat["queue"]),
+        "prefill_s": percentiles(lat["prefill"]),
         "itl_s": gap_stats(frames.gaps["gap"]),
         "stalls": stalls(frames, stall_s, factor=stall_factor),
         **rejected_summary(frames),
@@ -96,7 +99,7 @@ def render_summary(summary: dict[str, Any], title: str = "summary") -> str:
     lat = table(("<latency (ms)", *cols), [
         (label, *(_num(summary[key].get(c, float("nan")) * 1e3, ",.1f") for c in cols))
         for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"),
-                           ("queue_s", "queue"))
+                           ("queue_s", "queue"), ("prefill_s", "admitted → 1st token"))
         if key in summary])  # a summary saved before ITL existed
     rejected = int(summary.get("rejected", 0))
     tot = table(("<metric", "value"), [

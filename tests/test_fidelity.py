@@ -40,8 +40,9 @@ def test_request_times_agree_with_the_analysis(logs):
         times(ev)
     ours = times.values()
     theirs = latencies(load_frames(on).requests)
-    for m in ("ttft", "tpot", "e2e", "queue"):
+    for m in ("ttft", "tpot", "e2e", "queue", "prefill"):
         assert np.sort(ours[m]) == pytest.approx(np.sort(theirs[m].dropna().to_numpy()))
+    assert (theirs["queue"] + theirs["prefill"]).to_numpy() == pytest.approx(theirs["ttft"].to_numpy(), nan_ok=True)
     assert len(ours["itl"]) == sum(max(n - 1, 0) for n in load_frames(on).requests["num_output_tokens"])
 
 

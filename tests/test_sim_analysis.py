@@ -43,6 +43,8 @@ def test_frames_and_metrics_of_a_known_log():
     assert s["ttft_s"]["p50"] == pytest.approx(1.75)  # request 0: 2.0, request 1: 2.0 - 0.5
     assert s["e2e_s"]["mean"] == 3.0 and s["tpot_s"]["mean"] == 0.5  # (3.0 - 2.0) / 2
     assert s["queue_s"]["mean"] == pytest.approx(0.75)
+    assert s["prefill_s"]["mean"] == pytest.approx(1.0)  # admitted at 1.0, first tokens at 2.0
+    assert "admitted → 1st token" in render_summary(s)
     assert s["prefix_hit_rate"] == pytest.approx(16 / 80)
     assert s["preemptions"] == 1 and (s["finished"], s["aborted"], s["unfinished"]) == (1, 1, 1)
     assert s["makespan_s"] == 3.0 and s["busy_fraction"] == pytest.approx(2 / 3)

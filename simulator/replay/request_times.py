@@ -6,6 +6,9 @@ The definitions are analysis/metrics.py's (the simulator may not import it), plu
   ITL    time between consecutive sampled tokens of a request (every gap, pooled)
   E2E    finish - arrival (finished requests)
   queue  first admission - arrival
+  prefill  end of the step that sampled the first token - first admission (TTFT = queue + prefill):
+         the wait for the step in flight (async scheduling: a prefill step's launch holds it back),
+         then the steps that compute the prompt
 Aborted requests are left out (a re-simulated workload leaves them out too).
 """
 
@@ -21,7 +24,7 @@ from traces.events import Aborted, Admitted, Arrived, Event, Finished, Step
 from traces.fleet_log import FleetLog, is_fleet
 from traces.log import read_header, read_log
 
-METRICS = ("ttft", "tpot", "itl", "e2e", "queue")
+METRICS = ("ttft", "tpot", "itl", "e2e", "queue", "prefill")
 
 
 @dataclass
@@ -78,6 +81,8 @@ class RequestTimes:
                 out["ttft"].append(self.first[rid] - t0)
             if rid in self.admitted:
                 out["queue"].append(self.admitted[rid] - t0)
+                if rid in self.first:
+                    out["prefill"].append(self.first[rid] - self.admitted[rid])
             if rid in self.finish:
                 t, n = self.finish[rid]
                 out["e2e"].append(t - t0)
