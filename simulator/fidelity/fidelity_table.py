@@ -32,9 +32,8 @@ from traces.importers.log import read_log_workload
 from traces.workload import Workload
 
 COLUMNS = tuple((m, p) for m, ps in CHECKED.items() for p in ps)  # (ttft, p50), (ttft, p90), ...
-# |error| % a cell may have, by kind of row and metric: a run re-simulated under its own config;
 ARRIVAL_SPAN_TOLERANCE = 0.05  # two runs of one workload: their arrival spans this close
-
+# |error| % a cell may have, by kind of row and metric: a run re-simulated under its own config;
 # a what-if (another run's config on this run's workload, or another run's arrivals: its errors are
 # that run's, judged by the what-if's goals), whose live sign matters most
 GOALS = {"run": {"ttft": 10.0, "tpot": 5.0, "e2e": 5.0, "makespan": 3.0},
