@@ -33,6 +33,7 @@ from runtime.cli.errors import CLIError
 from runtime.cli.workload import require_file
 
 LABELS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E", "queue": "queue", "prefill": "prefill"}
+W = max(map(len, LABELS.values())) + 1  # the metric column, a space past its longest label
 
 
 def _ms(v: float) -> str:
@@ -44,13 +45,13 @@ def _pct(v: float) -> str:
 
 
 def render(report: dict) -> str:
-    lines = [f"{'metric':<8}{'stat':<6}{'live ms':>12}{'sim ms':>12}{'error':>9}"]
+    lines = [f"{'metric':<{W}}{'stat':<6}{'live ms':>12}{'sim ms':>12}{'error':>9}"]
     for m, row in report["metrics"].items():
         if not row["n_live"] and not row["n_sim"]:
             continue
         for s in ("p50", "p90", "p99", "mean"):
             c = row[s]
-            lines.append(f"{LABELS[m]:<8}{s:<6}{_ms(c['live']):>12}{_ms(c['sim']):>12}{_pct(c['error_pct']):>9}")
+            lines.append(f"{LABELS[m]:<{W}}{s:<6}{_ms(c['live']):>12}{_ms(c['sim']):>12}{_pct(c['error_pct']):>9}")
     ms, st = report["makespan"], report["steps"]
     lines.append(f"makespan: live {ms['live_s']:,.2f} s, sim {ms['sim_s']:,.2f} s ({_pct(ms['error_pct'])}); "
                  f"steps: live {st['live']:,}, sim {st['sim']:,} ({_pct(st['error_pct'])})")
@@ -99,14 +100,14 @@ def render_what_if(w: dict) -> str:
         lines.append("live runs differ in: " + ("; ".join(w["live_config_changes"]) or "nothing"))
     has_live = "vs_live" in w
     draws = w.get("draws")
-    head = f"{'metric':<8}{'stat':<6}{'predicted Δ':>12}"
+    head = f"{'metric':<{W}}{'stat':<6}{'predicted Δ':>12}"
     if draws:
         head += f"{str(draws['draws']) + ' draws Δ':>14}{'10–90 %':>17}"
     lines.append(head + (f"{'live Δ':>10}{'sign':>6}{'sim ms':>11}{'live ms':>11}{'error':>9}" if has_live else ""))
     for m, row in w["predicted_change"].items():
         for s in ("p50", "p90", "p99"):
             c = row[s]
-            line = f"{LABELS[m]:<8}{s:<6}{_pct(c['predicted_pct']):>12}"
+            line = f"{LABELS[m]:<{W}}{s:<6}{_pct(c['predicted_pct']):>12}"
             if draws:
                 d = draws["metrics"][m][s]
                 line += f"{_pct(d['pooled_pct']):>14}{_pct(d['low_pct']) + ' … ' + _pct(d['high_pct']):>17}"
