@@ -75,7 +75,9 @@
 #              fleet log's outage line (minivllm analyze), and the logs' requests against the client's
 #   machine    which machine this is (GPU UUID, host), for runs compared across machines
 #   bundle     pack everything in $OUT into $OUT/bundle.tar.part_* of at most 9 MiB each (put it last: a
-#              transfer that takes few, small files); cat bundle.tar.part_* | tar xf - unpacks it
+#              transfer that takes few, small files); cat bundle.tar.part_* | tar xf - unpacks it. It adds the
+#              GPU's clocks, power and temperature each second of the stages run before (gpu_clocks.csv) and when
+#              each stage began (gpu_stages.txt): did a live run slower than its profile run on a slower chip?
 # The packages the machine lacks travel as wheels in .whl/: run scripts/gpu_wheels.sh here first and
 # copy .whl to the GPU machine with the tree.
 set -uo pipefail
@@ -89,11 +91,20 @@ export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 OUT="${OUT:-out/gpu}"
 mkdir -p "$OUT"
 minivllm() { python3 -m runtime "$@"; }
+CLOCKS=/tmp/gpu_clocks.csv STAGES=/tmp/gpu_stages.txt
+FIELDS=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_throttle_reasons.active
+if command -v nvidia-smi >/dev/null 2>&1; then  # sampled while this script runs (the bundle stage packs them)
+  [ -e "$CLOCKS" ] || echo "$FIELDS" > "$CLOCKS"
+  nvidia-smi --query-gpu="$FIELDS" --format=csv,noheader,nounits -lms 1000 >> "$CLOCKS" 2>/dev/null &
+  clocks=$!
+  trap 'kill $clocks 2>/dev/null' EXIT
+fi
 tokenizer_for() { case "$1" in *qwen3*) echo .gpu/tokenizer_152k ;; *) echo .gpu/tokenizer ;; esac; }
 WL=(--num-prompts 256 --input-len 100 1024 --output-len 512 512 --device cuda --dtype bfloat16 --no-progress)
 status=0
 for stage in "$@"; do
   echo "=== $stage ($(date -u +%H:%M:%S))"
+  echo "$(date -u '+%Y/%m/%d %H:%M:%S') $stage" >> "$STAGES"
   case "$stage" in
     tests) python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_kernels_gpu.py tests/test_model_gpu.py \
              tests/test_sampling_gpu.py tests/test_sampling_staging.py tests/test_fused_norm_rope_gpu.py \
@@ -245,7 +256,8 @@ for pc in ('off', 'on'):
                   --tokenizer .gpu/tokenizer_152k --device cuda --dtype bfloat16 --max-model-len 8192 ${ENGINE_FLAGS:-} | tail -n 14
                 gzip -c /tmp/sessions_$i.jsonl > "$OUT/sessions_serve_$i.jsonl.gz"
               done ;;
-    bundle) (cd "$OUT" || exit 1
+    bundle) for f in "$CLOCKS" "$STAGES"; do [ -e "$f" ] && cp "$f" "$OUT/"; done
+            (cd "$OUT" || exit 1
              if ls bundle.tar.part_* >/dev/null 2>&1; then echo "bundle: $OUT already holds a bundle"; exit 1; fi
              mapfile -t files < <(ls -A)
              [ ${#files[@]} -gt 0 ] || exit 0
