@@ -52,5 +52,6 @@ class AttentionBackend(Protocol):
         """Write k, v ``[T, num_kv_heads, head_dim]`` into the caches at ``slot_mapping`` (skip -1)."""
 
     def forward(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        """Causal attention of ``q [T, num_heads, head_dim]`` over paged KV (already stored)."""
+                meta: AttentionMetadata, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Causal attention of ``q [T, num_heads, head_dim]`` over paged KV (already stored), into ``out``
+        (a new tensor when None; never ``q``'s memory)."""

@@ -68,8 +68,9 @@ class TorchAttentionBackend:
         v_flat.index_copy_(0, slot_mapping, v)
 
     def forward(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        out = torch.empty_like(q)
+                meta: AttentionMetadata, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
+        if out is None:
+            out = torch.empty_like(q)
         if self._kernel_applies(q, k_cache):
             if self._rows is None or self._rows[0] is not meta:
                 self._rows = (meta, _KernelRows.of(meta))

@@ -33,8 +33,9 @@ class TritonAttentionBackend:
         store_kv(k, v, k_cache, v_cache, slot_mapping)
 
     def forward(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        out = torch.empty_like(q)
+                meta: AttentionMetadata, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
+        if out is None:
+            out = torch.empty_like(q)
         nd = meta.num_decodes
         if nd:
             splits = meta.decode_splits or self.decode_splits(nd, k_cache.shape[2], meta.max_seq_len)
