@@ -6,6 +6,7 @@ prints one JSON line ``{name: "ok" | error}``. Shapes are tiny: the interpreter 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -114,6 +115,28 @@ def check_backend_matches_torch_backend():
     got = TritonAttentionBackend("cpu").forward(b.q, b.k_cache, b.v_cache, meta, 0.125)
     want = TorchAttentionBackend().forward(b.q, b.k_cache, b.v_cache, meta, 0.125)
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def check_backend_prepared_once_for_every_layer():
+    """A step's attention prepared once (the piecewise graphs' layer loop) gives each layer's caches what
+    a forward of that layer gives, split decodes (a workspace shared by the layers) and prefills alike;
+    so does the torch backend's."""
+    from runtime.executor.attention.torch_backend import TorchAttentionBackend
+
+    seqs = [(40, 1), (75, 1), (0, 6), (16, 3), (5, 12)]
+    lens = [c + n for c, n in seqs]
+    b = make_paged_batch(lens, [n for _, n in seqs], 6, 2, 64, 8, torch.float32, "cpu", seed=4)
+    caches = [(b.k_cache, b.v_cache), (torch.randn_like(b.k_cache), torch.randn_like(b.v_cache))]
+    meta = dataclasses.replace(b.metadata(num_decodes=2), decode_splits=2)
+    for backend in (TritonAttentionBackend("cpu"), TorchAttentionBackend()):
+        out = torch.full_like(b.q, float("nan"))
+        attend = backend.prepare(meta, b.q, out, *caches[0])
+        for (k_cache, v_cache), scale in zip(caches, (0.125, 0.2)):
+            attend(k_cache, v_cache, scale)
+            want = backend.forward(b.q, k_cache, v_cache, meta, scale)
+            torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5, msg=backend.name)
+            ref = paged_prefill_reference(b.q, k_cache, v_cache, b.query_start_loc, b.seq_lens, b.block_tables, scale)
+            torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4, msg=backend.name)
 
 
 def check_fused_rms_norm_and_rotary_fp16():

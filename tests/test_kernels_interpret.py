@@ -27,6 +27,7 @@ NAMES = [
     "prefill_prefix_hits_and_chunks",
     "backend_mixed_batch",
     "backend_matches_torch_backend",
+    "backend_prepared_once_for_every_layer",
     "fused_rms_norm_and_rotary_fp16",
     "add_rms_norm",
     "silu_and_mul",

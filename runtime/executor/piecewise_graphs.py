@@ -165,10 +165,10 @@ class PiecewiseGraphs:
             return self._forward(splitter, tokens, self._capture_meta(tokens))[:rows]
         bucket = self.graphs[tokens]
         # per layer only the graph piece and the attention core's launches (a small model's step is host-bound):
-        # the core writes straight into the static buffer the next piece reads
-        q, out, forward = self.q[:n], self.out[:n], self.backend.forward
+        # the core, prepared once for the step, writes straight into the static buffer the next piece reads
+        attend = self.backend.prepare(meta, self.q[:n], self.out[:n], *self.kv_caches[0])
         for piece, (k_cache, v_cache), scale in zip(bucket.pieces[:-1], self.kv_caches, self.scales):
             piece.replay()
-            forward(q, k_cache, v_cache, meta, scale, out=out)
+            attend(k_cache, v_cache, scale)
         bucket.pieces[-1].replay()
         return bucket.logits[:rows]

@@ -12,6 +12,7 @@ own causal span (prefix-cache hits and chunked prefill need nothing else).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -55,3 +56,8 @@ class AttentionBackend(Protocol):
                 meta: AttentionMetadata, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
         """Causal attention of ``q [T, num_heads, head_dim]`` over paged KV (already stored), into ``out``
         (a new tensor when None; never ``q``'s memory)."""
+
+    def prepare(self, meta: AttentionMetadata, q: torch.Tensor, out: torch.Tensor, k_cache: torch.Tensor,
+                v_cache: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor, float], None]:
+        """``forward(q, ·, ·, meta, scale, out)`` for every layer of one step, given that layer's caches
+        (shaped as these) and scale: what the step's layers share is worked out once."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -87,6 +88,10 @@ class TorchAttentionBackend:
             out[:nd] = self._decode(q[:nd], k_cache, v_cache, meta, scale)
         self._prefill(q, k_cache, v_cache, meta, scale, out, range(nd, meta.num_seqs))
         return out
+
+    def prepare(self, meta: AttentionMetadata, q: torch.Tensor, out: torch.Tensor, k_cache: torch.Tensor,
+                v_cache: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor, float], None]:
+        return lambda k, v, scale: self.forward(q, k, v, meta, scale, out=out)
 
     def _kernel_applies(self, q: torch.Tensor, k_cache: torch.Tensor) -> bool:
         return (self.cpu_kernels and q.device.type == "cpu" and q.dtype == k_cache.dtype == torch.float32

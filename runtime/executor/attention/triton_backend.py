@@ -14,8 +14,8 @@ import torch
 
 from runtime.executor.attention.metadata import AttentionMetadata
 from runtime.executor.kernels.kv_store import store_kv
-from runtime.executor.kernels.paged_attention import choose_num_splits, num_sms, paged_decode
-from runtime.executor.kernels.prefill import paged_prefill
+from runtime.executor.kernels.paged_attention import Launch, choose_num_splits, decode_launch, no_launch, num_sms
+from runtime.executor.kernels.prefill import prefill_launch
 
 
 class TritonAttentionBackend:
@@ -36,14 +36,28 @@ class TritonAttentionBackend:
                 meta: AttentionMetadata, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
         if out is None:
             out = torch.empty_like(q)
+        self.prepare(meta, q, out, k_cache, v_cache)(k_cache, v_cache, scale)
+        return out
+
+    def prepare(self, meta: AttentionMetadata, q: torch.Tensor, out: torch.Tensor, k_cache: torch.Tensor,
+                v_cache: torch.Tensor) -> Launch:
         nd = meta.num_decodes
+        decode = prefill = no_launch
         if nd:
             splits = meta.decode_splits or self.decode_splits(nd, k_cache.shape[2], meta.max_seq_len)
-            paged_decode(q[:nd], k_cache, v_cache, meta.block_tables[:nd], meta.seq_lens[:nd], scale,
-                         out=out[:nd], num_splits=splits)
+            decode = decode_launch(q[:nd], k_cache, v_cache, meta.block_tables[:nd], meta.seq_lens[:nd], out[:nd],
+                                   num_splits=splits)
         num_prefills = meta.num_seqs - nd
         if num_prefills:
-            paged_prefill(q, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables,
-                          scale, out, first_seq=nd, num_seqs=num_prefills,
-                          max_query_len=meta.max_query_len)
-        return out
+            prefill = prefill_launch(q, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables,
+                                     out, first_seq=nd, num_seqs=num_prefills, max_query_len=meta.max_query_len)
+        if prefill is no_launch:
+            return decode
+        if decode is no_launch:
+            return prefill
+
+        def both(k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float) -> None:
+            decode(k_cache, v_cache, scale)
+            prefill(k_cache, v_cache, scale)
+
+        return both

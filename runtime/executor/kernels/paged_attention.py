@@ -15,6 +15,8 @@ host-side ints only, so the launch is the same on every replay of a CUDA graph.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import triton
 import triton.language as tl
@@ -150,6 +152,10 @@ def _decode_config(head_dim: int, dtype: torch.dtype) -> dict:
     return {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
 
 
+# a prepared launch: (k_cache, v_cache, scale) -> None, the layer's attention written into the prepared output
+Launch = Callable[[torch.Tensor, torch.Tensor, float], None]
+
+
 def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
                  out: torch.Tensor | None = None, max_seq_len: int | None = None,
@@ -158,46 +164,61 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
 
     ``max_seq_len`` (host int; default: the block table's capacity) only steers the split count.
     """
+    if out is None:
+        out = torch.empty_like(q)
+    decode_launch(q, k_cache, v_cache, block_tables, seq_lens, out, max_seq_len, num_splits, config)(
+        k_cache, v_cache, scale)
+    return out
+
+
+def decode_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                  seq_lens: torch.Tensor, out: torch.Tensor, max_seq_len: int | None = None,
+                  num_splits: int | None = None, config: dict | None = None) -> Launch:
+    """``paged_decode`` with all but the layer worked out once: the grid, the split count and its
+    workspace, the strides. A step's layers share their queries, outputs and block tables, and their
+    caches are alike, so each layer pays only the kernel launches (a small model's mixed step is
+    host-bound: ``runtime/executor/piecewise_graphs.py``)."""
     num_seqs, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     assert num_heads % num_kv_heads == 0 and head_dim & (head_dim - 1) == 0
     assert block_size & (block_size - 1) == 0
     assert q.stride(-1) == 1 and k_cache.stride(-1) == 1 and v_cache.stride(-1) == 1
     group = num_heads // num_kv_heads
-    if out is None:
-        out = torch.empty_like(q)
     if num_seqs == 0:
-        return out
+        return no_launch
     if num_splits is None:
         if max_seq_len is None:
             max_seq_len = block_tables.shape[1] * block_size
         num_splits = choose_num_splits(num_seqs, num_kv_heads, max_seq_len, num_sms(q.device))
     assert 1 <= num_splits <= MAX_SPLITS
     cfg = {**_decode_config(head_dim, k_cache.dtype), **(config or {})}
-    block_h = max(16, triton.next_power_of_2(group))
-    if num_splits > 1:
+    split = num_splits > 1
+    if split:
         part_out = torch.empty((num_seqs, num_heads, num_splits, head_dim), dtype=torch.float32,
                                device=q.device)
         part_lse = torch.empty((num_seqs, num_heads, num_splits), dtype=torch.float32, device=q.device)
     else:
         part_out = part_lse = out  # unused
-    _decode_kernel[(num_seqs, num_kv_heads, num_splits)](
-        out, part_out, part_lse, q, k_cache, v_cache, block_tables, seq_lens,
-        scale * LOG2E, group, block_size.bit_length() - 1, num_splits,
-        q.stride(0), q.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        block_tables.stride(0),
-        out.stride(0), out.stride(1),
-        HEAD_DIM=head_dim, BLOCK_H=block_h, BLOCK_N=cfg["BLOCK_N"], PRECISION=dot_precision(q.dtype),
-        SPLIT=num_splits > 1, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-    )
-    if num_splits > 1:
-        _merge_splits_kernel[(num_seqs, num_heads)](
-            out, part_out, part_lse, num_splits, out.stride(0), out.stride(1),
-            HEAD_DIM=head_dim, MAX_SPLITS=MAX_SPLITS, num_warps=4,
-        )
-    return out
+    kernel = _decode_kernel[(num_seqs, num_kv_heads, num_splits)]
+    merge = _merge_splits_kernel[(num_seqs, num_heads)]
+    shift, bt_stride = block_size.bit_length() - 1, block_tables.stride(0)
+    (q_s, q_h), (o_s, o_h) = q.stride()[:2], out.stride()[:2]
+    constants = dict(HEAD_DIM=head_dim, BLOCK_H=max(16, triton.next_power_of_2(group)), BLOCK_N=cfg["BLOCK_N"],
+                     PRECISION=dot_precision(q.dtype), SPLIT=split, num_warps=cfg["num_warps"],
+                     num_stages=cfg["num_stages"])
+
+    def launch(k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float) -> None:
+        (kb, kt, kh, _), (vb, vt, vh, _) = k_cache.stride(), v_cache.stride()
+        kernel(out, part_out, part_lse, q, k_cache, v_cache, block_tables, seq_lens, scale * LOG2E, group, shift,
+               num_splits, q_s, q_h, kb, kt, kh, vb, vt, vh, bt_stride, o_s, o_h, **constants)
+        if split:
+            merge(out, part_out, part_lse, num_splits, o_s, o_h, HEAD_DIM=head_dim, MAX_SPLITS=MAX_SPLITS, num_warps=4)
+
+    return launch
+
+
+def no_launch(k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float) -> None:
+    """The launch of a step with no sequences of that kind."""
 
 
 # ----------------------------------------------------------------------------- reference
@@ -232,5 +253,5 @@ def decode_bytes(seq_lens: list[int], num_kv_heads: int, head_dim: int, elem: in
     return 2 * sum(seq_lens) * num_kv_heads * head_dim * elem
 
 
-__all__ = ["paged_decode", "paged_decode_reference", "choose_num_splits", "gather_positions",
-           "decode_bytes", "num_sms"]
+__all__ = ["paged_decode", "decode_launch", "Launch", "no_launch", "paged_decode_reference", "choose_num_splits",
+           "gather_positions", "decode_bytes", "num_sms"]

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from runtime.executor.kernels.paged_attention import LOG2E, dot_precision, gather_positions
+from runtime.executor.kernels.paged_attention import LOG2E, Launch, dot_precision, gather_positions, no_launch
 
 
 @triton.jit
@@ -120,24 +120,33 @@ def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     ``q, out [T, H, D]`` hold the whole batch; only these sequences' rows of ``out`` are written.
     ``max_query_len`` (host int) sizes the grid; programs past a sequence's end do nothing.
     """
+    prefill_launch(q, k_cache, v_cache, query_start_loc, seq_lens, block_tables, out, first_seq, num_seqs,
+                   max_query_len, config)(k_cache, v_cache, scale)
+    return out
+
+
+def prefill_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, query_start_loc: torch.Tensor,
+                   seq_lens: torch.Tensor, block_tables: torch.Tensor, out: torch.Tensor, first_seq: int,
+                   num_seqs: int, max_query_len: int, config: dict | None = None) -> Launch:
+    """``paged_prefill`` with all but the layer worked out once (as ``decode_launch``)."""
     if num_seqs == 0:
-        return out
+        return no_launch
     _, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     assert q.stride(-1) == 1 and out.stride(-1) == 1 and block_size & (block_size - 1) == 0
     cfg = {**_prefill_config(head_dim), **(config or {})}
-    grid = (num_seqs, triton.cdiv(max_query_len, cfg["BLOCK_M"]), num_heads)
-    _prefill_kernel[grid](
-        out, q, k_cache, v_cache, block_tables, seq_lens, query_start_loc,
-        scale * LOG2E, first_seq, num_heads // num_kv_heads, block_size.bit_length() - 1,
-        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        block_tables.stride(0),
-        HEAD_DIM=head_dim, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], PRECISION=dot_precision(q.dtype),
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-    )
-    return out
+    kernel = _prefill_kernel[(num_seqs, triton.cdiv(max_query_len, cfg["BLOCK_M"]), num_heads)]
+    group, shift, bt_stride = num_heads // num_kv_heads, block_size.bit_length() - 1, block_tables.stride(0)
+    (qt, qh), (ot, oh) = q.stride()[:2], out.stride()[:2]
+    constants = dict(HEAD_DIM=head_dim, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+                     PRECISION=dot_precision(q.dtype), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+
+    def launch(k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float) -> None:
+        (kb, kt, kh, _), (vb, vt, vh, _) = k_cache.stride(), v_cache.stride()
+        kernel(out, q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale * LOG2E, first_seq, group,
+               shift, qt, qh, ot, oh, kb, kt, kh, vb, vt, vh, bt_stride, **constants)
+
+    return launch
 
 
 # ----------------------------------------------------------------------------- torch paths
