@@ -18,7 +18,7 @@ import pytest
 from runtime.serving.async_engine import AsyncLLMEngine, EngineDead
 from runtime.serving.engine_main import EngineSpec
 from runtime.serving.engine_process import EnginePipes, EngineProcess
-from runtime.serving.process_name import FRONT_END
+from runtime.serving.process_name import FRONT_END, INTAKE
 from runtime.serving.server.launch import free_port
 from tests.proc_helpers import engine_child, named_children, running
 from tests.test_engine_process import TINY_FLAGS, _maps_torch, tiny  # noqa: F401 (a fixture)
@@ -121,6 +121,9 @@ def test_a_dead_front_end_takes_the_server_down(tiny, tmp_path):  # noqa: F811
     server = _serve(tiny, tmp_path, 2)
     try:
         engine, (front_end,) = _processes(server.proc.pid, 2)
+        # (killed while it still spawns its intake worker, the half-born child prints multiprocessing's
+        # traceback of a parent gone: /ready answers from whichever front end the kernel picks)
+        wait_until(lambda: named_children(front_end, INTAKE), 60, "front end 1's intake worker to start")
         os.kill(front_end, signal.SIGKILL)
         assert server.proc.wait(60) == ENGINE_DIED_STATUS
         wait_until(lambda: not running(engine), 20, "the engine to exit")
