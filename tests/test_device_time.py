@@ -25,17 +25,21 @@ class _Gpu:
     """An overlapping executor on a virtual clock. Launching a step costs the host its launch time;
     the device runs it once free and once launched; collecting waits for it. Each result carries the
     device's time for the step as CUDA events measure it: from when the device was free of the step
-    before (or the launch began) to the step's end."""
+    before (or the launch began) to the step's end. ``as_launched``: a prefill's kernels run as they
+    are launched (its work shorter than its launch), so it ends as its launch does."""
 
-    def __init__(self, clock: list[float]) -> None:
-        self.clock, self.free = clock, 0.0
+    def __init__(self, clock: list[float], as_launched: bool = False) -> None:
+        self.clock, self.free, self.as_launched = clock, 0.0, as_launched
 
     def launch(self, plan, requests):
         began = self.clock[0]
         prefill = plan.num_scheduled_tokens > len(plan.spans)
         self.clock[0] += PREFILL_LAUNCH if prefill else DECODE_LAUNCH
         free = max(self.free, began)
-        self.free = max(self.free, self.clock[0]) + (PREFILL_DEVICE if prefill else DECODE_DEVICE)
+        if prefill and self.as_launched:
+            self.free = max(free + PREFILL_DEVICE, self.clock[0])
+        else:
+            self.free = max(self.free, self.clock[0]) + (PREFILL_DEVICE if prefill else DECODE_DEVICE)
         return plan, began, self.free, self.free - free
 
     def collect(self, handle):
@@ -44,7 +48,7 @@ class _Gpu:
         return StepResult([[7] for s in plan.spans if s.sample], ready - began, device_time=device)
 
 
-def _run(path, timed: bool) -> None:
+def _run(path, timed: bool, as_launched: bool = False) -> None:
     config = EngineConfig(cache=CacheConfig(block_size=16, num_blocks=4096),
                           scheduler=SchedulerConfig(max_model_len=2048, max_num_batched_tokens=512, max_num_seqs=64))
     clock = [0.0]
@@ -53,7 +57,7 @@ def _run(path, timed: bool) -> None:
         sink = writer if timed else (lambda e: writer(msgspec.structs.replace(e, device_time=None)
                                                       if isinstance(e, Step) else e))
         core = EngineCore(config, sink=sink)
-        loop = StepLoop(core, _Gpu(clock), lambda: clock[0], overlap=True, deltas=False)
+        loop = StepLoop(core, _Gpu(clock, as_launched), lambda: clock[0], overlap=True, deltas=False)
         for i in range(120):  # a request every ~30 ms into a batch decoding: decode steps, then a prefill
             core.add_request([1 + i] * (32 + 16 * (i % 8)), SamplingParams(max_tokens=40 + i % 13, ignore_eos=True),
                              clock[0])
@@ -106,3 +110,18 @@ def test_cost_model_fit_models_the_launch_by_default_on_device_timed_steps(tmp_p
     assert "eager launch:" not in capsys.readouterr().out and load_cost_model(out).launch_time is None
     assert main([*fit, str(tmp_path / "untimed.jsonl")]) == 0
     assert load_cost_model(out).launch_time is None
+
+
+def test_prefill_steps_that_ran_as_launched_are_left_out_of_the_step_model(tmp_path):
+    """A prefill whose launch outlasts its work ends on the device as its launch does: its device
+    time is the launch's span, not its work, and the fit leaves it out (every such step after a
+    held-back decode step); one whose work outlasts the launch stays."""
+    _run(tmp_path / "as_launched.jsonl", timed=True, as_launched=True)
+    _run(tmp_path / "timed.jsonl", timed=True)
+    steps = [e for e in read_log(tmp_path / "as_launched.jsonl") if isinstance(e, Step)]
+    prefill = [any(s.num_tokens > 1 for s in st.spans) for st in steps]
+    pairs = zip(steps, steps[1:], prefill, prefill[1:])
+    after_held = sum(1 for a, b, p, q in pairs if q and not p and a.end == b.start)
+    fitted = fit_cost_model([tmp_path / "as_launched.jsonl"], kind="linear-absolute")
+    assert after_held > 20 and fitted.meta["launch_bound_prefills"] == after_held
+    assert fit_cost_model([tmp_path / "timed.jsonl"], kind="linear-absolute").meta["launch_bound_prefills"] == 0

@@ -132,7 +132,7 @@ def test_decode_steps_of_a_log_join_the_fit(logs, tmp_path):
     assert len(dec.durations) and (dec.features[:, 1] == 0).all()
     model = fit_cost_model([str(on)], kind="linear-absolute", decode_steps_of=[str(off)])
     n_on = len(StepData.from_logs([str(on)]).durations)
-    assert model.meta["training"]["steps"] + model.meta["heldout"]["steps"] == n_on + len(dec.durations)
+    assert model.meta["training"]["steps"] == n_on + len(dec.durations)  # (the chosen fit learns every step)
 
 
 @pytest.fixture

@@ -130,7 +130,7 @@ def test_with_the_launch_the_step_model_leaves_out_the_steps_it_moves():
     held = (data.features[:, 1] == 0) & (data.next_extra > 0)
     assert held.sum() > 50 and pairs.sum() == 2 * held.sum()
     clean = fit_cost_model([str(H_LOG)], kind="linear-absolute", eager_launch=True)
-    assert clean.meta["training"]["steps"] + clean.meta["heldout"]["steps"] == len(data.durations) - pairs.sum()
+    assert clean.meta["training"]["steps"] == len(data.durations) - pairs.sum()
     spread = fit_cost_model([str(H_LOG)], kind="linear-absolute")
     plain = ~pairs & (data.features[:, 1] == 0)
     live = data.durations[plain].sum()

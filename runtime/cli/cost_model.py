@@ -100,7 +100,9 @@ def print_fit(model, out: str) -> None:
                      if (left := door.get("left_out")) else ""))
         if model.launch_time is not None:
             print(f"  eager launch: {host.eager_launch * 1e3:.3f} ms + {host.eager_launch_per_token * 1e6:.3f} µs per "
-                  "token beyond one per span (holds back the step before)")
+                  "token beyond one per span (holds back the step before)"
+                  + (f"; {bound:,} prefill steps that ran as launched left out of the step model"
+                     if (bound := model.meta.get("launch_bound_prefills")) else ""))
         elif (held := model.meta.get("before_prefill")) and held["excess_s"] - held["others_excess_s"] > 0.5e-3:
             print(f"  note: the {held['steps']:,} steps followed by a prefill step are logged "
                   f"{(held['excess_s'] - held['others_excess_s']) * 1e3:.2f} ms longer than the others, beyond the "

@@ -32,7 +32,7 @@ from simulator.cost.cost_model import CostModelError
 from simulator.cost.features import FEATURES, PADDED
 from simulator.cost.front_door_fit import fit_front_door
 from simulator.cost.host_timing import fit_host_timing
-from simulator.cost.launch import held_back_excess, launch_pairs, with_eager_launch
+from simulator.cost.launch import held_back_excess, launch_bound, launch_pairs, with_eager_launch
 from simulator.cost.linear_model import LinearCostModel
 from simulator.cost.logged_run import LoggedRun, LogPath, read_runs
 from simulator.cost.model_base import TimedModel
@@ -180,8 +180,9 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
                    co_located: Sequence[LogPath | LoggedRun] = ()) -> TimedModel:
     """The model for ``logs``: every candidate (``kind="auto"``) or one, fitted on the training
     steps; held-out error on ``holdout`` logs or every ``holdout_every``-th block of
-    ``holdout_block`` steps; host timing from the training logs' gaps; the ranges of the training
-    steps. ``calibrate_on``: live logs that set the level of the step times (``calibrate``).
+    ``holdout_block`` steps, the candidate chosen by it then refitted on every step of ``logs``;
+    host timing from the training logs' gaps; the ranges of the training steps. ``calibrate_on``:
+    live logs that set the level of the step times (``calibrate``).
     ``decode_steps_of``: logs of which only the pure-decode steps join the training data (a
     profile whose prefill steps an engine change made stale, still covering large batches).
     ``eager_launch``: with overlapped logs, fit the host time to launch a step that carries prefill
@@ -213,6 +214,9 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
     # the steps it moves
     clean = eager_launch and host.overlap and not timed
     steps = data.subset(~launch_pairs(data)) if clean else data
+    # with device times, a prefill step that ran as it was launched says nothing of its work
+    bound = launch_bound(wall) if timed else None
+    steps = steps.subset(~bound) if bound is not None else steps
     if holdout:
         held = StepData.from_logs(read_runs(holdout, cache))
         held = held.on_device() if timed and held.device_timed else held
@@ -221,17 +225,22 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
         if holdout_every < 2:
             raise CostModelError(f"holdout_every must be >= 2, got {holdout_every}")
         train, held = steps.split(holdout_every, holdout_block)
-    if weights:
-        paths = [r.path for r in runs]
-        train = train.weighted({paths.index(str(log)): times for log, times in weights.items()})
+    paths = [r.path for r in runs]
+
+    def weighted(rows: StepData) -> StepData:
+        return rows.weighted({paths.index(str(log)): times for log, times in weights.items()}) if weights else rows
+
     candidates = CANDIDATES if kind == "auto" else (kind,)
-    selection = select_model(train, held, candidates, meta, keep=EXTRAPOLATING if kind == "auto" else None)
-    model = selection.model
+    selection = select_model(weighted(train), held, candidates, meta, keep=EXTRAPOLATING if kind == "auto" else None)
+    # held out of the logs' own steps, whole blocks of a sweep's consecutive steps (whole shapes) were
+    # left out of the training: they told which candidate extrapolates best, and the one chosen then
+    # learns every step (a profile's fit without them priced conv steps 1-3 % apart, one split from another)
+    model = selection.model if holdout else fit_candidate(selection.best, weighted(steps), meta)
     report: dict[str, Any] = {}  # the fit's report, into the model's metadata in this order
     if weights:
         report["training"] = {**model.meta["training"],
                               "weights": {str(log): times for log, times in weights.items()}}
-    report["heldout"] = evaluate(model, held)
+    report["heldout"] = evaluate(selection.model, held)  # (of the candidate fitted without them)
     if not holdout:
         block = max(1, min(holdout_block, len(steps.durations) // (4 * holdout_every)))
         report["heldout"]["kind"] = (f"every {holdout_every}th step of the training logs" if block == 1 else
@@ -240,6 +249,7 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
     report["selection"] = {"chosen": selection.best, "by": by, "candidates": selection.scores}
     if timed:
         report["device_timed"] = True
+        report["launch_bound_prefills"] = int(bound.sum())
     if host.overlap:
         device = wall.device if timed else model.predict_steps(data)
         report["before_prefill"] = held_back_excess(wall, device)
