@@ -34,7 +34,7 @@ def fit_logs(logs: Sequence[str | LoggedRun], *, holdout: list[str] | None = Non
              command: str | None = None, calibrate_on: list[str] | None = None,
              decode_steps_of: list[str] | None = None, eager_launch: bool | None = None,
              weights: dict[str, int] | None = None, front_door: str | None = None,
-             co_located: Sequence[str | LoggedRun] | None = None):
+             co_located: Sequence[str | LoggedRun] | None = None, refit: bool = True):
     """Fit a cost model on ``logs`` (paths, or logs already read: simulator.cost.logged_run;
     simulator.fitting.fit.fit_cost_model); its error on ``holdout`` logs, or on every
     ``holdout_every``-th step held out of the fit, goes to ``meta["heldout"]``. ``weighting``
@@ -65,7 +65,7 @@ def fit_logs(logs: Sequence[str | LoggedRun], *, holdout: list[str] | None = Non
         return fit_cost_model(runs, holdout=holdout, holdout_every=holdout_every, holdout_block=holdout_block,
                               kind=kind, meta=meta, calibrate_on=calibrate_on, decode_steps_of=decode_steps_of,
                               eager_launch=eager_launch, weights=weights, front_door=front_door,
-                              co_located=co_located or ())
+                              co_located=co_located or (), refit=refit)
     except CostModelError as e:
         raise CLIError(str(e)) from None
 
@@ -162,7 +162,7 @@ def _fit(args: argparse.Namespace) -> int:
                      holdout_block=args.holdout_block, kind=args.kind, calibrate_on=args.calibrate,
                      decode_steps_of=args.decode_steps_of, eager_launch=args.eager_launch, weights=weights,
                      weighting=args.weighting, model_identity=args.model_identity, hardware=args.hardware,
-                     dtype=args.dtype, front_door=args.front_door, co_located=args.co_located)
+                     dtype=args.dtype, front_door=args.front_door, co_located=args.co_located, refit=args.refit)
     model.save(args.out)
     print_fit(model, args.out)
     return 0
@@ -268,6 +268,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "where the logs carry them, else leaves out the steps a launch moves "
                         "(simulator/cost/launch.py) (default: on for logs whose every step carries its time on the "
                         "device, a GPU profile sweep; off for others)")
+    f.add_argument("--refit", action=argparse.BooleanOptionalAction, default=True,
+                   help="fit the candidate the held-out blocks chose on every step, those blocks too: a sweep's "
+                        "blocks are whole shapes (default: on; --no-refit keeps it as fitted without them, as the "
+                        "shipped qwen3-0.6b-h200 was; with --holdout logs the fit has every step anyway)")
     f.add_argument("--front-door", metavar="LOG",
                    help="a front-door probe's log (what `minivllm profile` writes beside its sweep): the intake delay "
                         "(arrival stamp to the engine's first step, by prompt length) is fitted on it (default: "

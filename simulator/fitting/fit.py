@@ -177,10 +177,11 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
                    meta: dict[str, Any] | None = None, calibrate_on: Sequence[LogPath] | None = None,
                    decode_steps_of: Sequence[LogPath] | None = None, eager_launch: bool | None = None,
                    weights: dict[str, int] | None = None, front_door: LogPath | None = None,
-                   co_located: Sequence[LogPath | LoggedRun] = ()) -> TimedModel:
+                   co_located: Sequence[LogPath | LoggedRun] = (), refit: bool = True) -> TimedModel:
     """The model for ``logs``: every candidate (``kind="auto"``) or one, fitted on the training
     steps; held-out error on ``holdout`` logs or every ``holdout_every``-th block of
-    ``holdout_block`` steps, the candidate chosen by it then refitted on every step of ``logs``;
+    ``holdout_block`` steps, the candidate chosen by it then refitted on every step of ``logs``
+    (``refit``; False keeps it as fitted without the held-out blocks, as the shipped H200 model was);
     host timing from the training logs' gaps; the ranges of the training steps. ``calibrate_on``:
     live logs that set the level of the step times (``calibrate``).
     ``decode_steps_of``: logs of which only the pure-decode steps join the training data (a
@@ -235,7 +236,7 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
     # held out of the logs' own steps, whole blocks of a sweep's consecutive steps (whole shapes) were
     # left out of the training: they told which candidate extrapolates best, and the one chosen then
     # learns every step (a profile's fit without them priced conv steps 1-3 % apart, one split from another)
-    model = selection.model if holdout else fit_candidate(selection.best, weighted(steps), meta)
+    model = selection.model if holdout or not refit else fit_candidate(selection.best, weighted(steps), meta)
     report: dict[str, Any] = {}  # the fit's report, into the model's metadata in this order
     if weights:
         report["training"] = {**model.meta["training"],
