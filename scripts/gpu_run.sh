@@ -91,11 +91,12 @@ export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 OUT="${OUT:-out/gpu}"
 mkdir -p "$OUT"
 minivllm() { python3 -m runtime "$@"; }
-CLOCKS=/tmp/gpu_clocks.csv STAGES=/tmp/gpu_stages.txt
-FIELDS=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_throttle_reasons.active
+CLOCKS=/tmp/gpu_clocks.csv STAGES=/tmp/gpu_stages.txt  # (UTC both; each call of this script appends)
+FIELDS=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_event_reasons.active
 if command -v nvidia-smi >/dev/null 2>&1; then  # sampled while this script runs (the bundle stage packs them)
+  nvidia-smi --query-gpu="$FIELDS" --format=csv >/dev/null 2>&1 || FIELDS=${FIELDS%,*}  # (an older driver)
   [ -e "$CLOCKS" ] || echo "$FIELDS" > "$CLOCKS"
-  nvidia-smi --query-gpu="$FIELDS" --format=csv,noheader,nounits -lms 1000 >> "$CLOCKS" 2>/dev/null &
+  TZ=UTC nvidia-smi --query-gpu="$FIELDS" --format=csv,noheader,nounits -lms 1000 >> "$CLOCKS" 2>>"$CLOCKS.err" &
   clocks=$!
   trap 'kill $clocks 2>/dev/null' EXIT
 fi
@@ -256,7 +257,7 @@ for pc in ('off', 'on'):
                   --tokenizer .gpu/tokenizer_152k --device cuda --dtype bfloat16 --max-model-len 8192 ${ENGINE_FLAGS:-} | tail -n 14
                 gzip -c /tmp/sessions_$i.jsonl > "$OUT/sessions_serve_$i.jsonl.gz"
               done ;;
-    bundle) for f in "$CLOCKS" "$STAGES"; do [ -e "$f" ] && cp "$f" "$OUT/"; done
+    bundle) for f in "$CLOCKS" "$CLOCKS.err" "$STAGES"; do [ -s "$f" ] && cp "$f" "$OUT/"; done
             (cd "$OUT" || exit 1
              if ls bundle.tar.part_* >/dev/null 2>&1; then echo "bundle: $OUT already holds a bundle"; exit 1; fi
              mapfile -t files < <(ls -A)

@@ -55,7 +55,8 @@ class TimedLaunches:
         self.runner, self.sync_first, self.profile_next_prefill = runner, sync_first, profile
         self.hold, self.poll_tail = hold, poll_tail
         self.launches: list[tuple[int, float]] = []  # (tokens beyond one per span, host seconds)
-        self.tails: list[float] = []
+        self.tails: list[tuple[int, float]] = []  # (tokens beyond one per span, seconds)
+        self.held_through: list[bool] = []  # per held prefill: the device still held when its launch returned
         self.profile_table = ""
 
     def launch(self, plan, requests):
@@ -73,11 +74,13 @@ class TimedLaunches:
             handle = self.runner.launch(plan, requests)
             launched = time.perf_counter()
             self.launches.append((extra, launched - t))
+        if self.hold and extra and handle.events is not None:
+            self.held_through.append(not handle.events[0].query())  # (else the launch outlasted the sleep)
         if self.poll_tail and extra and handle.events is not None:
             done = handle.events[1]
             while not done.query():
                 pass
-            self.tails.append(time.perf_counter() - launched)
+            self.tails.append((extra, time.perf_counter() - launched))
         if profiling:
             self.profile_table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
         return handle
@@ -134,10 +137,13 @@ def one_case(parts, size: int, seed: int, *, decodes: int, context: int, tempera
     held = after[prefill - 1] if prefill else steps[-1]
     launch = next(s for e, s in timed.launches[launched_before:] if e >= size - 1)
     device = after[prefill].result.device_time
+    tail = next((s for e, s in timed.tails if e >= size - 1), math.nan)
+    if hold and not all(timed.held_through):
+        raise RuntimeError(f"a {size}-token launch outlasted the sleep kernel: raise HOLD_CYCLES")
     return {"decode_ms": statistics.median(o.result.duration for o in steps[-10:]) * 1e3,
             "held_ms": held.result.duration * 1e3, "prefill_ms": after[prefill].result.duration * 1e3,
             "launch_ms": launch * 1e3, "device_ms": math.nan if device is None else device * 1e3,
-            "tail_ms": timed.tails[-1] * 1e3 if timed.tails else math.nan, "profile": timed.profile_table}
+            "tail_ms": tail * 1e3, "profile": timed.profile_table}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -183,7 +189,7 @@ def _probe(args: argparse.Namespace) -> int:
         med["idle_launch_ms"] = statistics.median(c["launch_ms"] for c in idle)
         med["gpu_work_ms"] = statistics.median(c["device_ms"] for c in held) if held else math.nan
         med["tail_ms"] = statistics.median(c["tail_ms"] for c in polled) if polled else math.nan
-        rows.append({"prompt": size, **med})
+        rows.append({"prompt": size, **{k: None if math.isnan(v) else v for k, v in med.items()}})
         print(f"| {size} | {med['decode_ms']:.2f} | {med['held_ms']:.2f} | {med['prefill_ms']:.2f} | "
               f"{med['launch_ms']:.2f} | {med['idle_launch_ms']:.2f} | {med['device_ms']:.2f} | "
               f"{med['gpu_work_ms']:.2f} | {med['tail_ms']:.2f} |", flush=True)

@@ -270,10 +270,10 @@ def test_shipped_h200_fit_reproduces_from_its_logs():
     root = Path(__file__).resolve().parents[1]
     logs = [str(root / log) for log in shipped.meta["training"]["logs"]]
     weights = {str(root / log): n for log, n in shipped.meta["training"].get("weights", {}).items()}
-    refit = fit_logs(logs, kind="linear+gbm", weights=weights, refit=False)  # (it keeps its held-out blocks out)
+    again = fit_logs(logs, kind="linear+gbm", weights=weights, refit=False)  # (it keeps its held-out blocks out)
     factor = shipped.meta["calibration"]["factor"]  # the level from the served runs (--calibrate)
     for k in FEATURES:
-        assert refit.coefficients[k] * factor == pytest.approx(shipped.coefficients[k], rel=1e-6, abs=1e-15)
+        assert again.coefficients[k] * factor == pytest.approx(shipped.coefficients[k], rel=1e-6, abs=1e-15)
 
 
 def test_analytic_h200_roofline():

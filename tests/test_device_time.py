@@ -6,12 +6,15 @@ the launch of a prefill step that held the decode step before it back is fitted 
 from __future__ import annotations
 
 import msgspec
+import numpy as np
 import pytest
 
 from runtime.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from runtime.engine.core import EngineCore
 from runtime.engine.step_loop import StepLoop
 from runtime.engine.types import StepResult
+from simulator.cost.launch import launch_bound
+from simulator.cost.step_data import StepData
 from simulator.fitting.fit import fit_cost_model
 from traces.events import Span, Step, make_header
 from traces.log import LogWriter, read_log
@@ -120,8 +123,11 @@ def test_prefill_steps_that_ran_as_launched_are_left_out_of_the_step_model(tmp_p
     _run(tmp_path / "timed.jsonl", timed=True)
     steps = [e for e in read_log(tmp_path / "as_launched.jsonl") if isinstance(e, Step)]
     prefill = [any(s.num_tokens > 1 for s in st.spans) for st in steps]
-    pairs = zip(steps, steps[1:], prefill, prefill[1:])
-    after_held = sum(1 for a, b, p, q in pairs if q and not p and a.end == b.start)
+    after_held = [i + 1 for i, (a, b, p, q) in enumerate(zip(steps, steps[1:], prefill, prefill[1:]))
+                  if q and not p and a.end == b.start]
+    assert len(after_held) > 20
+    assert np.flatnonzero(launch_bound(StepData.from_logs([tmp_path / "as_launched.jsonl"]))).tolist() == after_held
     fitted = fit_cost_model([tmp_path / "as_launched.jsonl"], kind="linear-absolute")
-    assert after_held > 20 and fitted.meta["launch_bound_prefills"] == after_held
+    assert fitted.meta["launch_bound_prefills"] == len(after_held)
+    assert fitted.meta["training"]["steps"] == len(steps) - len(after_held)  # left out, the rest all learned
     assert fit_cost_model([tmp_path / "timed.jsonl"], kind="linear-absolute").meta["launch_bound_prefills"] == 0

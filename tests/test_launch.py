@@ -131,6 +131,14 @@ def test_with_the_launch_the_step_model_leaves_out_the_steps_it_moves():
     assert held.sum() > 50 and pairs.sum() == 2 * held.sum()
     clean = fit_cost_model([str(H_LOG)], kind="linear-absolute", eager_launch=True)
     assert clean.meta["training"]["steps"] == len(data.durations) - pairs.sum()
+    # the held-out blocks chose the candidate, which then learned them too: the held-out figures are of the
+    # fit without them, whether it is refitted or not
+    kept = fit_cost_model([str(H_LOG)], kind="linear-absolute", eager_launch=True, refit=False)
+    assert clean.meta["heldout"]["refitted"] and not kept.meta["heldout"]["refitted"]
+    assert {k: v for k, v in clean.meta["heldout"].items() if k != "refitted"} == \
+        {k: v for k, v in kept.meta["heldout"].items() if k != "refitted"}
+    assert kept.meta["training"]["steps"] + kept.meta["heldout"]["steps"] == clean.meta["training"]["steps"]
+    assert clean.coefficients != kept.coefficients
     spread = fit_cost_model([str(H_LOG)], kind="linear-absolute")
     plain = ~pairs & (data.features[:, 1] == 0)
     live = data.durations[plain].sum()

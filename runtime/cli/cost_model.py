@@ -83,7 +83,7 @@ def print_fit(model, out: str) -> None:
             print(f"{name:<16} {c['mape']:>13.2f}% {c['total_error']:>+10.2f}% {c['score']:>8.2f}{mark}")
     print(f"{model.meta.get('candidate', 'linear')}: fitted on {t['steps']:,} steps: training MAPE {t['mape']:.2f}%, "
           f"held-out MAPE {h['mape']:.2f}%, total time {h.get('total_error', float('nan')):+.2f}% "
-          f"({h['steps']:,} steps)")
+          f"({h['steps']:,} steps" + (", then refitted with them)" if h.get("refitted") else ")"))
     for name, value in model.coefficients.items():
         print(f"  {name:<18} {value:.4g}")
     host = getattr(model, "host", None)
@@ -270,8 +270,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "device, a GPU profile sweep; off for others)")
     f.add_argument("--refit", action=argparse.BooleanOptionalAction, default=True,
                    help="fit the candidate the held-out blocks chose on every step, those blocks too: a sweep's "
-                        "blocks are whole shapes (default: on; --no-refit keeps it as fitted without them, as the "
-                        "shipped qwen3-0.6b-h200 was; with --holdout logs the fit has every step anyway)")
+                        "blocks are whole shapes (--no-refit keeps it as fitted without them, as the shipped models "
+                        "were; with --holdout logs the fit has every step anyway) (default: %(default)s)")
     f.add_argument("--front-door", metavar="LOG",
                    help="a front-door probe's log (what `minivllm profile` writes beside its sweep): the intake delay "
                         "(arrival stamp to the engine's first step, by prompt length) is fitted on it (default: "

@@ -167,7 +167,7 @@ class PiecewiseGraphs:
         # per layer only the graph piece and the attention core's launches (a small model's step is host-bound):
         # the core, prepared once for the step, writes straight into the static buffer the next piece reads
         attend = self.backend.prepare(meta, self.q[:n], self.out[:n], *self.kv_caches[0])
-        for piece, (k_cache, v_cache), scale in zip(bucket.pieces[:-1], self.kv_caches, self.scales):
+        for piece, (k_cache, v_cache), scale in zip(bucket.pieces[:-1], self.kv_caches, self.scales, strict=True):
             piece.replay()
             attend(k_cache, v_cache, scale)
         bucket.pieces[-1].replay()

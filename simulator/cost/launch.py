@@ -28,7 +28,7 @@ they come and it ends as the launch does: just before the host collects the step
 of it, 2 more within 0.1 ms, the rest later). Such a step's time says only that its work took no
 longer (``launch_bound``): learned as work, it prices a served prefill of another shape, after a step
 of another length, at that launch's span (sessions' prefills on cached prefixes came out ~1 ms long
-and every decode step behind them late: TPOT p50 +4.5 … +7.2 % against +1.1 % with them left out).
+and every decode step behind them late: TPOT p50 +7.2 % against +1.1 % with them left out).
 The simulation already ends such a step no earlier than its launch.
 """
 
@@ -44,7 +44,7 @@ from simulator.cost.host_timing import HostTiming
 from simulator.cost.step_data import StepData
 
 MIN_STEPS = 10  # steps followed by a prefill step needed to fit the launch
-LAUNCH_BOUND_S = 1e-4  # a prefill step whose device time ends this close to its launch's end ran as launched
+LAUNCH_BOUND_S = 1e-4  # a prefill ending on the device no later than this after the held step's logged end
 
 
 def fit_eager_launch(data: StepData, device: np.ndarray) -> dict[str, Any] | None:
@@ -85,17 +85,17 @@ def launch_pairs(data: StepData) -> np.ndarray:
 def launch_bound(data: StepData) -> np.ndarray:
     """The prefill steps whose time on the device is their launch's span, not their work, as a mask
     over ``data``'s rows (logged durations and device times): each tiles after a decode step that its
-    launch held back, and ends on the device within ``LAUNCH_BOUND_S`` of that step's logged end (the
-    host collects it once the launch has returned). The decode step, launched whole (a CUDA graph) as
-    it was logged to start, is taken to have ended on the device its device time after that start."""
+    launch held back, and ends on the device no later than ``LAUNCH_BOUND_S`` after that step's logged
+    end (the host collects it once the launch has returned). The decode step's device end is taken as
+    its logged start plus its time on the device: no earlier than it was, so a step is missed rather
+    than taken wrongly."""
     nxt, device = data.next_extra, data.device
     if nxt is None or device is None or not len(nxt):
         return np.zeros(len(data.durations), dtype=bool)
     prefill = data.features[:, FEATURES.index("prefill_tokens")] > 0
     after_held = np.r_[False, (nxt[:-1] > 0) & ~prefill[:-1]] & prefill
     span = np.r_[np.nan, data.durations[:-1] - device[:-1]]  # from the step before's device end to its logged end
-    with np.errstate(invalid="ignore"):
-        return after_held & (device - span < LAUNCH_BOUND_S)
+    return after_held & (device - span < LAUNCH_BOUND_S)
 
 
 def held_back_excess(data: StepData, device: np.ndarray) -> dict[str, Any] | None:

@@ -220,7 +220,8 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
     steps = steps.subset(~bound) if bound is not None else steps
     if holdout:
         held = StepData.from_logs(read_runs(holdout, cache))
-        held = held.on_device() if timed and held.device_timed else held
+        if timed and held.device_timed:  # judged as the training steps are
+            held = held.subset(~launch_bound(held)).on_device()
         train, held = steps, held.subset(~launch_pairs(held)) if clean else held
     else:
         if holdout_every < 2:
@@ -236,12 +237,16 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
     # held out of the logs' own steps, whole blocks of a sweep's consecutive steps (whole shapes) were
     # left out of the training: they told which candidate extrapolates best, and the one chosen then
     # learns every step (a profile's fit without them priced conv steps 1-3 % apart, one split from another)
-    model = selection.model if holdout or not refit else fit_candidate(selection.best, weighted(steps), meta)
+    refitted = refit and not holdout
+    if refitted:
+        train = steps
+    model = fit_candidate(selection.best, weighted(train), meta) if refitted else selection.model
     report: dict[str, Any] = {}  # the fit's report, into the model's metadata in this order
     if weights:
         report["training"] = {**model.meta["training"],
                               "weights": {str(log): times for log, times in weights.items()}}
     report["heldout"] = evaluate(selection.model, held)  # (of the candidate fitted without them)
+    report["heldout"]["refitted"] = refitted  # the model saved learned them too
     if not holdout:
         block = max(1, min(holdout_block, len(steps.durations) // (4 * holdout_every)))
         report["heldout"]["kind"] = (f"every {holdout_every}th step of the training logs" if block == 1 else

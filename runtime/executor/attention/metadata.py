@@ -45,6 +45,10 @@ class AttentionMetadata:
         return len(self.seq_lens_cpu)
 
 
+# a step's attention prepared for its layers: (k_cache, v_cache, scale) -> None, written into the prepared output
+Launch = Callable[[torch.Tensor, torch.Tensor, float], None]
+
+
 class AttentionBackend(Protocol):
     name: str
 
@@ -58,6 +62,6 @@ class AttentionBackend(Protocol):
         (a new tensor when None; never ``q``'s memory)."""
 
     def prepare(self, meta: AttentionMetadata, q: torch.Tensor, out: torch.Tensor, k_cache: torch.Tensor,
-                v_cache: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor, float], None]:
+                v_cache: torch.Tensor) -> Launch:
         """``forward(q, ·, ·, meta, scale, out)`` for every layer of one step, given that layer's caches
         (shaped as these) and scale: what the step's layers share is worked out once."""

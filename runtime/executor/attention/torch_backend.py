@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -10,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from runtime.engine.drafters import MAX_SPECULATIVE_TOKENS
-from runtime.executor.attention.metadata import AttentionMetadata
+from runtime.executor.attention.metadata import AttentionMetadata, Launch
 from runtime.executor.cpu_kernels import available as cpu_kernel_available
 from runtime.executor.cpu_kernels import paged_attention
 
@@ -90,7 +89,7 @@ class TorchAttentionBackend:
         return out
 
     def prepare(self, meta: AttentionMetadata, q: torch.Tensor, out: torch.Tensor, k_cache: torch.Tensor,
-                v_cache: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor, float], None]:
+                v_cache: torch.Tensor) -> Launch:
         return lambda k, v, scale: self.forward(q, k, v, meta, scale, out=out)
 
     def _kernel_applies(self, q: torch.Tensor, k_cache: torch.Tensor) -> bool:

@@ -152,10 +152,6 @@ def _decode_config(head_dim: int, dtype: torch.dtype) -> dict:
     return {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
 
 
-# a prepared launch: (k_cache, v_cache, scale) -> None, the layer's attention written into the prepared output
-Launch = Callable[[torch.Tensor, torch.Tensor, float], None]
-
-
 def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
                  out: torch.Tensor | None = None, max_seq_len: int | None = None,
@@ -169,6 +165,10 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     decode_launch(q, k_cache, v_cache, block_tables, seq_lens, out, max_seq_len, num_splits, config)(
         k_cache, v_cache, scale)
     return out
+
+
+# a launch prepared for a step's layers: (k_cache, v_cache, scale) -> None (the attention backend's ``Launch``)
+Launch = Callable[[torch.Tensor, torch.Tensor, float], None]
 
 
 def decode_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
