@@ -170,7 +170,7 @@ def _probe(args: argparse.Namespace) -> int:
                          max_model_len=args.max_model_len, max_num_batched_tokens=args.max_model_len,
                          enable_chunked_prefill=False)
     cuda = args.device == "cuda"
-    parts.runner.device_timing = cuda  # the steps' device times, as a profile sweep records them
+    parts.runner.device_timing = cuda  # the steps' times on the device, as a profile sweep records them
     batch = {"decodes": args.decodes, "context": args.context, "temperature": args.temperature}
     sizes = [int(s) for s in args.sizes.split(",")]
     for size in sizes:  # warm-up: every size once (kernel compilation, allocator growth)

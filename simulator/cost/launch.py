@@ -84,7 +84,7 @@ def launch_pairs(data: StepData) -> np.ndarray:
 
 def launch_bound(data: StepData) -> np.ndarray:
     """The prefill steps whose time on the device is their launch's span, not their work, as a mask
-    over ``data``'s rows (logged durations and device times): each tiles after a decode step that its
+    over ``data``'s rows (logged durations, times on the device): each tiles after a decode step that its
     launch held back, and ends on the device no later than ``LAUNCH_BOUND_S`` after that step's logged
     end (the host collects it once the launch has returned). The decode step's device end is taken as
     its logged start plus its time on the device: no earlier than it was, so a step is missed rather

@@ -215,7 +215,7 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
     # the steps it moves
     clean = eager_launch and host.overlap and not timed
     steps = data.subset(~launch_pairs(data)) if clean else data
-    # with device times, a prefill step that ran as it was launched says nothing of its work
+    # timed on the device, a prefill step that ran as it was launched says nothing of its work
     bound = launch_bound(wall) if timed else None
     steps = steps.subset(~bound) if bound is not None else steps
     if holdout:
