@@ -219,7 +219,8 @@ class DataParallelEngine:
         key = prefix_key(prompt_token_ids) if self.router.needs_prefix else None
         with self._lock:  # one routing decision at a time, in arrival order: its index
             fresh = index is None
-            index = self._index if index is None else index
+            if fresh:
+                index = self._index
             up = self._routable()
             while True:
                 if not any(up):

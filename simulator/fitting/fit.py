@@ -238,9 +238,10 @@ def fit_cost_model(logs: Sequence[LogPath | LoggedRun], *, holdout: Sequence[Log
     # left out of the training: they told which candidate extrapolates best, and the one chosen then
     # learns every step (a profile's fit without them priced conv steps 1-3 % apart, one split from another)
     refitted = refit and not holdout
-    if refitted:
+    model = selection.model
+    if refitted:  # (its ranges then those of every step too)
         train = steps
-    model = fit_candidate(selection.best, weighted(train), meta) if refitted else selection.model
+        model = fit_candidate(selection.best, weighted(train), meta)
     report: dict[str, Any] = {}  # the fit's report, into the model's metadata in this order
     if weights:
         report["training"] = {**model.meta["training"],
