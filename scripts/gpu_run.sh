@@ -25,7 +25,8 @@
 #              LOADS (default 0.5,0.8,1.1 of capacity) x CHUNKED (default on,off); served logs gzipped into
 #              $OUT (8 files for one CHUNKED mode); WORKLOAD=conv|code (.gpu/*_head1200.csv,
 #              Azure 2023), SKIP_LIVE=1: no in-process run beside each served one; MATRIX_MODEL (default
-#              random:qwen3-0.6b; or random:smollm2-135m); ENGINE_FLAGS: more server flags (e.g. --api-server-count 4)
+#              random:qwen3-0.6b; or random:smollm2-135m); ENGINE_FLAGS: more server flags (e.g. --api-server-count 4);
+#              MATRIX_S: stop the matrix after that many seconds and keep the logs of the runs it finished
 #   prefix     shared-prefix workload (a 7,680-token document, 40 questions of 64 tokens, 2/s) against the
 #              server with prefix caching off (every request cold) and on (the first cold, the rest warm)
 #   servetests the served engine on CUDA under load: aborts mid-step, SIGTERM, bad requests (also in tests)
@@ -171,14 +172,16 @@ for _ in range(900):
              --trace "$OUT/live_inproc.jsonl" --json "$OUT/live_inproc.json"
            python3 -m runtime.bench.step_times "$OUT/live_inproc.jsonl" ;;
     matrix) WORKLOAD="${WORKLOAD:-conv}"
-            minivllm bench matrix ".gpu/${WORKLOAD}_head1200.csv" --limit "${LIMIT:-800}" --loads "${LOADS:-0.5,0.8,1.1}" \
+            timeout "${MATRIX_S:-0}" python3 -m runtime bench matrix ".gpu/${WORKLOAD}_head1200.csv" --limit "${LIMIT:-800}" --loads "${LOADS:-0.5,0.8,1.1}" \
               --chunked "${CHUNKED:-on,off}" ${CAPACITY:+--capacity $CAPACITY} --client-processes "${CLIENT_PROCS:-4}" \
               ${SKIP_LIVE:+--no-live} --out /tmp/matrix --launch \
               --model "${MATRIX_MODEL:-random:qwen3-0.6b}" --tokenizer "$(tokenizer_for "${MATRIX_MODEL:-qwen3}")" --device cuda --dtype bfloat16 \
               --max-model-len 8192 ${ENGINE_FLAGS:-}
             tag=${WORKLOAD}_$(echo "${CHUNKED:-on,off}" | tr , _)  # no commas in file names
-            cp /tmp/matrix/summary.json "$OUT/matrix_$tag.json"
-            for f in /tmp/matrix/serve_*.jsonl; do gzip -c "$f" > "$OUT/${WORKLOAD}_$(basename "$f").gz"; done
+            [ -e /tmp/matrix/summary.json ] && cp /tmp/matrix/summary.json "$OUT/matrix_$tag.json"
+            for f in /tmp/matrix/serve_*.json; do  # a run with its summary written finished; its log is whole
+              gzip -c "${f}l" > "$OUT/${WORKLOAD}_$(basename "$f")l.gz"
+            done
             tar czf "$OUT/matrix_${tag}_runs.tgz" -C /tmp/matrix $(cd /tmp/matrix && ls *.json *.log)
             rm -rf /tmp/matrix; ls -la "$OUT" ;;
     prefix) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer_152k --device cuda --dtype bfloat16 --max-model-len 8192)
