@@ -83,9 +83,14 @@
 # copy .whl to the GPU machine with the tree.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --find-links .whl --no-deps --no-compile --no-cache-dir --target /tmp/site \
-    $(ls .whl | sed -E 's/-[0-9].*//' | sort -u) || exit 1
+if ls .whl/*.whl >/dev/null 2>&1; then  # installed once per machine and set of wheels (a later call finds them)
+  wheels=$(ls .whl | md5sum)
+  if [ "$(cat /tmp/site/.wheels 2>/dev/null)" != "$wheels" ]; then
+    rm -rf /tmp/site
+    python3 -m pip install -q --no-index --find-links .whl --no-deps --no-compile --no-cache-dir --target /tmp/site \
+      $(ls .whl | sed -E 's/-[0-9].*//' | sort -u) || exit 1
+    echo "$wheels" > /tmp/site/.wheels
+  fi
   export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
 fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
