@@ -73,6 +73,26 @@ def test_two_front_ends_share_one_engine_each_hearing_its_own(smollm2_tokenizer)
         second.shutdown(10)
 
 
+def test_a_front_end_that_closes_its_pipes_hears_its_outputs_end_while_the_engine_serves_on(smollm2_tokenizer):
+    """A front end leaving (its server stopped) closes its commands; the engine then ends that front
+    end's outputs, so its close returns without waiting for the whole engine to stop."""
+    process = EngineProcess(EngineSpec(fake_llm_engine, {"tokenizer": smollm2_tokenizer}, warmup=False),
+                            start_timeout=120, front_ends=2)
+    pipes = EnginePipes(*process.other_front_ends[0])
+    first = AsyncLLMEngine(connection=process, front_ends=2)
+    second = AsyncLLMEngine(connection=pipes, front_end=1, front_ends=2)
+    for engine in (first, second):
+        engine.start()
+    try:
+        assert len(asyncio.run(_tokens(second, [5, 6, 7], 4))) == 4
+        pipes.close(20)  # (before the engine ended these outputs, this waited out its 20 s)
+        assert not pipes.alive
+        assert process.alive and len(asyncio.run(_tokens(first, [9, 10], 5))) == 5
+    finally:
+        first.shutdown(10)
+        second.shutdown(10)
+
+
 def _serve(tiny, tmp_path: Path, count: int):  # noqa: F811 (the fixture's value)
     from runtime.bench.server_process import ServerProcess
 

@@ -98,7 +98,8 @@ class _EngineProcess:
             try:
                 cmd = decode_command(commands.recv_bytes())
             except (EOFError, OSError):  # the front end is gone
-                if client:
+                if client:  # its outputs end too: its own close waits for their end, not the engine's
+                    self.outs[client].close(GRACE_S)
                     return
                 cmd = Shutdown()
             self.inbox.put((client, cmd))

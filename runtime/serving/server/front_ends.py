@@ -129,8 +129,11 @@ def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection)
     sock.bind((spec.host, spec.port))
     server = http_server(app, spec.host, spec.port, spec.grace_s, spec.timeouts)
     died: list[str] = []
+    closing = threading.Event()
 
     def on_dead(reason: str) -> None:
+        if closing.is_set():  # the engine ended our outputs because we closed our commands: no death
+            return
         died.append(reason)
         server.should_exit = True
 
@@ -143,6 +146,7 @@ def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection)
         server.run(sockets=[sock])
     finally:
         app.state.server.close()
+        closing.set()
         pipes.close(5.0)
         sock.close()
     sys.exit(1 if died else 0)
