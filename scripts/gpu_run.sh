@@ -84,7 +84,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if ls .whl/*.whl >/dev/null 2>&1; then  # installed once per machine and set of wheels (a later call finds them)
-  wheels=$(ls .whl | md5sum)
+  wheels=$(md5sum .whl/*.whl | md5sum)
   if [ "$(cat /tmp/site/.wheels 2>/dev/null)" != "$wheels" ]; then
     rm -rf /tmp/site
     python3 -m pip install -q --no-index --find-links .whl --no-deps --no-compile --no-cache-dir --target /tmp/site \
@@ -177,14 +177,20 @@ for _ in range(900):
              --trace "$OUT/live_inproc.jsonl" --json "$OUT/live_inproc.json"
            python3 -m runtime.bench.step_times "$OUT/live_inproc.jsonl" ;;
     matrix) WORKLOAD="${WORKLOAD:-conv}"
-            timeout "${MATRIX_S:-0}" python3 -m runtime bench matrix ".gpu/${WORKLOAD}_head1200.csv" --limit "${LIMIT:-800}" --loads "${LOADS:-0.5,0.8,1.1}" \
+            rm -rf /tmp/matrix  # (a call cut short on this machine may have left its runs)
+            timeout -k 30 "${MATRIX_S:-0}" python3 -m runtime bench matrix ".gpu/${WORKLOAD}_head1200.csv" --limit "${LIMIT:-800}" --loads "${LOADS:-0.5,0.8,1.1}" \
               --chunked "${CHUNKED:-on,off}" ${CAPACITY:+--capacity $CAPACITY} --client-processes "${CLIENT_PROCS:-4}" \
               ${SKIP_LIVE:+--no-live} --out /tmp/matrix --launch \
               --model "${MATRIX_MODEL:-random:qwen3-0.6b}" --tokenizer "$(tokenizer_for "${MATRIX_MODEL:-qwen3}")" --device cuda --dtype bfloat16 \
-              --max-model-len 8192 ${ENGINE_FLAGS:-}
+              --max-model-len 8192 ${ENGINE_FLAGS:-} &
+            group=$!  # timeout leads a process group of its own: its server ends too (within a minute, or killed)
+            wait $group
+            for _ in $(seq 60); do kill -0 -- -$group 2>/dev/null || break; sleep 1; done
+            kill -9 -- -$group 2>/dev/null
             tag=${WORKLOAD}_$(echo "${CHUNKED:-on,off}" | tr , _)  # no commas in file names
             [ -e /tmp/matrix/summary.json ] && cp /tmp/matrix/summary.json "$OUT/matrix_$tag.json"
             for f in /tmp/matrix/serve_*.json; do  # a run with its summary written finished; its log is whole
+              [ -e "$f" ] || continue
               gzip -c "${f}l" > "$OUT/${WORKLOAD}_$(basename "$f")l.gz"
             done
             tar czf "$OUT/matrix_${tag}_runs.tgz" -C /tmp/matrix $(cd /tmp/matrix && ls *.json *.log)

@@ -7,7 +7,8 @@ loop's inbox; one per front end writes the loop's messages to its other pipe (so
 waits on a front end). There is one front end but for ``serve --api-server-count N``.
 
 Stopping, always with the log flushed and closed: a ``Shutdown`` command, the end of front end 0's
-command pipe (it is gone, however it died; the other front ends' processes are its to watch) or
+command pipe (it is gone, however it died; the other front ends' processes are its to watch: the end of
+one's command pipe ends its outputs, nothing more) or
 SIGTERM end the loop between steps; while the model loads or warms up they end it at once. SIGINT
 is ignored: a terminal's Ctrl-C reaches the whole process group, and the front end decides. A stop
 that doesn't finish within ``GRACE_S`` (a hung step) exits hard: never an orphan.
