@@ -3,8 +3,9 @@
 - ``timing_replay(log, cost_model)``: the recorded decisions (same steps, same spans) re-timed by
   a cost model. Steps run back to back, but none starts before the requests in it arrived, and
   the engine time the log shows between steps (``start - max(previous end, arrivals)``) is kept:
-  only step durations are predicted. Reports per-step error and per-request TTFT/E2E error; with
-  the log's own durations (RecordedCostModel) every error is zero.
+  only step durations are predicted, and with a model's eager launch (simulator/cost/launch.py) as
+  the simulation's executor applies it (simulator/fleet/executor.py). Reports per-step error and
+  per-request TTFT/E2E error; with the log's own durations (RecordedCostModel) every error is zero.
 - ``resimulate(log, cost_model, config)``: the log's workload through the live scheduler again
   (simulator.sim) — with the recorded durations it reproduces the recorded decisions. A
   speculative config draws its drafts and acceptances from the log's own rates, per request
@@ -49,16 +50,17 @@ class TimingReplay:
 
 
 def timing_replay(events_or_path: str | Path | list[Event], cost_model: CostModel) -> TimingReplay:
-    events = read_log(events_or_path) if isinstance(events_or_path, str | Path) else iter(events_or_path)
+    events = list(read_log(events_or_path) if isinstance(events_or_path, str | Path) else events_or_path)
+    launched = _launches(events)
     arrival: dict[int, float] = {}
     first_step: dict[int, int] = {}  # request -> index of the step that sampled its first token
     last_step: dict[int, int] = {}  # request -> index of the last step that sampled for it
     finish: dict[int, float] = {}
     cols: dict[str, list] = {k: [] for k in ("step", "recorded", "predicted", "rec_start", "rec_end",
                                              "pred_start", "pred_end", "prefill", "verify")}
-    prev_rec = prev_pred = -math.inf
-    tracker = step_time = None  # (set by the Header: the model for the log's step budget)
-    for ev in events:
+    prev_rec = prev_pred = prev_device = prev_start = -math.inf
+    tracker = step_time = launch_time = None  # (set by the Header: the model for the log's step budget)
+    for i, ev in enumerate(events):
         if isinstance(ev, Step):
             if step_time is None:
                 raise LogError("a log must start with a Header event")
@@ -67,7 +69,21 @@ def timing_replay(events_or_path: str | Path | list[Event], cost_model: CostMode
             gap = max(ev.start - rec_ready, 0.0)  # engine time outside the step, as recorded
             pred_start = max(prev_pred, ready) + gap
             verify = verifying(ev)
+            # prev_device: where the step before's work ended, earlier than prev_pred when a launch held
+            # it (the eager launch: simulator/cost/launch.py, applied as simulator/fleet/executor.py does)
             pred = step_time(ev.step, ev.spans, verify)
+            if prev_pred > prev_device and gap == 0.0:  # this step, launched as the held one began, ran
+                # on the device from that one's end
+                prev_device = max(prev_device, prev_start, ready) + pred
+                pred = max(prev_device - pred_start, 0.0)
+            else:
+                prev_device = pred_start + pred
+            if launch_time is not None:
+                if ev.start != prev_rec:  # launched as it began (an idle engine's): done no sooner
+                    pred = max(pred, launch_time(sum(s.num_tokens for s in ev.spans) - len(ev.spans)))
+                    prev_device = max(prev_device, pred_start + pred)
+                if i in launched:  # held until the next step's launch ends (its work follows this one's)
+                    pred = max(pred, launch_time(launched[i]))
             pred_end = pred_start + pred
             k = len(cols["step"])
             for s in ev.spans:
@@ -80,7 +96,7 @@ def timing_replay(events_or_path: str | Path | list[Event], cost_model: CostMode
                                 ("prefill", any(s.num_tokens > 1 and s.request_id not in verify for s in ev.spans)),
                                 ("verify", bool(verify))):
                 cols[name].append(value)
-            prev_rec, prev_pred = ev.end, pred_end
+            prev_rec, prev_pred, prev_start = ev.end, pred_end, pred_start
         elif isinstance(ev, Arrived):
             arrival[ev.request_id] = ev.time
         elif isinstance(ev, Finished):
@@ -90,6 +106,7 @@ def timing_replay(events_or_path: str | Path | list[Event], cost_model: CostMode
             timed = for_step_budget(cost_model, ev.config["scheduler"]["max_num_batched_tokens"])
             tracker = track_ranges(timed)  # how many steps lie outside the model's fitted shapes
             step_time = (tracker or timed).step_time
+            launch_time = cost_model.timing(ev.config["scheduler"]["max_num_batched_tokens"]).launch_time
     if step_time is None:
         raise LogError("a log must start with a Header event")
     steps = pd.DataFrame(cols)
@@ -115,6 +132,20 @@ def timing_replay(events_or_path: str | Path | list[Event], cost_model: CostMode
         summary["outside_model_range"] = tracker.report.to_dict()
         summary["range_warning"] = tracker.warning()
     return TimingReplay(steps, requests, summary)
+
+
+def _launches(events: list[Event]) -> dict[int, int]:
+    """Event index of each step whose next step tiles it (an overlapped engine's) and carries prefill:
+    the extra tokens (beyond one per span) that next step's launch handles while this one runs."""
+    out: dict[int, int] = {}
+    before: tuple[int, Step] | None = None
+    for i, ev in enumerate(events):
+        if isinstance(ev, Step):
+            extra = sum(s.num_tokens for s in ev.spans) - len(ev.spans)
+            if before is not None and before[1].end == ev.start and extra > 0:
+                out[before[0]] = extra
+            before = (i, ev)
+    return out
 
 
 def _errors(pred: pd.Series, rec: pd.Series) -> dict[str, float]:
