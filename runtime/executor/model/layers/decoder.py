@@ -60,7 +60,7 @@ class CausalLM(nn.Module):
         super().__init__()
         self.spec = spec
         self.use_fused_kernels = use_fused_kernels  # Triton fused forward (CUDA, fp16/bf16: see the docstring)
-        # (a weight given: no default init, whose normal_ on the meta device imports torch._dynamo, ~1.5 s)
+        # (a weight given: no default init, whose normal_ on the meta device imports torch._dynamo at each start)
         self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size,
                                          _weight=torch.empty(spec.vocab_size, spec.hidden_size))
         self.layers = nn.ModuleList(DecoderLayer(spec) for _ in range(spec.num_layers))
