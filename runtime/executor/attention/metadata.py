@@ -12,11 +12,12 @@ own causal span (prefix-cache hits and chunked prefill need nothing else).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
+
+from runtime.executor.kernels.launch import Launch
 
 
 @dataclass
@@ -43,10 +44,6 @@ class AttentionMetadata:
     @property
     def num_seqs(self) -> int:
         return len(self.seq_lens_cpu)
-
-
-# a step's attention prepared for its layers: (k_cache, v_cache, scale) -> None, written into the prepared output
-Launch = Callable[[torch.Tensor, torch.Tensor, float], None]
 
 
 class AttentionBackend(Protocol):

@@ -14,7 +14,8 @@ import torch
 
 from runtime.executor.attention.metadata import AttentionMetadata
 from runtime.executor.kernels.kv_store import store_kv
-from runtime.executor.kernels.paged_attention import Launch, choose_num_splits, decode_launch, no_launch, num_sms
+from runtime.executor.kernels.launch import Launch, no_launch
+from runtime.executor.kernels.paged_attention import choose_num_splits, decode_launch, num_sms
 from runtime.executor.kernels.prefill import prefill_launch
 
 

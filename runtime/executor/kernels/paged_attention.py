@@ -15,12 +15,11 @@ host-side ints only, so the launch is the same on every replay of a CUDA graph.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import triton
 import triton.language as tl
 
+from runtime.executor.kernels.launch import Launch, no_launch
 from traces.decode_splits import DEFAULT_SMS, MAX_SPLITS
 from traces.decode_splits import num_splits as split_count
 
@@ -167,10 +166,6 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     return out
 
 
-# a launch prepared for a step's layers: (k_cache, v_cache, scale) -> None (the attention backend's ``Launch``)
-Launch = Callable[[torch.Tensor, torch.Tensor, float], None]
-
-
 def decode_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                   seq_lens: torch.Tensor, out: torch.Tensor, max_seq_len: int | None = None,
                   num_splits: int | None = None, config: dict | None = None) -> Launch:
@@ -217,10 +212,6 @@ def decode_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     return launch
 
 
-def no_launch(k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float) -> None:
-    """The launch of a step with no sequences of that kind."""
-
-
 # ----------------------------------------------------------------------------- reference
 
 def gather_positions(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
@@ -253,5 +244,5 @@ def decode_bytes(seq_lens: list[int], num_kv_heads: int, head_dim: int, elem: in
     return 2 * sum(seq_lens) * num_kv_heads * head_dim * elem
 
 
-__all__ = ["paged_decode", "decode_launch", "Launch", "no_launch", "paged_decode_reference", "choose_num_splits",
+__all__ = ["paged_decode", "decode_launch", "paged_decode_reference", "choose_num_splits",
            "gather_positions", "decode_bytes", "num_sms"]

@@ -16,7 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
-from runtime.executor.kernels.paged_attention import LOG2E, Launch, dot_precision, gather_positions, no_launch
+from runtime.executor.kernels.launch import Launch, no_launch
+from runtime.executor.kernels.paged_attention import LOG2E, dot_precision, gather_positions
 
 
 @triton.jit
