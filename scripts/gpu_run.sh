@@ -43,8 +43,9 @@
 #              prompts, PROFILE_S seconds (default 150); the sweep and front-door logs gzipped into $OUT (fit them
 #              on any machine)
 #   mcserve    bench serve --launch of that trace's first LIMIT (default 120) requests at RATE_SCALE (default
-#              0.7), MC_RUNS times (default 2: the live spread), --max-model-len 40960; served logs into $OUT;
-#              BENCH_FLAGS: more bench serve flags (e.g. --text-prompts .gpu/tokenizer_152k)
+#              0.7), MC_RUNS times (default 2: the live spread; numbered from MC_FIRST, default 1) for each chunked
+#              mode of MC_CHUNKED (default on; "on off" both), --max-model-len 40960; served logs into $OUT
+#              (mooncake_serve_MODE_I); BENCH_FLAGS: more bench serve flags (e.g. --text-prompts .gpu/tokenizer_152k)
 #   stream     the front end under heavy streaming (SmolLM2-135M shapes): STREAM_N (default 1500) requests of
 #              128 prompt + 1,000 output tokens at STREAM_RATE (default 60) req/s, 8 client processes; then
 #              40k-token prompts (a shared 39,936-token prefix, cached) at 60 req/s on Qwen3-0.6B shapes;
@@ -59,7 +60,8 @@
 #              profile's 1,024 contexts); the profile log, the model, the JSON and every run's log come back in $OUT
 #   predict    the simulator's prediction from a profile alone, on this machine: minivllm profile of the engine
 #              the matrix serves (PRED_MODEL, default random:qwen3-0.6b; --max-model-len PRED_LEN, default 8192;
-#              the profile's own defaults otherwise, its front-door probe included), its logs and fitted model
+#              the profile's own defaults otherwise, its front-door probe included; PRED_FOR: --for that workload,
+#              e.g. .gpu/mooncake_40k.jsonl with PRED_LEN=40960), its logs and fitted model
 #              into $OUT; then run the stage
 #              matrix (SKIP_LIVE=1) on the same machine and minivllm fidelity-table the served logs with that model;
 #              CO_LOCATED=K: the profile also runs K engines on the GPU together (--co-located K: what sharing the
@@ -225,11 +227,16 @@ for pc in ('off', 'on'):
                gzip -c /tmp/profile_mooncake.front_door.jsonl > "$OUT/profile_mooncake.front_door.jsonl.gz" ;;
     mcserve) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer_152k --device cuda --dtype bfloat16 --max-model-len 40960
                   ${ENGINE_FLAGS:-})
-             for i in $(seq "${MC_RUNS:-2}"); do
-               minivllm bench serve .gpu/mooncake_40k.jsonl --limit "${LIMIT:-120}" --rate-scale "${RATE_SCALE:-0.7}" \
-                 --slo ttft_ms=2000,tpot_ms=50 --client-processes 4 --no-progress ${BENCH_FLAGS:-} --json "$OUT/mooncake_serve_$i.json" \
-                 --server-trace /tmp/mooncake_$i.jsonl --server-log "$OUT/mooncake_server_$i.log" --launch "${SRV[@]}"
-               gzip -c /tmp/mooncake_$i.jsonl > "$OUT/mooncake_serve_$i.jsonl.gz"
+             for mode in ${MC_CHUNKED:-on}; do  # e.g. MC_CHUNKED="on off"
+               flags=(); [ "$mode" = off ] && flags=(--no-enable-chunked-prefill)
+               for i in $(seq "${MC_FIRST:-1}" "$((${MC_FIRST:-1} + ${MC_RUNS:-2} - 1))"); do
+                 tag=mooncake_serve_${mode}_$i
+                 minivllm bench serve .gpu/mooncake_40k.jsonl --limit "${LIMIT:-120}" --rate-scale "${RATE_SCALE:-0.7}" \
+                   --slo ttft_ms=2000,tpot_ms=50 --client-processes 4 --no-progress ${BENCH_FLAGS:-} --json "$OUT/$tag.json" \
+                   --server-trace "/tmp/$tag.jsonl" --server-log "$OUT/${tag/serve/server}.log" \
+                   --launch "${SRV[@]}" "${flags[@]}" | tail -n 14
+                 gzip -c "/tmp/$tag.jsonl" > "$OUT/$tag.jsonl.gz"
+               done
              done ;;
     stream) minivllm bench serve --synthetic "${STREAM_N:-1500}" --rate "${STREAM_RATE:-60}" --input-len fixed:128 \
               --output-len fixed:1000 --client-processes 8 --no-progress --json "$OUT/stream_smollm2.json" \
@@ -256,7 +263,7 @@ for pc in ('off', 'on'):
              gzip -f "$OUT/profile_smollm2.jsonl" ;;
     predict) minivllm profile --model "${PRED_MODEL:-random:qwen3-0.6b}" --tokenizer "$(tokenizer_for "${PRED_MODEL:-qwen3}")" \
                --device cuda --dtype bfloat16 --max-model-len "${PRED_LEN:-8192}" --passes "${PASSES:-1}" \
-               ${PROFILE_S:+--time-limit $PROFILE_S} ${CO_LOCATED:+--co-located $CO_LOCATED} \
+               ${PROFILE_S:+--time-limit $PROFILE_S} ${PRED_FOR:+--for $PRED_FOR} ${CO_LOCATED:+--co-located $CO_LOCATED} \
                ${CO_LOCATED_S:+--co-located-time $CO_LOCATED_S} --out /tmp/profile.jsonl \
                --fit "$OUT/model_profile.json" --no-progress 2>&1 | tail -n 30
              gzip -c /tmp/profile.jsonl > "$OUT/profile.jsonl.gz"

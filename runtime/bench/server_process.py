@@ -25,8 +25,8 @@ class ServerProcess:
         self._out = open(log_file, "wb") if log_file else subprocess.DEVNULL  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT)
 
-    def wait_ready(self, timeout: float = 900.0, on_wait: Callable[[float], None] | None = None) -> None:
-        """Poll ``/ready`` until it answers 200; raise if the child exits or time runs out."""
+    def wait_ready(self, timeout: float = 900.0, on_wait: Callable[[float], None] | None = None) -> float:
+        """Poll ``/ready`` until it answers 200 (the seconds waited); raise if the child exits or time runs out."""
         import httpx
 
         start = time.monotonic()
@@ -36,7 +36,7 @@ class ServerProcess:
                                    f"{self._last_words()} (command: {' '.join(self.cmd)})")
             try:
                 if httpx.get(self.url + "/ready", timeout=2.0).status_code == 200:
-                    return
+                    return time.monotonic() - start
             except httpx.HTTPError:
                 pass
             waited = time.monotonic() - start
@@ -45,7 +45,7 @@ class ServerProcess:
                 raise RuntimeError(f"the server was not ready after {timeout:.0f} s")
             if on_wait is not None:
                 on_wait(waited)
-            time.sleep(0.5)
+            time.sleep(0.2)
 
     def _last_words(self) -> str:
         """The server's last line of output (its one-line error), when it went to a file."""
@@ -69,6 +69,12 @@ class ServerProcess:
         if self._out is not subprocess.DEVNULL:
             self._out.close()
         return self.proc.returncode
+
+    def stop_timed(self) -> float:
+        """``stop``; the seconds it took (the log's flush and the engine's exit included)."""
+        start = time.monotonic()
+        self.stop()
+        return time.monotonic() - start
 
     def __enter__(self) -> ServerProcess:
         return self

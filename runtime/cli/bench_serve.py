@@ -189,9 +189,10 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"starting: {' '.join(server.cmd)}", file=sys.stderr)
         with tqdm(desc="waiting for /ready", unit="s", disable=args.no_progress, bar_format="{desc}: {n:.0f} s") as bar:
             try:
-                server.wait_ready(args.ready_timeout, on_wait=lambda s: (setattr(bar, "n", s), bar.refresh()))
+                waited = server.wait_ready(args.ready_timeout, on_wait=lambda s: (setattr(bar, "n", s), bar.refresh()))
             except RuntimeError as e:
                 raise CLIError(f"--launch: {e}; see {args.server_log}") from None
+        print(f"the server answered /ready {waited:.1f} s after its start", file=sys.stderr)
     try:
         url, model, max_len = _server(url, args.api_key, args.served_model_name)
         if max_len is not None:
@@ -228,7 +229,7 @@ def _serve(args: argparse.Namespace) -> int:
                     raise CLIError(f"--client-processes: {e}") from None
     finally:
         if server is not None:
-            server.stop()
+            print(f"the server stopped in {server.stop_timed():.1f} s", file=sys.stderr)
     summary = serve_client.summarize(records, wall, slo)
     print(serve_client.render(summary))
     held_report = held.report() if held is not None else None

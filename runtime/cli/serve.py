@@ -18,6 +18,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 
 from runtime.cli.checks import Bounded, BoundedOrAuto, int_or_auto
 from runtime.cli.config_flags import add_engine_args, announce_load, engine_options, flag_error
@@ -115,9 +116,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _announce_ready(report) -> None:
-    done = f"warmed up in {report.seconds:.1f} s ({report.steps} steps); " if report is not None else ""
-    print(f"minivllm: {done}ready", file=sys.stderr, flush=True)
+def _announcer(args: argparse.Namespace):
+    """The on-ready callback: says "ready", with the warm-up's and the whole start's seconds."""
+    started = getattr(args, "started", None) or time.monotonic()  # (an app built without ``run``: from now)
+
+    def announce(report) -> None:
+        done = f"warmed up in {report.seconds:.1f} s ({report.steps} steps); " if report is not None else ""
+        print(f"minivllm: {done}ready {time.monotonic() - started:.1f} s after start", file=sys.stderr, flush=True)
+
+    return announce
 
 
 def resolve_api_key(flag: str | None) -> str | None:
@@ -192,7 +199,7 @@ def _engine_process(args: argparse.Namespace, options: dict):
     from runtime.serving.engine_process import EngineProcess
 
     process = EngineProcess(EngineSpec(kwargs=options, warmup=args.warmup), front_ends=args.api_server_count)
-    engine = AsyncLLMEngine(connection=process, max_pending=args.max_pending, on_ready=_announce_ready,
+    engine = AsyncLLMEngine(connection=process, max_pending=args.max_pending, on_ready=_announcer(args),
                             front_ends=args.api_server_count)
     return engine, process.tokenizer(), engine.shutdown
 
@@ -239,7 +246,7 @@ def _data_parallel(args: argparse.Namespace, options: dict):
                               extra=fleet_extra(args.router, logs, trace, data_parallel=True)))
     engine = DataParallelEngine(replicas, args.router, route_log=route_log, restart=start_replica,
                                 policy=RestartPolicy(args.replica_restarts, args.replica_restart_backoff))
-    _announce_when_ready(engine)
+    _announce_when_ready(engine, _announcer(args))
     tokenizer = replicas[0].connection.tokenizer()
 
     def close() -> None:
@@ -250,11 +257,11 @@ def _data_parallel(args: argparse.Namespace, options: dict):
     return engine, tokenizer, close
 
 
-def _announce_when_ready(engine) -> None:
+def _announce_when_ready(engine, announce) -> None:
     """Say "ready" once every replica is warmed up."""
     import threading
 
-    threading.Thread(target=lambda: (engine.ready.wait(), _announce_ready(None)), daemon=True).start()
+    threading.Thread(target=lambda: (engine.ready.wait(), announce(None)), daemon=True).start()
 
 
 def _engine_thread(args: argparse.Namespace, options: dict):
@@ -263,11 +270,12 @@ def _engine_thread(args: argparse.Namespace, options: dict):
     from runtime.serving.llm_engine import LLMEngine
 
     llm_engine = LLMEngine(**options)
+    print(f"minivllm: {llm_engine.parts.describe_build()}", file=sys.stderr, flush=True)
     warmup = args.warmup if args.warmup is not None else llm_engine.parts.runner.device.type == "cuda"
     if warmup:
         print("minivllm: warming up (every kernel specialisation and graph serving can hit) …",
               file=sys.stderr, flush=True)
-    engine = AsyncLLMEngine(llm_engine, max_pending=args.max_pending, warmup=warmup, on_ready=_announce_ready)
+    engine = AsyncLLMEngine(llm_engine, max_pending=args.max_pending, warmup=warmup, on_ready=_announcer(args))
 
     def close() -> None:
         engine.shutdown()
@@ -289,6 +297,7 @@ def run(args: argparse.Namespace) -> int:
     from runtime.serving.server.connections import raise_open_files_limit
     from runtime.serving.server.launch import http_server
 
+    args.started = time.monotonic()
     args.model = resolve_model(args)
     args.api_server_count = resolve_api_server_count(args)
     raise_open_files_limit()  # (inherited by the engine and front-end processes)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,12 @@ class EngineParts:
     runner: ModelRunner
     config: EngineConfig
     drafter: ThrottledDrafter | None = None  # ``model:PATH:K``'s (built for the config's spec)
+    # seconds each stage of the build took, in order (what a server prints of its start)
+    stages: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def describe_build(self) -> str:
+        parts = ", ".join(f"{name} {s:.1f} s" for name, s in self.stages.items())
+        return f"engine built in {sum(self.stages.values()):.1f} s ({parts})"
 
     def header(self, clock: str = "wall") -> Header:
         spec, runner = self.loaded.spec, self.runner
@@ -133,6 +140,13 @@ def build_engine(model: str | None = None, *, loaded: LoadedModel | None = None,
     runner_opts, cache_opts, sched_opts, top = split_options(options)
     rc = RunnerConfig(**runner_opts)
     cache = CacheConfig(**cache_opts)  # validated before the (possibly large) model load
+    stages, mark = {}, time.perf_counter()
+
+    def stage(name: str) -> None:
+        nonlocal mark
+        now = time.perf_counter()
+        stages[name], mark = now - mark, now
+
     if loaded is None:
         loaded = load_model(model, device=rc.device, dtype=rc.dtype, seed=top.get("seed", 0))
     if tokenizer is not None:
@@ -147,6 +161,7 @@ def build_engine(model: str | None = None, *, loaded: LoadedModel | None = None,
     draft = None
     if spec is not None and spec.method == "model":  # loaded first: its weights are not the KV budget's
         draft = load_draft(spec, loaded, sched.max_model_len, top.get("seed", 0))
+    stage("model")
     if "num_blocks" not in cache_opts:
         extra = {}
         if spec is not None:  # a speculating decode samples 1 + K rows
@@ -158,12 +173,14 @@ def build_engine(model: str | None = None, *, loaded: LoadedModel | None = None,
                                                                     spec.num_tokens))
         num_blocks = plan_num_blocks(loaded.spec, loaded.dtype, loaded.device, cache.block_size, rc, sched, **extra)
         cache = dataclasses.replace(cache, num_blocks=num_blocks)
+    stage("KV pool")
     config = EngineConfig(cache=cache, scheduler=sched, model_identity=loaded.identity, **top)
     if loaded.device.type == "cpu":
         set_cpu_threads(rc.cpu_threads)
     runner = ModelRunner(loaded, rc, config, sync_timing=sync_timing, record_steps=record_steps)
     drafter = None if draft is None else _draft_drafter(spec, loaded, config, rc, draft)
-    return EngineParts(loaded, runner, config, drafter)
+    stage("runner")
+    return EngineParts(loaded, runner, config, drafter, stages)
 
 
 def _speculative(text: str) -> SpeculativeSpec | None:

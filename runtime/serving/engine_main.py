@@ -83,11 +83,13 @@ class _EngineProcess:
 
     def _serve(self, engine: LLMEngine) -> None:
         warmup = self.spec.warmup
+        parts = getattr(engine, "parts", None)  # None: an engine over parts built elsewhere
         if warmup is None:
-            parts = getattr(engine, "parts", None)
             warmup = parts is not None and parts.runner.device.type == "cuda"
         tokenizer = pickle.dumps(engine.tokenizer) if engine.tokenizer is not None else None
         self.send_all(encode(describe(engine, tokenizer)))
+        if parts is not None:
+            print(f"minivllm: {parts.describe_build()}", file=sys.stderr, flush=True)
         if warmup:
             print("minivllm: warming up (every kernel specialisation and graph serving can hit) …",
                   file=sys.stderr, flush=True)
