@@ -96,6 +96,10 @@ if ls .whl/*.whl >/dev/null 2>&1; then  # installed once per machine and set of 
   export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
 fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
+# bytecode cached where it can be written: each served run starts ~6 Python processes (server, engine,
+# front ends, intake workers, client), and one that compiles torch's and transformers' sources takes seconds
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX=/tmp/pycache
 OUT="${OUT:-out/gpu}"
 mkdir -p "$OUT"
 minivllm() { python3 -m runtime "$@"; }

@@ -143,6 +143,9 @@ def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection)
         engine.start()
         app.state.server.intake.start()
         freeze_heap()
+        # listening only once its intake workers are up: the kernel hands a SO_REUSEPORT socket
+        # connections as soon as it listens, and front end 0's /ready already says 200
+        wait_until_up(app.state.server.intake.up, stop)
         server.run(sockets=[sock])
     finally:
         app.state.server.close()
@@ -150,6 +153,15 @@ def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection)
         pipes.close(5.0)
         sock.close()
     sys.exit(1 if died else 0)
+
+
+def wait_until_up(up: threading.Event, stop: StopServing, poll_s: float = 0.1) -> bool:
+    """Wait for ``up`` (set on the workers' start, or their failure or time-out); False if told to
+    stop first."""
+    while not up.wait(poll_s):
+        if stop.asked:
+            return False
+    return True
 
 
 class StopServing:
