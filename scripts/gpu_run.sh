@@ -44,7 +44,7 @@
 #              on any machine)
 #   mcserve    bench serve --launch of that trace's first LIMIT (default 120) requests at RATE_SCALE (default
 #              0.7), MC_RUNS times (default 2: the live spread; numbered from MC_FIRST, default 1) for each chunked
-#              mode of MC_CHUNKED (default on; "on off" both), --max-model-len 40960; served logs into $OUT
+#              mode of MC_CHUNKED (default on; on,off both), --max-model-len 40960; served logs into $OUT
 #              (mooncake_serve_MODE_I); BENCH_FLAGS: more bench serve flags (e.g. --text-prompts .gpu/tokenizer_152k)
 #   stream     the front end under heavy streaming (SmolLM2-135M shapes): STREAM_N (default 1500) requests of
 #              128 prompt + 1,000 output tokens at STREAM_RATE (default 60) req/s, 8 client processes; then
@@ -89,17 +89,16 @@ if ls .whl/*.whl >/dev/null 2>&1; then  # installed once per machine and set of 
   wheels=$(md5sum .whl/*.whl | md5sum)
   if [ "$(cat /tmp/site/.wheels 2>/dev/null)" != "$wheels" ]; then
     rm -rf /tmp/site
-    python3 -m pip install -q --no-index --find-links .whl --no-deps --no-compile --no-cache-dir --target /tmp/site \
+    python3 -m pip install -q --no-index --find-links .whl --no-deps --no-cache-dir --target /tmp/site \
       $(ls .whl | sed -E 's/-[0-9].*//' | sort -u) || exit 1
     echo "$wheels" > /tmp/site/.wheels
   fi
   export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
 fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
-# bytecode cached where it can be written: each served run starts ~6 Python processes (server, engine,
-# front ends, intake workers, client), and one that compiles torch's and transformers' sources takes seconds
+# bytecode written and kept: each served run starts ~6 kinds of Python process (server, engine, front ends,
+# intake workers, client), and one that compiles torch's and transformers' sources takes seconds
 unset PYTHONDONTWRITEBYTECODE
-export PYTHONPYCACHEPREFIX=/tmp/pycache
 OUT="${OUT:-out/gpu}"
 mkdir -p "$OUT"
 minivllm() { python3 -m runtime "$@"; }
@@ -229,10 +228,12 @@ for pc in ('off', 'on'):
                  --out /tmp/profile_mooncake.jsonl
                gzip -c /tmp/profile_mooncake.jsonl > "$OUT/profile_mooncake.jsonl.gz"
                gzip -c /tmp/profile_mooncake.front_door.jsonl > "$OUT/profile_mooncake.front_door.jsonl.gz" ;;
-    mcserve) SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer_152k --device cuda --dtype bfloat16 --max-model-len 40960
+    mcserve) MC_CHUNKED=${MC_CHUNKED:-on}
+             SRV=(--model random:qwen3-0.6b --tokenizer .gpu/tokenizer_152k --device cuda --dtype bfloat16 --max-model-len 40960
                   ${ENGINE_FLAGS:-})
-             for mode in ${MC_CHUNKED:-on}; do  # e.g. MC_CHUNKED="on off"
-               flags=(); [ "$mode" = off ] && flags=(--no-enable-chunked-prefill)
+             for mode in ${MC_CHUNKED//,/ }; do  # e.g. MC_CHUNKED=on,off
+               case "$mode" in on) flags=() ;; off) flags=(--no-enable-chunked-prefill) ;;
+                 *) echo "MC_CHUNKED: on, off or on,off; got $mode"; exit 1 ;; esac
                for i in $(seq "${MC_FIRST:-1}" "$((${MC_FIRST:-1} + ${MC_RUNS:-2} - 1))"); do
                  tag=mooncake_serve_${mode}_$i
                  minivllm bench serve .gpu/mooncake_40k.jsonl --limit "${LIMIT:-120}" --rate-scale "${RATE_SCALE:-0.7}" \

@@ -153,16 +153,25 @@ def test_a_dead_front_end_takes_the_server_down(tiny, tmp_path):  # noqa: F811
     assert "front-end process 1 exited" in out and "Traceback" not in out
 
 
-def test_a_front_end_listens_only_once_its_intake_workers_are_up_or_it_is_told_to_stop():
-    """Front ends 1..N-1 start after front end 0 says ready: listening before their intake workers
-    are up would hand the first long prompts to a process still starting them (seconds)."""
+def test_a_front_end_listens_only_once_its_intake_workers_are_up_or_never_if_told_to_stop():
+    """Front ends 1..N-1 start while front end 0 warms up or serves: listening before their intake
+    workers are up would hand the first long prompts to a process still starting them (seconds)."""
     import threading
 
-    from runtime.serving.server.front_ends import StopServing, wait_until_up
+    from runtime.serving.server.front_ends import StopServing, serve_when_up
 
-    up, stop = threading.Event(), StopServing()
+    class Server:
+        def __init__(self) -> None:
+            self.ran_when_up: list[bool] = []
+
+        def run(self, sockets):
+            self.ran_when_up.append(up.is_set())
+
+    up, stop, server = threading.Event(), StopServing(), Server()
     threading.Timer(0.3, up.set).start()
-    assert wait_until_up(up, stop, poll_s=0.01) and up.is_set()
-    never = threading.Event()
+    serve_when_up(server, None, up, stop, poll_s=0.01)
+    assert server.ran_when_up == [True]
+    up = threading.Event()
     threading.Timer(0.2, stop, args=(signal.SIGTERM, None)).start()
-    assert not wait_until_up(never, stop, poll_s=0.01)
+    serve_when_up(server, None, up, stop, poll_s=0.01)
+    assert stop.asked and server.ran_when_up == [True]  # told to stop: never listened

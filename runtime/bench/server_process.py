@@ -70,12 +70,6 @@ class ServerProcess:
             self._out.close()
         return self.proc.returncode
 
-    def stop_timed(self) -> float:
-        """``stop``; the seconds it took (the log's flush and the engine's exit included)."""
-        start = time.monotonic()
-        self.stop()
-        return time.monotonic() - start
-
     def __enter__(self) -> ServerProcess:
         return self
 

@@ -118,7 +118,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _announcer(args: argparse.Namespace):
     """The on-ready callback: says "ready", with the warm-up's and the whole start's seconds."""
-    started = getattr(args, "started", None) or time.monotonic()  # (an app built without ``run``: from now)
+    started = args.started  # set by ``run``, or by ``build_app`` when called alone
 
     def announce(report) -> None:
         done = f"warmed up in {report.seconds:.1f} s ({report.steps} steps); " if report is not None else ""
@@ -159,6 +159,8 @@ def build_app(args: argparse.Namespace, on_dead=None):
 
     if args.api_server_count == "auto":  # (``run`` resolves it: other callers start no more front ends)
         args.api_server_count = 1
+    if getattr(args, "started", None) is None:  # (``run`` sets it at its own start)
+        args.started = time.monotonic()
 
     if args.data_parallel_size > 1 and not args.engine_process:
         raise CLIError("--data-parallel-size: the replicas run in engine processes (drop --no-engine-process)")
@@ -267,14 +269,12 @@ def _announce_when_ready(engine, announce) -> None:
 def _engine_thread(args: argparse.Namespace, options: dict):
     """The engine on a thread of this process (--no-engine-process)."""
     from runtime.serving.async_engine import AsyncLLMEngine
+    from runtime.serving.engine_main import announce_build
     from runtime.serving.llm_engine import LLMEngine
 
     llm_engine = LLMEngine(**options)
-    print(f"minivllm: {llm_engine.parts.describe_build()}", file=sys.stderr, flush=True)
     warmup = args.warmup if args.warmup is not None else llm_engine.parts.runner.device.type == "cuda"
-    if warmup:
-        print("minivllm: warming up (every kernel specialisation and graph serving can hit) …",
-              file=sys.stderr, flush=True)
+    announce_build(llm_engine.parts, warmup)
     engine = AsyncLLMEngine(llm_engine, max_pending=args.max_pending, warmup=warmup, on_ready=_announcer(args))
 
     def close() -> None:

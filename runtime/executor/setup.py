@@ -173,13 +173,12 @@ def build_engine(model: str | None = None, *, loaded: LoadedModel | None = None,
                                                                     spec.num_tokens))
         num_blocks = plan_num_blocks(loaded.spec, loaded.dtype, loaded.device, cache.block_size, rc, sched, **extra)
         cache = dataclasses.replace(cache, num_blocks=num_blocks)
-    stage("KV pool")
     config = EngineConfig(cache=cache, scheduler=sched, model_identity=loaded.identity, **top)
     if loaded.device.type == "cpu":
         set_cpu_threads(rc.cpu_threads)
     runner = ModelRunner(loaded, rc, config, sync_timing=sync_timing, record_steps=record_steps)
     drafter = None if draft is None else _draft_drafter(spec, loaded, config, rc, draft)
-    stage("runner")
+    stage("runner")  # the KV pool's allocation and the CUDA graphs' capture
     return EngineParts(loaded, runner, config, drafter, stages)
 
 

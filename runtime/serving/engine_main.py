@@ -86,13 +86,9 @@ class _EngineProcess:
         parts = getattr(engine, "parts", None)  # None: an engine over parts built elsewhere
         if warmup is None:
             warmup = parts is not None and parts.runner.device.type == "cuda"
+        announce_build(parts, warmup)  # before the front end hears of the engine and says "serving"
         tokenizer = pickle.dumps(engine.tokenizer) if engine.tokenizer is not None else None
         self.send_all(encode(describe(engine, tokenizer)))
-        if parts is not None:
-            print(f"minivllm: {parts.describe_build()}", file=sys.stderr, flush=True)
-        if warmup:
-            print("minivllm: warming up (every kernel specialisation and graph serving can hit) …",
-                  file=sys.stderr, flush=True)
         self.loop = EngineLoop(engine, self.inbox, [out.send for out in self.outs], warmup=warmup)
         self.loop.run()
 
@@ -148,3 +144,13 @@ def run_engine_process(spec: EngineSpec, commands: list[Connection], outputs: li
               file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(1)  # the log is closed already; interpreter shutdown can hang on what the failure left behind
+
+
+def announce_build(parts: Any, warmup: bool) -> None:
+    """On stderr: how long each stage of the engine's build took (``parts``: its EngineParts, None
+    for an engine over parts built elsewhere), and that the warm-up begins."""
+    if parts is not None:
+        print(f"minivllm: {parts.describe_build()}", file=sys.stderr, flush=True)
+    if warmup:
+        print("minivllm: warming up (every kernel specialisation and graph serving can hit) …", file=sys.stderr,
+              flush=True)

@@ -219,7 +219,7 @@ def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str, *, api_k
     async def ready() -> JSONResponse:
         """200 once warmed up (every kernel compiled, every graph captured) and this front end's
         intake workers started; 503 before, as vLLM. (Front ends 1..N-1 listen only once their own
-        workers are up: a request never lands on one still starting them.)"""
+        workers are up.)"""
         if not engine.alive:
             return await health()
         if not engine.ready.is_set():

@@ -143,10 +143,7 @@ def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection)
         engine.start()
         app.state.server.intake.start()
         freeze_heap()
-        # listening only once its intake workers are up: the kernel hands a SO_REUSEPORT socket
-        # connections as soon as it listens, and front end 0's /ready already says 200
-        wait_until_up(app.state.server.intake.up, stop)
-        server.run(sockets=[sock])
+        serve_when_up(server, sock, app.state.server.intake.up, stop)
     finally:
         app.state.server.close()
         closing.set()
@@ -155,13 +152,15 @@ def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection)
     sys.exit(1 if died else 0)
 
 
-def wait_until_up(up: threading.Event, stop: StopServing, poll_s: float = 0.1) -> bool:
-    """Wait for ``up`` (set on the workers' start, or their failure or time-out); False if told to
-    stop first."""
+def serve_when_up(server, sock, up: threading.Event, stop: StopServing, poll_s: float = 0.1) -> None:
+    """``server.run`` on ``sock`` once ``up`` is set (the intake workers started, or failed or timed
+    out); never if told to stop first. The kernel hands a SO_REUSEPORT socket connections as soon as
+    it listens, and front end 0's /ready may already say 200: a large body landing on a front end
+    still starting its intake processes would wait seconds for them."""
     while not up.wait(poll_s):
         if stop.asked:
-            return False
-    return True
+            return
+    server.run(sockets=[sock])
 
 
 class StopServing:
