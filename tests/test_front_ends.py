@@ -155,23 +155,31 @@ def test_a_dead_front_end_takes_the_server_down(tiny, tmp_path):  # noqa: F811
 
 def test_a_front_end_listens_only_once_its_intake_workers_are_up_or_never_if_told_to_stop():
     """Front ends 1..N-1 start while front end 0 warms up or serves: listening before their intake
-    workers are up would hand the first long prompts to a process still starting them (seconds)."""
+    workers are up would hand the first long prompts to a process still starting them (seconds).
+    ``listening`` (what front end 0's /ready waits for) is set once the socket listens."""
     import threading
+    from types import SimpleNamespace
 
     from runtime.serving.server.front_ends import StopServing, serve_when_up
 
+    calls: list[str] = []
+
     class Server:
-        def __init__(self) -> None:
-            self.ran_when_up: list[bool] = []
+        config = SimpleNamespace(backlog=2048)
 
         def run(self, sockets):
-            self.ran_when_up.append(up.is_set())
+            calls.append(f"run (up: {up.is_set()}, listening: {listening.is_set()})")
 
-    up, stop, server = threading.Event(), StopServing(), Server()
+    class Sock:
+        def listen(self, backlog):
+            calls.append(f"listen {backlog} (up: {up.is_set()})")
+
+    up, stop, listening = threading.Event(), StopServing(), threading.Event()
     threading.Timer(0.3, up.set).start()
-    serve_when_up(server, None, up, stop, poll_s=0.01)
-    assert server.ran_when_up == [True]
-    up = threading.Event()
+    serve_when_up(Server(), Sock(), up, stop, listening, poll_s=0.01)
+    assert calls == ["listen 2048 (up: True)", "run (up: True, listening: True)"]
+    up, listening = threading.Event(), threading.Event()
     threading.Timer(0.2, stop, args=(signal.SIGTERM, None)).start()
-    serve_when_up(server, None, up, stop, poll_s=0.01)
-    assert stop.asked and server.ran_when_up == [True]  # told to stop: never listened
+    serve_when_up(Server(), Sock(), up, stop, listening, poll_s=0.01)
+    assert stop.asked and not listening.is_set() and len(calls) == 2  # told to stop: never listened
+

@@ -258,3 +258,15 @@ def test_ready_waits_for_the_intake_workers(served):
     finally:
         intake.up.set()
     assert httpx.get(served.url + "/ready", timeout=10).json() == {"status": "ready"}
+
+
+def test_front_end_0_is_not_ready_until_the_others_listen(served):
+    """/ready says 503 while front ends 1..N-1 are still starting (``serve`` hooks them in)."""
+    server = served.app.state.server
+    server.others_listening = lambda: False
+    try:
+        r = httpx.get(served.url + "/ready", timeout=10)
+        assert r.status_code == 503 and r.json() == {"status": "starting front ends"}
+    finally:
+        server.others_listening = lambda: True
+    assert httpx.get(served.url + "/ready", timeout=10).json() == {"status": "ready"}

@@ -353,7 +353,9 @@ def _more_front_ends(args: argparse.Namespace, app, engine, port: int, died):
     spec = FrontEndSpec(args.host, port, app.state.server.model_name, resolve_api_key(args.api_key),
                         args.max_request_bytes, args.max_pending, SHUTDOWN_GRACE_S, timeouts=timeouts(args),
                         intake_workers=intake_workers(args))
-    return FrontEnds(engine.connection, spec, died)
+    front_ends = FrontEnds(engine.connection, spec, died)
+    app.state.server.others_listening = front_ends.all_listening  # (before front end 0 listens)
+    return front_ends
 
 
 class EngineDeath:

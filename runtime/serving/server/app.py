@@ -133,6 +133,9 @@ class OpenAIServer:
         self.intake = Intake(self.prompts, tokenizer, model_name, intake_workers)
         self.render = Render(tokenizer)
         self.metrics = ServerMetrics(engine, model_name)
+        # front ends 1..N-1 of ``--api-server-count N`` all listening (set by ``serve``): until then
+        # /ready says 503, so that a client sends nothing that could wait on one still starting
+        self.others_listening: Callable[[], bool] = lambda: True
 
     def check_model(self, name: str | None) -> None:
         self.intake.check_model(name)
@@ -218,14 +221,16 @@ def create_app(engine: AsyncLLMEngine, tokenizer: Any, model_name: str, *, api_k
     @app.get("/ready")
     async def ready() -> JSONResponse:
         """200 once warmed up (every kernel compiled, every graph captured) and this front end's
-        intake workers started; 503 before, as vLLM. (Front ends 1..N-1 listen only once their own
-        workers are up.)"""
+        intake workers started, and (front end 0) front ends 1..N-1 listening, each only once its own
+        workers are up; 503 before, as vLLM."""
         if not engine.alive:
             return await health()
         if not engine.ready.is_set():
             return JSONResponse({"status": "warming up"}, status_code=503)
         if not server.intake.up.is_set():
             return JSONResponse({"status": "starting intake workers"}, status_code=503)
+        if not server.others_listening():
+            return JSONResponse({"status": "starting front ends"}, status_code=503)
         return JSONResponse({"status": "ready"})
 
     @app.get("/metrics")

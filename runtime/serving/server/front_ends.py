@@ -26,6 +26,7 @@ import sys
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
+from typing import Any
 
 from runtime.executor.heap import freeze_heap
 from runtime.serving.engine_process import EngineProcess
@@ -75,15 +76,20 @@ class FrontEnds:
         ctx = multiprocessing.get_context("spawn")
         count = len(process.other_front_ends) + 1
         self.procs = []
+        self.listening = [ctx.Event() for _ in process.other_front_ends]  # set by each once it listens
         for i, (commands, outputs) in enumerate(process.other_front_ends, start=1):
             proc = ctx.Process(target=run_front_end, args=(dataclasses.replace(spec, index=i, count=count),
-                                                          commands, outputs), name=f"minivllm-front-end-{i}",
+                                                          commands, outputs, self.listening[i - 1]),
+                               name=f"minivllm-front-end-{i}",
                                daemon=False)  # (a daemon may not start processes: its intake workers; stop() ends it)
             proc.start()
             self.procs.append(proc)
         process.release_front_ends()
         self._stopping = False
         threading.Thread(target=self._watch, args=(on_dead,), name="minivllm-front-ends", daemon=True).start()
+
+    def all_listening(self) -> bool:
+        return all(e.is_set() for e in self.listening)
 
     def _watch(self, on_dead: Callable[[str], None]) -> None:
         ended = wait([p.sentinel for p in self.procs])
@@ -109,7 +115,7 @@ class FrontEnds:
                       file=sys.stderr, flush=True)
 
 
-def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection) -> None:
+def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection, listening: Any) -> None:
     """A front-end process: the app over its pipes to the engine, on its own SO_REUSEPORT socket."""
     name_process(FRONT_END)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the group: front end 0 decides
@@ -143,7 +149,7 @@ def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection)
         engine.start()
         app.state.server.intake.start()
         freeze_heap()
-        serve_when_up(server, sock, app.state.server.intake.up, stop)
+        serve_when_up(server, sock, app.state.server.intake.up, stop, listening)
     finally:
         app.state.server.close()
         closing.set()
@@ -152,14 +158,16 @@ def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection)
     sys.exit(1 if died else 0)
 
 
-def serve_when_up(server, sock, up: threading.Event, stop: StopServing, poll_s: float = 0.1) -> None:
+def serve_when_up(server, sock, up: threading.Event, stop: StopServing, listening: Any, poll_s: float = 0.1) -> None:
     """``server.run`` on ``sock`` once ``up`` is set (the intake workers started, or failed or timed
-    out); never if told to stop first. The kernel hands a SO_REUSEPORT socket connections as soon as
-    it listens, and front end 0's /ready may already say 200: a large body landing on a front end
-    still starting its intake processes would wait seconds for them."""
+    out), ``listening`` set once it listens; never if told to stop first. The kernel hands a
+    SO_REUSEPORT socket connections as soon as it listens: a large body landing on a front end still
+    starting its intake processes would wait seconds for them."""
     while not up.wait(poll_s):
         if stop.asked:
             return
+    sock.listen(server.config.backlog)  # (uvicorn listens again on it: the same socket and backlog)
+    listening.set()
     server.run(sockets=[sock])
 
 
