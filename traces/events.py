@@ -146,6 +146,11 @@ class Step(_Event, tag="Step"):
     # host's view, which a launch of the next step can hold back
     device_time: float | None = None
 
+    @property
+    def extra_tokens(self) -> int:
+        """Tokens beyond one per span: what an eager launch of this step handles (simulator/cost/launch.py)."""
+        return sum(s.num_tokens for s in self.spans) - len(self.spans)
+
 
 class Finished(_Event, tag="Finished"):
     time: float

@@ -84,7 +84,7 @@ class StepData:
                     device.append(np.nan if ev.device_time is None else ev.device_time)
                     idx.append(i)
                     if prev_end == ev.start:
-                        next_extra[-1] = int(sum(s.num_tokens for s in ev.spans)) - len(ev.spans)
+                        next_extra[-1] = ev.extra_tokens
                     next_extra.append(0)
                     prev_end = ev.end
                 elif isinstance(ev, Header):

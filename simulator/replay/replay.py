@@ -80,7 +80,7 @@ def timing_replay(events_or_path: str | Path | list[Event], cost_model: CostMode
                 prev_device = pred_start + pred
             if launch_time is not None:
                 if ev.start != prev_rec:  # launched as it began (an idle engine's): done no sooner
-                    pred = max(pred, launch_time(sum(s.num_tokens for s in ev.spans) - len(ev.spans)))
+                    pred = max(pred, launch_time(ev.extra_tokens))
                     prev_device = max(prev_device, pred_start + pred)
                 if i in launched:  # held until the next step's launch ends (its work follows this one's)
                     pred = max(pred, launch_time(launched[i]))
@@ -141,9 +141,8 @@ def _launches(events: list[Event]) -> dict[int, int]:
     before: tuple[int, Step] | None = None
     for i, ev in enumerate(events):
         if isinstance(ev, Step):
-            extra = sum(s.num_tokens for s in ev.spans) - len(ev.spans)
-            if before is not None and before[1].end == ev.start and extra > 0:
-                out[before[0]] = extra
+            if before is not None and before[1].end == ev.start and ev.extra_tokens > 0:
+                out[before[0]] = ev.extra_tokens
             before = (i, ev)
     return out
 
