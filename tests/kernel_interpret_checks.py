@@ -26,6 +26,7 @@ from runtime.executor.kernels.prefill import (  # noqa: E402
     paged_prefill,
     paged_prefill_reference,
     paged_prefill_sdpa,
+    prefill_splits,
 )
 
 TOL = {torch.float32: 1e-4, torch.float16: 2e-3}
@@ -87,6 +88,24 @@ def check_prefill_prefix_hits_and_chunks():
     out = torch.full_like(b.q, float("nan"))
     paged_prefill_sdpa(*args, out, first_seq=0, num_seqs=len(lens))
     torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4, msg="sdpa")
+
+
+def check_prefill_split_context():
+    # two decodes first (rows the prefill launch must leave alone), then short chunks over long prefixes
+    seqs = [(30, 1), (50, 1), (600, 4), (333, 9), (70, 20)]
+    lens = [c + n for c, n in seqs]
+    new = [n for _, n in seqs]
+    b = make_paged_batch(lens, new, 4, 2, 64, 16, torch.float32, "cpu", seed=3)
+    scale = 64 ** -0.5
+    ref = paged_prefill_reference(b.q, b.k_cache, b.v_cache, b.query_start_loc, b.seq_lens, b.block_tables, scale)
+    args = (b.q, b.k_cache, b.v_cache, b.query_start_loc, b.seq_lens, b.block_tables, scale)
+    assert prefill_splits(3, 20, 4, 604, 132) > 1  # few programs, long prefix: chosen split
+    for cfg, splits in (({"BLOCK_M": 16, "BLOCK_N": 16}, 2), ({"BLOCK_M": 16, "BLOCK_N": 32}, 3),
+                        ({"BLOCK_M": 16, "BLOCK_N": 16}, 64), (None, None)):
+        out = torch.full_like(b.q, float("nan"))
+        paged_prefill(*args, out, first_seq=2, num_seqs=3, max_query_len=20, config=cfg, splits=splits)
+        torch.testing.assert_close(out[2:], ref[2:], atol=1e-4, rtol=1e-4, msg=f"config={cfg} splits={splits}")
+        assert out[:2].isnan().all(), "the decode rows were written"
 
 
 def check_backend_mixed_batch():

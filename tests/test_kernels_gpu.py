@@ -16,8 +16,12 @@ pytest.importorskip("triton")
 from runtime.bench.paged_batch import make_paged_batch  # noqa: E402
 from runtime.executor.attention.triton_backend import TritonAttentionBackend  # noqa: E402
 from runtime.executor.kernels.kv_store import store_kv, store_kv_reference  # noqa: E402
-from runtime.executor.kernels.paged_attention import paged_decode, paged_decode_reference  # noqa: E402
-from runtime.executor.kernels.prefill import paged_prefill_reference, paged_prefill_sdpa  # noqa: E402
+from runtime.executor.kernels.paged_attention import num_sms, paged_decode, paged_decode_reference  # noqa: E402
+from runtime.executor.kernels.prefill import (  # noqa: E402
+    paged_prefill_reference,
+    paged_prefill_sdpa,
+    prefill_splits,
+)
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -96,6 +100,24 @@ def test_backend_mixed_prefill(dtype, head_dim, block_size, heads):
     out = torch.full_like(b.q, float("nan"))
     paged_prefill_sdpa(*args, out, first_seq=0, num_seqs=len(lens))
     _close(out, ref, "gather + sdpa")
+
+
+# decodes first, then short chunks over long cached prefixes: few programs, split
+MIXED_LONG_PREFIX = [(37, 1), (4095, 1), (20000, 64), (9000, 16), (777, 33)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("heads", ["mha", "gqa2"])
+def test_backend_prefill_split_over_long_prefixes(dtype, heads):
+    lens = [c + n for c, n in MIXED_LONG_PREFIX]
+    new = [n for _, n in MIXED_LONG_PREFIX]
+    num_heads, num_kv_heads = HEADS[heads]
+    assert prefill_splits(3, max(new[2:]), num_heads, max(lens), num_sms("cuda")) > 1
+    b = make_paged_batch(lens, new, num_heads, num_kv_heads, 128, 16, dtype, "cuda", seed=7)
+    meta = b.metadata(num_decodes=2)
+    scale = 128 ** -0.5
+    ref = paged_prefill_reference(b.q, b.k_cache, b.v_cache, b.query_start_loc, b.seq_lens, b.block_tables, scale)
+    _close(TritonAttentionBackend("cuda").forward(b.q, b.k_cache, b.v_cache, meta, scale), ref, "split prefill")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])

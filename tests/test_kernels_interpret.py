@@ -25,6 +25,7 @@ NAMES = [
     "decode_fp16_hd128_big_block",
     "kv_store_padding_and_strided",
     "prefill_prefix_hits_and_chunks",
+    "prefill_split_context",
     "backend_mixed_batch",
     "backend_matches_torch_backend",
     "backend_prepared_once_for_every_layer",

@@ -1,6 +1,8 @@
-"""Sweeps on the GPU: decode tile configs, decode split counts, prefill tiles vs gather + SDPA.
+"""Sweeps on the GPU: decode tile configs, decode split counts, prefill tiles vs gather + SDPA,
+prefill split counts.
 
-They picked the defaults in ``_decode_config``, ``choose_num_splits`` and ``_prefill_config``;
+They picked the defaults in ``_decode_config``, ``choose_num_splits``, ``_prefill_config`` and
+``prefill_splits``;
 results in docs/kernels-notes.md. ``python -m runtime.bench.kernel_tune [--sections ...] [--json P]``.
 """
 
@@ -15,7 +17,7 @@ import torch
 from runtime.bench.gpu_timing import Timer, copy_bandwidth_gbs
 from runtime.bench.paged_batch import make_paged_batch
 from runtime.executor.kernels.paged_attention import choose_num_splits, decode_bytes, num_sms, paged_decode
-from runtime.executor.kernels.prefill import paged_prefill, paged_prefill_sdpa
+from runtime.executor.kernels.prefill import paged_prefill, paged_prefill_sdpa, prefill_splits
 
 DECODE_CONFIGS = [(32, 4, 2), (32, 4, 3), (32, 4, 4), (64, 4, 2), (64, 4, 3), (64, 8, 3), (128, 8, 2),
                   (16, 4, 4)]  # (BLOCK_N, num_warps, num_stages)
@@ -28,6 +30,12 @@ PREFILL_CONFIGS = [(64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 64, 8,
 # (name, [(cached, new)] per sequence)
 PREFILL_SHAPES = [("8 x 512 fresh", [(0, 512)] * 8), ("4 x 512 after 3584", [(3584, 512)] * 4),
                   ("1 x 4096 fresh", [(0, 4096)]), ("64 x 128 fresh", [(0, 128)] * 64)]
+
+# short chunks over long cached prefixes (few programs: split), and full chunks (many: not)
+PREFILL_SPLIT_SHAPES = [("1 x 256 after 40k", [(40704, 256)]), ("1 x 64 after 16k", [(16320, 64)]),
+                        ("4 x 128 after 8k", [(8064, 128)] * 4), ("1 x 2048 after 32k", [(30720, 2048)]),
+                        ("8 x 512 after 3584", [(3584, 512)] * 8)]
+PREFILL_SPLIT_COUNTS = [1, 2, 4, 8, 16]
 
 
 def tune_decode(timer: Timer, copy_gbs: float, block_size: int = 16) -> list[dict]:
@@ -96,6 +104,32 @@ def tune_prefill(timer: Timer, block_size: int = 16) -> list[dict]:
     return rows
 
 
+def sweep_prefill_splits(timer: Timer, block_size: int = 16) -> list[dict]:
+    rows = []
+    heads, kv_heads, head_dim = 16, 8, 128
+    for name, seqs in PREFILL_SPLIT_SHAPES:
+        lens = [c + n for c, n in seqs]
+        new = [n for _, n in seqs]
+        b = make_paged_batch(lens, new, heads, kv_heads, head_dim, block_size, torch.bfloat16, "cuda")
+        args = (b.q, b.k_cache, b.v_cache, b.query_start_loc, b.seq_lens, b.block_tables, head_dim ** -0.5)
+        out = torch.empty_like(b.q)
+        chosen = prefill_splits(len(seqs), max(new), heads, max(lens), num_sms("cuda"))
+        flops = _prefill_flops(seqs, heads, head_dim)
+        for n in sorted({*PREFILL_SPLIT_COUNTS, chosen}):
+            us = timer.graph_us(partial(paged_prefill, *args, out, first_seq=0, num_seqs=len(lens),
+                                        max_query_len=max(new), splits=n))
+            rows.append({"shape": name, "splits": n, "chosen": n == chosen, "us": us, "tflops": flops / us / 1e6})
+    return rows
+
+
+def report_prefill_splits(rows: list[dict]) -> str:
+    lines = ["prefill split sweep (qwen3 shapes, bf16, block 16): shape, splits, µs, TFLOP/s (* = heuristic)"]
+    for r in rows:
+        lines.append(f"  {r['shape']:<20} {r['splits']:>3}{'*' if r['chosen'] else ' '} {r['us']:>9.1f}"
+                     f"  {r['tflops']:>6.1f}")
+    return "\n".join(lines)
+
+
 def report_splits(rows: list[dict]) -> str:
     lines = ["split sweep (qwen3 shapes, bf16, block 16): shape, splits, µs, fraction of copy (* = heuristic)"]
     for r in rows:
@@ -120,8 +154,8 @@ def report(decode_rows: list[dict], prefill_rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sections", nargs="+", default=["configs", "prefill", "splits"],
-                        choices=["configs", "prefill", "splits"])
+    parser.add_argument("--sections", nargs="+", default=["configs", "prefill", "splits", "prefill-splits"],
+                        choices=["configs", "prefill", "splits", "prefill-splits"])
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
     timer = Timer("cuda")
@@ -135,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     if "splits" in args.sections:
         doc["splits"] = sweep_splits(timer, copy_gbs)
         print(report_splits(doc["splits"]))
+    if "prefill-splits" in args.sections:
+        doc["prefill_splits"] = sweep_prefill_splits(timer)
+        print(report_prefill_splits(doc["prefill_splits"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=2)

@@ -50,8 +50,9 @@ class TritonAttentionBackend:
                                    num_splits=splits)
         num_prefills = meta.num_seqs - nd
         if num_prefills:
+            tokens = (meta.query_start_loc_cpu[nd], meta.query_start_loc_cpu[meta.num_seqs])
             prefill = prefill_launch(q, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables,
-                                     out, first_seq=nd, num_seqs=num_prefills, max_query_len=meta.max_query_len)
+                                     out, nd, num_prefills, meta.max_query_len, tokens, max(meta.seq_lens_cpu[nd:]))
         if prefill is no_launch:
             return decode
         if decode is no_launch:

@@ -98,7 +98,7 @@ def _decode_kernel(
 
 
 @triton.jit(do_not_specialize=["num_splits"])
-def _merge_splits_kernel(
+def merge_splits_kernel(
     out_ptr, part_out_ptr, part_lse_ptr, num_splits,
     stride_os, stride_oh,
     HEAD_DIM: tl.constexpr, MAX_SPLITS: tl.constexpr,
@@ -195,7 +195,7 @@ def decode_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     else:
         part_out = part_lse = out  # unused
     kernel = _decode_kernel[(num_seqs, num_kv_heads, num_splits)]
-    merge = _merge_splits_kernel[(num_seqs, num_heads)]
+    merge = merge_splits_kernel[(num_seqs, num_heads)]
     shift, bt_stride = block_size.bit_length() - 1, block_tables.stride(0)
     (q_s, q_h), (o_s, o_h) = q.stride()[:2], out.stride()[:2]
     constants = dict(HEAD_DIM=head_dim, BLOCK_H=max(16, triton.next_power_of_2(group)), BLOCK_N=cfg["BLOCK_N"],

@@ -6,6 +6,14 @@ K/V are already stored, so every query attends to cache positions ``0 .. its own
 each program takes BLOCK_M queries of one head: KV tiles wholly before the tile's first query
 need no mask, only the tiles on the diagonal do.
 
+Split-context, as the decode kernel: a short chunk over a long cached prefix (a prefix-cache hit,
+a chunked prompt's last chunks) has few programs (sequences × query tiles × heads), each reading
+the whole prefix: on an H100 a 256-token chunk over 40k cached tokens ran 64 programs for ~27 ms of
+a step priced at ~4 ms by its query-key pairs. Such a launch cuts each program's unmasked tiles
+into ``num_splits`` ranges (the diagonal tiles go to the last), writes normalised partial outputs
+and their log-sum-exp, and merges them with the decode kernel's merge. ``prefill_splits`` decides
+from host ints only, by the decode kernel's rule (traces/decode_splits.py).
+
 ``paged_prefill_sdpa`` is the alternative measured against it (gather the prefix, then SDPA with a
 bottom-right causal mask), and ``paged_prefill_reference`` the fp32 reference.
 """
@@ -17,7 +25,14 @@ import triton
 import triton.language as tl
 
 from runtime.executor.kernels.launch import Launch, no_launch
-from runtime.executor.kernels.paged_attention import LOG2E, dot_precision, gather_positions
+from runtime.executor.kernels.paged_attention import (
+    LOG2E,
+    dot_precision,
+    gather_positions,
+    merge_splits_kernel,
+    num_sms,
+)
+from traces.decode_splits import MAX_SPLITS, num_splits
 
 
 @triton.jit
@@ -53,19 +68,22 @@ def _attend_tile(acc, m_i, l_i, q, k_head, v_head, bt_row, start, q_pos, hi, sca
     return acc, m_new, l_i
 
 
-# block size (as a shift), group and first sequence are runtime ints: fewer compiled variants
-@triton.jit(do_not_specialize=["first_seq", "group", "block_shift", "stride_bt"])
+# block size (as a shift), group, first sequence, first token and split count are runtime ints:
+# fewer compiled variants
+@triton.jit(do_not_specialize=["first_seq", "first_tok", "group", "block_shift", "num_splits", "stride_bt"])
 def _prefill_kernel(
-    out_ptr, q_ptr, k_ptr, v_ptr, block_tables_ptr, seq_lens_ptr, query_start_ptr,
-    scale_log2, first_seq, group, block_shift,
+    out_ptr, part_out_ptr, part_lse_ptr, q_ptr, k_ptr, v_ptr, block_tables_ptr, seq_lens_ptr, query_start_ptr,
+    scale_log2, first_seq, first_tok, group, block_shift, num_splits,
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
     stride_bt,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     seq = first_seq + tl.program_id(0)
     m_start = tl.program_id(1) * BLOCK_M
-    head = tl.program_id(2)
+    head = tl.program_id(2) // num_splits
+    split = tl.program_id(2) % num_splits
     kv_head = head // group
 
     q_start = tl.load(query_start_ptr + seq)
@@ -86,6 +104,11 @@ def _prefill_kernel(
     tile_valid = m_start < q_len
     hi = tl.where(tile_valid, ctx_start + tl.minimum(m_start + BLOCK_M, q_len), 0)
     full_hi = tl.where(tile_valid, (ctx_start + m_start + 1) // BLOCK_N * BLOCK_N, 0)
+    # this split's share of the unmasked tiles; the last split takes the diagonal tiles too
+    tiles_per_split = tl.cdiv(full_hi // BLOCK_N, num_splits)
+    lo = tl.minimum(split * tiles_per_split * BLOCK_N, full_hi)
+    full_end = tl.minimum(lo + tiles_per_split * BLOCK_N, full_hi)
+    masked_end = tl.where(split == num_splits - 1, hi, full_hi)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -93,18 +116,25 @@ def _prefill_kernel(
     bt_row = block_tables_ptr + seq.to(tl.int64) * stride_bt
     k_head = k_ptr + kv_head * stride_kh
     v_head = v_ptr + kv_head * stride_vh
-    for start in range(0, full_hi, BLOCK_N):
+    for start in range(lo, full_end, BLOCK_N):
         acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, k_head, v_head, bt_row, start, q_pos, hi,
                                      scale_log2, block_shift, stride_kb, stride_kt, stride_vb, stride_vt,
                                      HEAD_DIM, BLOCK_N, False, PRECISION)
-    for start in range(full_hi, hi, BLOCK_N):
+    for start in range(full_hi, masked_end, BLOCK_N):
         acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, k_head, v_head, bt_row, start, q_pos, hi,
                                      scale_log2, block_shift, stride_kb, stride_kt, stride_vb, stride_vt,
                                      HEAD_DIM, BLOCK_N, True, PRECISION)
 
-    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-    tl.store(out_ptr + tok[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=mask_m[:, None])
+    safe_l = tl.where(l_i > 0, l_i, 1.0)
+    out = acc / safe_l[:, None]
+    if not SPLIT:
+        tl.store(out_ptr + tok[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=mask_m[:, None])
+    else:  # rows [tokens from first_tok, heads, splits], as the decode kernel's [seqs, heads, splits]
+        row = ((tok - first_tok) * (tl.num_programs(2) // num_splits) + head) * num_splits + split
+        tl.store(part_out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], out, mask=mask_m[:, None])
+        lse = tl.where(l_i > 0, m_i + tl.log2(safe_l), float("-inf"))
+        tl.store(part_lse_ptr + row, lse, mask=mask_m)
 
 
 def _prefill_config(head_dim: int) -> dict:
@@ -112,40 +142,68 @@ def _prefill_config(head_dim: int) -> dict:
     return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
 
 
+def prefill_splits(num_seqs: int, max_query_len: int, num_heads: int, longest: int, sms: int,
+                   block_m: int = 64) -> int:
+    """The prefill kernel's split count: the decode kernel's rule with a program per (sequence, query
+    tile, head), ``longest`` the most keys any of them reads. A full-budget prefill fills the GPU
+    unsplit; a short chunk over a long prefix is split."""
+    return num_splits(num_seqs * triton.cdiv(max_query_len, block_m), num_heads, longest, sms)
+
+
 def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   query_start_loc: torch.Tensor, seq_lens: torch.Tensor, block_tables: torch.Tensor,
                   scale: float, out: torch.Tensor, first_seq: int, num_seqs: int, max_query_len: int,
-                  config: dict | None = None) -> torch.Tensor:
+                  config: dict | None = None, splits: int | None = None) -> torch.Tensor:
     """Attention for sequences ``first_seq .. first_seq + num_seqs - 1`` of a flattened batch.
 
     ``q, out [T, H, D]`` hold the whole batch; only these sequences' rows of ``out`` are written.
     ``max_query_len`` (host int) sizes the grid; programs past a sequence's end do nothing.
+    ``splits``: the split count (None: ``prefill_splits``').
     """
+    starts, lens = query_start_loc.tolist(), seq_lens.tolist()
+    tokens = (starts[first_seq], starts[first_seq + num_seqs])
     prefill_launch(q, k_cache, v_cache, query_start_loc, seq_lens, block_tables, out, first_seq, num_seqs,
-                   max_query_len, config)(k_cache, v_cache, scale)
+                   max_query_len, tokens, max(lens[first_seq:first_seq + num_seqs]), config, splits)(
+        k_cache, v_cache, scale)
     return out
 
 
 def prefill_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, query_start_loc: torch.Tensor,
                    seq_lens: torch.Tensor, block_tables: torch.Tensor, out: torch.Tensor, first_seq: int,
-                   num_seqs: int, max_query_len: int, config: dict | None = None) -> Launch:
-    """``paged_prefill`` with all but the layer worked out once (as ``decode_launch``)."""
+                   num_seqs: int, max_query_len: int, tokens: tuple[int, int], longest: int,
+                   config: dict | None = None, splits: int | None = None) -> Launch:
+    """``paged_prefill`` with all but the layer worked out once (as ``decode_launch``): ``tokens`` is
+    the range of these sequences' rows of ``q`` and ``longest`` their longest context (host ints)."""
     if num_seqs == 0:
         return no_launch
     _, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     assert q.stride(-1) == 1 and out.stride(-1) == 1 and block_size & (block_size - 1) == 0
     cfg = {**_prefill_config(head_dim), **(config or {})}
-    kernel = _prefill_kernel[(num_seqs, triton.cdiv(max_query_len, cfg["BLOCK_M"]), num_heads)]
+    if splits is None:
+        splits = prefill_splits(num_seqs, max_query_len, num_heads, longest, num_sms(q.device), cfg["BLOCK_M"])
+    assert 1 <= splits <= MAX_SPLITS
+    first_tok, rows = tokens[0], tokens[1] - tokens[0]
+    if splits > 1:
+        part_out = torch.empty((rows, num_heads, splits, head_dim), dtype=torch.float32, device=q.device)
+        part_lse = torch.empty((rows, num_heads, splits), dtype=torch.float32, device=q.device)
+    else:
+        part_out = part_lse = out  # unused
+    kernel = _prefill_kernel[(num_seqs, triton.cdiv(max_query_len, cfg["BLOCK_M"]), num_heads * splits)]
+    merge = merge_splits_kernel[(rows, num_heads)]
+    merged = out[first_tok:]
     group, shift, bt_stride = num_heads // num_kv_heads, block_size.bit_length() - 1, block_tables.stride(0)
     (qt, qh), (ot, oh) = q.stride()[:2], out.stride()[:2]
-    constants = dict(HEAD_DIM=head_dim, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+    constants = dict(HEAD_DIM=head_dim, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], SPLIT=splits > 1,
                      PRECISION=dot_precision(q.dtype), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
     def launch(k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float) -> None:
         (kb, kt, kh, _), (vb, vt, vh, _) = k_cache.stride(), v_cache.stride()
-        kernel(out, q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale * LOG2E, first_seq, group,
-               shift, qt, qh, ot, oh, kb, kt, kh, vb, vt, vh, bt_stride, **constants)
+        kernel(out, part_out, part_lse, q, k_cache, v_cache, block_tables, seq_lens, query_start_loc,
+               scale * LOG2E, first_seq, first_tok, group, shift, splits, qt, qh, ot, oh, kb, kt, kh, vb, vt, vh,
+               bt_stride, **constants)
+        if splits > 1:
+            merge(merged, part_out, part_lse, splits, ot, oh, HEAD_DIM=head_dim, MAX_SPLITS=MAX_SPLITS, num_warps=4)
 
     return launch
 
