@@ -15,9 +15,9 @@ from functools import partial
 import torch
 
 from runtime.bench.gpu_timing import Timer, copy_bandwidth_gbs
-from runtime.bench.paged_batch import make_paged_batch
+from runtime.bench.paged_batch import PagedBatch, make_paged_batch
 from runtime.executor.kernels.paged_attention import choose_num_splits, decode_bytes, num_sms, paged_decode
-from runtime.executor.kernels.prefill import paged_prefill, paged_prefill_sdpa, prefill_splits
+from runtime.executor.kernels.prefill import paged_prefill_sdpa, prefill_launch, prefill_splits
 
 DECODE_CONFIGS = [(32, 4, 2), (32, 4, 3), (32, 4, 4), (64, 4, 2), (64, 4, 3), (64, 8, 3), (128, 8, 2),
                   (16, 4, 4)]  # (BLOCK_N, num_warps, num_stages)
@@ -83,6 +83,14 @@ def _prefill_flops(seqs: list[tuple[int, int]], num_heads: int, head_dim: int) -
     return 4 * head_dim * num_heads * pairs
 
 
+def _prefill_us(timer: Timer, b: PagedBatch, new: list[int], out: torch.Tensor, config: dict | None = None,
+                splits: int | None = None) -> float:
+    """One CUDA-graph replay of the Triton prefill over the whole batch (the launch prepared outside)."""
+    launch = prefill_launch(b.q, b.k_cache, b.v_cache, b.query_start_loc, b.seq_lens, b.block_tables, out, 0,
+                            len(new), max(new), (0, sum(new)), max(b.seq_lens_cpu), config, splits)
+    return timer.graph_us(partial(launch, b.k_cache, b.v_cache, b.q.shape[-1] ** -0.5))
+
+
 def tune_prefill(timer: Timer, block_size: int = 16) -> list[dict]:
     rows = []
     heads, kv_heads, head_dim = 16, 8, 128
@@ -97,8 +105,7 @@ def tune_prefill(timer: Timer, block_size: int = 16) -> list[dict]:
         rows.append({"shape": name, "path": "gather+sdpa", "us": sdpa_us, "tflops": flops / sdpa_us / 1e6})
         for bm, bn, warps, stages in PREFILL_CONFIGS:
             cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
-            us = timer.graph_us(partial(paged_prefill, *args, out, first_seq=0, num_seqs=len(lens),
-                                        max_query_len=max(new), config=cfg))
+            us = _prefill_us(timer, b, new, out, cfg)
             rows.append({"shape": name, "path": "triton", "config": cfg, "us": us,
                          "tflops": flops / us / 1e6})
     return rows
@@ -111,13 +118,11 @@ def sweep_prefill_splits(timer: Timer, block_size: int = 16) -> list[dict]:
         lens = [c + n for c, n in seqs]
         new = [n for _, n in seqs]
         b = make_paged_batch(lens, new, heads, kv_heads, head_dim, block_size, torch.bfloat16, "cuda")
-        args = (b.q, b.k_cache, b.v_cache, b.query_start_loc, b.seq_lens, b.block_tables, head_dim ** -0.5)
         out = torch.empty_like(b.q)
         chosen = prefill_splits(len(seqs), max(new), heads, max(lens), num_sms("cuda"))
         flops = _prefill_flops(seqs, heads, head_dim)
         for n in sorted({*PREFILL_SPLIT_COUNTS, chosen}):
-            us = timer.graph_us(partial(paged_prefill, *args, out, first_seq=0, num_seqs=len(lens),
-                                        max_query_len=max(new), splits=n))
+            us = _prefill_us(timer, b, new, out, splits=n)
             rows.append({"shape": name, "splits": n, "chosen": n == chosen, "us": us, "tflops": flops / us / 1e6})
     return rows
 
