@@ -1,8 +1,8 @@
 """Sweeps on the GPU: decode tile configs, decode split counts, prefill tiles vs gather + SDPA,
 prefill split counts.
 
-They picked the defaults in ``_decode_config``, ``choose_num_splits``, ``_prefill_config`` and
-``prefill_splits``;
+They picked the defaults in ``_decode_config``, ``choose_num_splits`` and ``_prefill_config``, and
+check ``prefill_splits`` (the decode rule applied to prefill programs);
 results in docs/kernels-notes.md. ``python -m runtime.bench.kernel_tune [--sections ...] [--json P]``.
 """
 

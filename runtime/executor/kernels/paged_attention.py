@@ -103,7 +103,7 @@ def merge_splits_kernel(
     stride_os, stride_oh,
     HEAD_DIM: tl.constexpr, MAX_SPLITS: tl.constexpr,
 ):
-    seq = tl.program_id(0)
+    seq = tl.program_id(0)  # a decode sequence, or a prefill token row (runtime/executor/kernels/prefill.py)
     head = tl.program_id(1)
     row = (seq.to(tl.int64) * tl.num_programs(1) + head) * num_splits
     offs_s = tl.arange(0, MAX_SPLITS)

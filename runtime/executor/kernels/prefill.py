@@ -8,8 +8,8 @@ need no mask, only the tiles on the diagonal do.
 
 Split-context, as the decode kernel: a short chunk over a long cached prefix (a prefix-cache hit,
 a chunked prompt's last chunks) has few programs (sequences × query tiles × heads), each reading
-the whole prefix: on an H100 a 256-token chunk over 40k cached tokens ran 64 programs for ~27 ms of
-a step priced at ~4 ms by its query-key pairs. Such a launch cuts each program's unmasked tiles
+the whole prefix (a profile on an H100: steps of a 16–256-token chunk over a 40k prefix ran ~27 ms,
+~4 ms by their query-key pairs). Such a launch cuts each program's unmasked tiles
 into ``num_splits`` ranges (the diagonal tiles go to the last), writes normalised partial outputs
 and their log-sum-exp, and merges them with the decode kernel's merge. ``prefill_splits`` decides
 from host ints only, by the decode kernel's rule (traces/decode_splits.py).
@@ -158,8 +158,11 @@ def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
 
     ``q, out [T, H, D]`` hold the whole batch; only these sequences' rows of ``out`` are written.
     ``max_query_len`` (host int) sizes the grid; programs past a sequence's end do nothing.
-    ``splits``: the split count (None: ``prefill_splits``').
+    ``splits``: the split count (None: ``prefill_splits``'s). Reads the batch's lengths back to the
+    host (a sync: not for a CUDA graph; ``prefill_launch`` takes them as host ints).
     """
+    if num_seqs == 0:
+        return out
     starts, lens = query_start_loc.tolist(), seq_lens.tolist()
     tokens = (starts[first_seq], starts[first_seq + num_seqs])
     prefill_launch(q, k_cache, v_cache, query_start_loc, seq_lens, block_tables, out, first_seq, num_seqs,
