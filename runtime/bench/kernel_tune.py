@@ -91,17 +91,22 @@ def _prefill_us(timer: Timer, b: PagedBatch, new: list[int], out: torch.Tensor, 
     return timer.graph_us(partial(launch, b.k_cache, b.v_cache, b.q.shape[-1] ** -0.5))
 
 
+def _prefill_batches(shapes: list[tuple[str, list[tuple[int, int]]]], block_size: int, heads: int = 16,
+                     kv_heads: int = 8, head_dim: int = 128):
+    """Per shape (Qwen3's heads by default): its name, a random paged batch, its new-token counts, an
+    output buffer and its attention FLOPs."""
+    for name, seqs in shapes:
+        new = [n for _, n in seqs]
+        b = make_paged_batch([c + n for c, n in seqs], new, heads, kv_heads, head_dim, block_size, torch.bfloat16,
+                             "cuda")
+        yield name, b, new, torch.empty_like(b.q), _prefill_flops(seqs, heads, head_dim)
+
+
 def tune_prefill(timer: Timer, block_size: int = 16) -> list[dict]:
     rows = []
-    heads, kv_heads, head_dim = 16, 8, 128
-    for name, seqs in PREFILL_SHAPES:
-        lens = [c + n for c, n in seqs]
-        new = [n for _, n in seqs]
-        b = make_paged_batch(lens, new, heads, kv_heads, head_dim, block_size, torch.bfloat16, "cuda")
-        args = (b.q, b.k_cache, b.v_cache, b.query_start_loc, b.seq_lens, b.block_tables, head_dim ** -0.5)
-        out = torch.empty_like(b.q)
-        flops = _prefill_flops(seqs, heads, head_dim)
-        sdpa_us = timer.eager_us(partial(paged_prefill_sdpa, *args, out, first_seq=0, num_seqs=len(lens)))
+    for name, b, new, out, flops in _prefill_batches(PREFILL_SHAPES, block_size):
+        args = (b.q, b.k_cache, b.v_cache, b.query_start_loc, b.seq_lens, b.block_tables, b.q.shape[-1] ** -0.5)
+        sdpa_us = timer.eager_us(partial(paged_prefill_sdpa, *args, out, first_seq=0, num_seqs=len(new)))
         rows.append({"shape": name, "path": "gather+sdpa", "us": sdpa_us, "tflops": flops / sdpa_us / 1e6})
         for bm, bn, warps, stages in PREFILL_CONFIGS:
             cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
@@ -113,34 +118,30 @@ def tune_prefill(timer: Timer, block_size: int = 16) -> list[dict]:
 
 def sweep_prefill_splits(timer: Timer, block_size: int = 16) -> list[dict]:
     rows = []
-    heads, kv_heads, head_dim = 16, 8, 128
-    for name, seqs in PREFILL_SPLIT_SHAPES:
-        lens = [c + n for c, n in seqs]
-        new = [n for _, n in seqs]
-        b = make_paged_batch(lens, new, heads, kv_heads, head_dim, block_size, torch.bfloat16, "cuda")
-        out = torch.empty_like(b.q)
-        chosen = prefill_splits(len(seqs), max(new), heads, max(lens), num_sms("cuda"))
-        flops = _prefill_flops(seqs, heads, head_dim)
+    for name, b, new, out, flops in _prefill_batches(PREFILL_SPLIT_SHAPES, block_size):
+        chosen = prefill_splits(len(new), max(new), b.q.shape[1], max(b.seq_lens_cpu), num_sms("cuda"))
         for n in sorted({*PREFILL_SPLIT_COUNTS, chosen}):
             us = _prefill_us(timer, b, new, out, splits=n)
             rows.append({"shape": name, "splits": n, "chosen": n == chosen, "us": us, "tflops": flops / us / 1e6})
     return rows
 
 
-def report_prefill_splits(rows: list[dict]) -> str:
-    lines = ["prefill split sweep (qwen3 shapes, bf16, block 16): shape, splits, µs, TFLOP/s (* = heuristic)"]
+def _split_table(title: str, rows: list[dict], width: int, last) -> str:
+    """One line per (shape, split count); * marks the count the heuristic picks."""
+    lines = [title]
     for r in rows:
-        lines.append(f"  {r['shape']:<20} {r['splits']:>3}{'*' if r['chosen'] else ' '} {r['us']:>9.1f}"
-                     f"  {r['tflops']:>6.1f}")
+        lines.append(f"  {r['shape']:<{width}} {r['splits']:>3}{'*' if r['chosen'] else ' '} {r['us']:>9.1f}  {last(r)}")
     return "\n".join(lines)
+
+
+def report_prefill_splits(rows: list[dict]) -> str:
+    return _split_table("prefill split sweep (qwen3 shapes, bf16, block 16): shape, splits, µs, TFLOP/s "
+                        "(* = heuristic)", rows, 20, lambda r: f"{r['tflops']:>6.1f}")
 
 
 def report_splits(rows: list[dict]) -> str:
-    lines = ["split sweep (qwen3 shapes, bf16, block 16): shape, splits, µs, fraction of copy (* = heuristic)"]
-    for r in rows:
-        lines.append(f"  {r['shape']:<10} {r['splits']:>3}{'*' if r['chosen'] else ' '} {r['us']:>8.1f}"
-                     f"  {100 * r['frac_copy']:>4.0f}%")
-    return "\n".join(lines)
+    return _split_table("split sweep (qwen3 shapes, bf16, block 16): shape, splits, µs, fraction of copy "
+                        "(* = heuristic)", rows, 10, lambda r: f"{100 * r['frac_copy']:>4.0f}%")
 
 
 def report(decode_rows: list[dict], prefill_rows: list[dict]) -> str:
