@@ -128,10 +128,8 @@ def sweep_prefill_splits(timer: Timer, block_size: int = 16) -> list[dict]:
 
 def _split_table(title: str, rows: list[dict], width: int, last) -> str:
     """One line per (shape, split count); * marks the count the heuristic picks."""
-    lines = [title]
-    for r in rows:
-        lines.append(f"  {r['shape']:<{width}} {r['splits']:>3}{'*' if r['chosen'] else ' '} {r['us']:>9.1f}  {last(r)}")
-    return "\n".join(lines)
+    return "\n".join([title] + [f"  {r['shape']:<{width}} {r['splits']:>3}{'*' if r['chosen'] else ' '}"
+                                 f" {r['us']:>9.1f}  {last(r)}" for r in rows])
 
 
 def report_prefill_splits(rows: list[dict]) -> str:
