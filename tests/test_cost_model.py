@@ -171,22 +171,6 @@ def test_fit_with_noise_is_nonnegative_and_reports_heldout_error(tmp_path):
     assert ev["mape"] < 6 and set(ev["per_log"]) == {str(p) for p in logs}
 
 
-def test_trees_price_decode_only_steps_from_decode_only_steps_alone(tmp_path):
-    """Decode-only steps and steps with prefill get trees of their own: however long the prefill
-    steps took (a profile's short chunks over long prefixes), a decode-only step's price from a tree
-    model without a linear part is the same."""
-    from simulator.fitting.fit import fit_candidate
-
-    data = StepData.from_logs([_log_with(tmp_path, LinearCostModel(TRUE), f"{i}.jsonl", i) for i in range(3)])
-    prefill = data.features[:, FEATURES.index("prefill_step")] > 0
-    assert min(prefill.sum(), (~prefill).sum()) >= 50
-    slower = StepData(data.features, np.where(prefill, data.durations * 3 + 0.02, data.durations), data.logs,
-                      data.log_index, data.extra)
-    prices = [fit_candidate("gbm", d).predict_steps(data)[~prefill] for d in (data, slower)]
-    assert np.array_equal(prices[0], prices[1])
-    assert not np.array_equal(*(fit_candidate("gbm", d).predict_steps(data)[prefill] for d in (data, slower)))
-
-
 def test_unexercised_features_are_reported_not_invented(tmp_path):
     from traces.events import Header, Step
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -146,18 +145,3 @@ def test_a_tree_file_from_before_a_feature_was_added_loads_by_feature_name(tmp_p
     assert m.step_time(0, [Span(0, 0, 50, True)]) == 1e-3 + 1e-3
     assert m.step_time(0, [Span(0, 0, 500, True)]) == 1e-3 + 2e-3
     assert m.step_time(0, [Span(0, 9000, 1, True)]) == 1e-3 + 1e-3  # a long context is not 9,001 tokens
-
-
-@settings(max_examples=30, deadline=None)
-@given(st.integers(0, 2**32), st.integers(1, 5), st.floats(-5, 5))
-def test_two_ensembles_split_on_a_feature_predict_as_each_on_its_side(seed, n_features, threshold):
-    rng = random.Random(seed)
-    count, scale = rng.randrange(1, 20), rng.uniform(0.01, 1)
-    left, right = (TreeEnsemble([random_tree(rng, n_features, 4) for _ in range(count)], rng.gauss(0, 1), scale)
-                   for _ in range(2))
-    feature = rng.randrange(n_features)
-    joined = TreeEnsemble.from_dict(TreeEnsemble.split_on(feature, threshold, left, right).to_dict())
-    for _ in range(200):
-        x = [rng.choice([rng.uniform(-10, 10), threshold]) for _ in range(n_features)]
-        side = left if x[feature] <= threshold else right
-        assert joined.predict_one(x) == pytest.approx(side.walk(x), rel=1e-9, abs=1e-9)

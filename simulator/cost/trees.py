@@ -187,18 +187,6 @@ class TreeEnsemble:
             return cls([Tree.from_sklearn(t) for t in est.estimators_], 0.0, 1.0 / len(est.estimators_))
         raise TypeError(f"cannot export a {name}")
 
-    @classmethod
-    def split_on(cls, feature: int, threshold: float, left: TreeEnsemble, right: TreeEnsemble) -> TreeEnsemble:
-        """One ensemble that predicts as ``left`` where ``x[feature] <= threshold`` and as ``right``
-        elsewhere (two ensembles of as many trees and one scale): tree i is a split on the feature over
-        the two's tree i, and their bases are the leaves of one more such split."""
-        if len(left.trees) != len(right.trees) or left.scale != right.scale:
-            raise ValueError("split_on joins ensembles of as many trees and one scale")
-        stump = Tree([feature, LEAF, LEAF], [threshold, 0.0, 0.0], [1, LEAF, LEAF], [2, LEAF, LEAF],
-                     [0.0, left.base / left.scale, right.base / right.scale])
-        return cls([_graft(feature, threshold, a, b) for a, b in zip(left.trees, right.trees)] + [stump], 0.0,
-                   left.scale)
-
     def to_dict(self) -> dict[str, Any]:
         return {"base": self.base, "scale": self.scale, "trees": [t.to_dict() for t in self.trees]}
 
@@ -214,15 +202,3 @@ class TreeEnsemble:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TreeEnsemble:
         return cls([Tree.from_dict(t) for t in d["trees"]], float(d.get("base", 0.0)), float(d.get("scale", 1.0)))
-
-
-def _graft(feature: int, threshold: float, a: Tree, b: Tree) -> Tree:
-    """A tree whose root sends ``x[feature] <= threshold`` to ``a`` and the rest to ``b`` (nodes: the
-    root, then a's, then b's, each child still after its parent)."""
-    def moved(children: list[int], by: int) -> list[int]:
-        return [c if c == LEAF else c + by for c in children]
-
-    n_a = len(a.value)
-    return Tree([feature] + a.feature + b.feature, [threshold] + a.threshold + b.threshold,
-                [1] + moved(a.left, 1) + moved(b.left, 1 + n_a),
-                [1 + n_a] + moved(a.right, 1) + moved(b.right, 1 + n_a), [0.0] + a.value + b.value)

@@ -9,7 +9,6 @@ Candidates (``CANDIDATES``):
   forest            a random forest on them (what Vidur uses)
   linear+gbm        linear-absolute plus boosted trees on its residual: the trees' corrections
                     inside the fitted shapes, the line's extrapolation outside them
-The tree candidates fit decode-only steps and steps that carry prefill apart (``_trees``).
 
 Each is scored on the held-out steps by ``score = MAPE + |total-time error|`` (both in %): a
 simulation needs steps right one by one (batches form from them) and in sum (latency and makespan
@@ -49,8 +48,6 @@ CANDIDATES = ("linear-relative", "linear-absolute", "gbm", "forest", "linear+gbm
 EXTRAPOLATING = ("linear-relative", "linear-absolute", "linear+gbm")  # what auto may keep
 SEED = 0
 HOLDOUT_BLOCK = 32  # consecutive steps held out together (StepData.split)
-PREFILL_STEP = FEATURES.index("prefill_step")
-MIN_STEPS_OF_A_KIND = 50  # decode-only steps and steps with prefill get trees of their own from this many each
 
 
 def _gbm(n_estimators: int = 300):
@@ -64,23 +61,6 @@ def _forest():
     from sklearn.ensemble import RandomForestRegressor
 
     return RandomForestRegressor(n_estimators=40, max_depth=10, min_samples_leaf=3, random_state=SEED, n_jobs=1)
-
-
-def _trees(name: str, X: np.ndarray, y: np.ndarray) -> TreeEnsemble:
-    """Trees fitted on ``y`` over the extended features ``X``: one ensemble for decode-only steps and
-    one for steps that carry prefill, joined at a split on ``prefill_step``. The two run different
-    code (a CUDA graph; eager or piecewise kernels around a prefill), and one ensemble for both let a
-    profile's costly prefill steps (short chunks over long prefixes) raise the price of decode-only
-    steps of a batch size it never ran. One ensemble where either kind has too few steps."""
-    def fitted(rows: np.ndarray) -> TreeEnsemble:
-        est = _forest() if name == "forest" else _gbm()
-        est.fit(X[rows], y[rows])
-        return TreeEnsemble.from_sklearn(est)
-
-    prefill = X[:, PREFILL_STEP] > 0.5
-    if min(prefill.sum(), (~prefill).sum()) < MIN_STEPS_OF_A_KIND:
-        return fitted(np.ones(len(y), dtype=bool))
-    return TreeEnsemble.split_on(PREFILL_STEP, 0.5, fitted(~prefill), fitted(prefill))
 
 
 def fit_candidate(name: str, train: StepData, meta: dict[str, Any] | None = None) -> TimedModel:
@@ -107,7 +87,9 @@ def fit_candidate(name: str, train: StepData, meta: dict[str, Any] | None = None
             base = LinearCostModel.fit(data, weighting="absolute")
             coefficients, unfitted = base.coefficients, base.meta["unfitted_features"]
             y = y - base.predict(data.features)
-        model = TreeCostModel(coefficients, _trees(name, X, y),
+        est = _forest() if name == "forest" else _gbm()
+        est.fit(X, y)
+        model = TreeCostModel(coefficients, TreeEnsemble.from_sklearn(est),
                               {**meta, "estimator": name, "unfitted_features": unfitted},
                               floor=float(data.durations.min()) / 2)
         pred = model.predict_ext(ext)
