@@ -8,11 +8,11 @@ need no mask, only the tiles on the diagonal do.
 
 Split-context, as the decode kernel: a short chunk over a long cached prefix (a prefix-cache hit,
 a chunked prompt's last chunks) has few programs (sequences × query tiles × heads), each reading
-the whole prefix (a profile on an H100: steps of a 16–256-token chunk over a 40k prefix ran ~27 ms,
-~4 ms by their query-key pairs). Such a launch cuts each program's unmasked tiles
-into ``num_splits`` ranges (the diagonal tiles go to the last), writes normalised partial outputs
-and their log-sum-exp, and merges them with the decode kernel's merge. ``prefill_splits`` decides
-from host ints only, by the decode kernel's rule (traces/decode_splits.py).
+the whole prefix. Such a launch cuts each program's unmasked tiles into ``num_splits`` ranges (the
+diagonal tiles go to the last), writes normalised partial outputs and their log-sum-exp, and
+merges them with the decode kernel's merge: on an H100 a 256-token chunk over 40k cached tokens
+took 1.08 ms a layer unsplit, 0.30 ms split 8 ways (docs/kernels-notes.md). ``prefill_splits``
+decides from host ints only, by the decode kernel's rule (traces/decode_splits.py).
 
 ``paged_prefill_sdpa`` is the alternative measured against it (gather the prefix, then SDPA with a
 bottom-right causal mask), and ``paged_prefill_reference`` the fp32 reference.
