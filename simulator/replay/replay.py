@@ -141,8 +141,9 @@ def _launches(events: list[Event]) -> dict[int, int]:
     before: tuple[int, Step] | None = None
     for i, ev in enumerate(events):
         if isinstance(ev, Step):
-            if before is not None and before[1].end == ev.start and ev.extra_tokens > 0:
-                out[before[0]] = ev.extra_tokens
+            extra = ev.extra_tokens
+            if before is not None and before[1].end == ev.start and extra > 0:
+                out[before[0]] = extra
             before = (i, ev)
     return out
 

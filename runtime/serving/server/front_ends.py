@@ -26,7 +26,7 @@ import sys
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from multiprocessing.synchronize import Event
 
 from runtime.executor.heap import freeze_heap
 from runtime.serving.engine_process import EngineProcess
@@ -115,7 +115,7 @@ class FrontEnds:
                       file=sys.stderr, flush=True)
 
 
-def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection, listening: Any) -> None:
+def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection, listening: Event) -> None:
     """A front-end process: the app over its pipes to the engine, on its own SO_REUSEPORT socket."""
     name_process(FRONT_END)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the group: front end 0 decides
@@ -158,7 +158,8 @@ def run_front_end(spec: FrontEndSpec, commands: Connection, outputs: Connection,
     sys.exit(1 if died else 0)
 
 
-def serve_when_up(server, sock, up: threading.Event, stop: StopServing, listening: Any, poll_s: float = 0.1) -> None:
+def serve_when_up(server, sock, up: threading.Event, stop: StopServing, listening: Event,
+                  poll_s: float = 0.1) -> None:
     """``server.run`` on ``sock`` once ``up`` is set (the intake workers started, or failed or timed
     out), ``listening`` set once it listens; never if told to stop first. The kernel hands a
     SO_REUSEPORT socket connections as soon as it listens: a large body landing on a front end still
